@@ -1,0 +1,259 @@
+"""Recipes: one TOML file that pins everything a build needs.
+
+A recipe names the source (and its commit or sha256), the patch series, the target
+architectures and platform, build settings and the wheel pins.  Unknown keys and wrong
+types are errors that name the key and its line.  A branch ref is resolved to a commit
+once and recorded in a lock file beside the recipe (``NAME.lock.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.errors import PinRefusedError, RecipeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RECIPE = REPO_ROOT / "recipes" / "qwen38next.toml"
+
+# Pins known to be broken on the target, with the reason shown to the user.
+REFUSED_PINS: dict[tuple[str, str], str] = {
+    ("flashinfer-python", "0.6.17"): (
+        "flashinfer-python 0.6.17 crashes the NVFP4 MoE fallback kernel on GB10 (sm_121); "
+        "use 0.6.18"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    sha256: str | None = None
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.name}=={self.version}"
+
+
+@dataclass(frozen=True)
+class SourcePin:
+    spec: str
+    """A source spec: ``git+URL@REF``, a path, ``PATH#sha256=HEX`` or ``pypi:NAME==VERSION``."""
+    sha256: str | None = None
+    branch: str | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    cuda_archs: tuple[str, ...] = ("12.1",)
+    platform: str = "manylinux_2_39_aarch64"
+    python: str = "3.12"
+
+    @property
+    def torch_cuda_arch_list(self) -> str:
+        return ";".join(self.cuda_archs)
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    jobs: int | None = None
+    """None: let doctor choose from memory and cores."""
+    job_memory_gib: float = 6.0
+    nvcc_threads: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    path: Path
+    name: str
+    source: SourcePin
+    series: Path
+    target: Target
+    build: BuildSettings
+    pins: tuple[Pin, ...]
+    package: str = "vllm"
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.stem + ".lock.json")
+
+    def locked_commit(self) -> str | None:
+        """The commit recorded for the source's ref on first fetch, if any."""
+        if not self.lock_path.is_file():
+            return None
+        try:
+            data = json.loads(self.lock_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise RecipeError(
+                "the recipe's lock file is not valid JSON",
+                where=str(self.lock_path),
+                hint="delete it to record the commit again",
+            ) from exc
+        if data.get("spec") != self.source.spec:
+            return None
+        commit = data.get("commit")
+        return commit if isinstance(commit, str) else None
+
+    def record_commit(self, commit: str) -> None:
+        payload = {"spec": self.source.spec, "commit": commit}
+        tmp = self.lock_path.with_name(self.lock_path.name + ".tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(self.lock_path)
+
+
+_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "recipe": {"name": str, "description": str, "package": str},
+    "source": {"spec": str, "sha256": str, "branch": str},
+    "series": {"path": str},
+    "target": {"cuda_archs": list, "platform": str, "python": str},
+    "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict},
+}
+_REQUIRED = {"source": ("spec",), "series": ("path",)}
+_PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str}
+
+
+def _line_of(text: str, table: str | None, key: str) -> int | None:
+    """Best-effort line number of ``key`` (inside ``[table]`` when given)."""
+    in_table = table is None
+    for number, line in enumerate(text.splitlines(), start=1):
+        header = re.match(r"\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?", line)
+        if header:
+            in_table = table is None or header.group(1) == table
+            if table is not None and header.group(1) == table and key == table:
+                return number
+            continue
+        if in_table and re.match(rf"\s*{re.escape(key)}\s*=", line):
+            return number
+    return None
+
+
+def _where(path: Path, text: str, table: str | None, key: str) -> str:
+    line = _line_of(text, table, key)
+    return f"{path}:{line}" if line else str(path)
+
+
+def _check_table(
+    path: Path, text: str, name: str, table: Any, schema: dict[str, type | tuple[type, ...]]
+) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise RecipeError(f"[{name}] must be a table", where=_where(path, text, None, name))
+    for key, value in table.items():
+        if key not in schema:
+            raise RecipeError(
+                f"unknown key {name}.{key}",
+                where=_where(path, text, name, key),
+                hint=f"known keys of [{name}]: {', '.join(sorted(schema))}",
+            )
+        expected = schema[key]
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = expected.__name__ if isinstance(expected, type) else "/".join(
+                t.__name__ for t in expected
+            )
+            raise RecipeError(
+                f"{name}.{key} must be {names}, not {type(value).__name__}",
+                where=_where(path, text, name, key),
+            )
+    for key in _REQUIRED.get(name, ()):
+        if key not in table:
+            raise RecipeError(
+                f"missing key {name}.{key}",
+                where=_where(path, text, None, name),
+                hint=f"add `{key} = ...` under [{name}]",
+            )
+    return table
+
+
+def _parse_pins(path: Path, text: str, raw: Any) -> tuple[Pin, ...]:
+    if not isinstance(raw, list):
+        raise RecipeError("pins must be an array of tables ([[pins]])", where=str(path))
+    pins = []
+    for entry in raw:
+        table = _check_table(path, text, "pins", entry, dict(_PIN_SCHEMA))
+        for key in ("name", "version"):
+            if key not in table:
+                raise RecipeError(f"a [[pins]] entry lacks `{key}`", where=str(path))
+        pin = Pin(table["name"], table["version"], table.get("sha256"))
+        refuse_known_bad(pin)
+        pins.append(pin)
+    return tuple(pins)
+
+
+def refuse_known_bad(pin: Pin) -> None:
+    reason = REFUSED_PINS.get((pin.name.lower(), pin.version))
+    if reason:
+        raise PinRefusedError(
+            f"refusing pin {pin.requirement}: {reason}",
+            hint="change the pin in the recipe's [[pins]] table",
+        )
+
+
+def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
+    if value is None or value == "auto":
+        return None
+    if isinstance(value, int) and value > 0:
+        return value
+    raise RecipeError(
+        "build.jobs must be a positive integer or \"auto\"", where=_where(path, text, "build", "jobs")
+    )
+
+
+def load_recipe(path: Path) -> Recipe:
+    """Read and validate a recipe file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RecipeError(f"cannot read recipe: {exc.strerror}", where=str(path)) from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RecipeError(f"recipe is not valid TOML: {exc}", where=str(path)) from exc
+    known = {*_SCHEMA, "pins"}
+    for key in data:
+        if key not in known:
+            raise RecipeError(
+                f"unknown table or key `{key}`",
+                where=_where(path, text, None, key),
+                hint=f"a recipe has: {', '.join(sorted(known))}",
+            )
+    tables = {
+        name: _check_table(path, text, name, data.get(name, {}), schema)
+        for name, schema in _SCHEMA.items()
+    }
+    for name in _REQUIRED:
+        if name not in data:
+            raise RecipeError(f"missing table [{name}]", where=str(path))
+    source = tables["source"]
+    target = tables["target"]
+    build = tables["build"]
+    archs = tuple(str(a) for a in target.get("cuda_archs", ["12.1"]))
+    return Recipe(
+        path=path.resolve(),
+        name=tables["recipe"].get("name", path.stem),
+        package=tables["recipe"].get("package", "vllm"),
+        source=SourcePin(source["spec"], source.get("sha256"), source.get("branch")),
+        series=(path.parent / tables["series"]["path"]).resolve(),
+        target=Target(
+            cuda_archs=archs,
+            platform=target.get("platform", Target.platform),
+            python=target.get("python", Target.python),
+        ),
+        build=BuildSettings(
+            jobs=_parse_jobs(path, text, build.get("jobs")),
+            job_memory_gib=float(build.get("job_memory_gib", BuildSettings.job_memory_gib)),
+            nvcc_threads=build.get("nvcc_threads"),
+            env={str(k): str(v) for k, v in build.get("env", {}).items()},
+        ),
+        pins=_parse_pins(path, text, data.get("pins", [])),
+    )
