@@ -148,10 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("wheel", help="prepare, vendor and build; write a pinned wheelhouse")
     p.add_argument("--source", metavar="SPEC", help="override the recipe's source")
-    p.add_argument("--cache", metavar="DIR", help="dependency cache (default: ~/.cache/sparkbuild)")
+    p.add_argument(
+        "--cache", metavar="DIR", help="dependency cache (default: ~/.cache/sparkbuild)"
+    )
     p.add_argument("--out", metavar="DIR", default="wheelhouse", help="wheelhouse directory")
     p.add_argument("--offline", action="store_true", help="no network at all: cache only")
-    p.add_argument("--jobs", type=int, metavar="N", help="parallel compile jobs (default: doctor's)")
+    p.add_argument("--jobs", type=int, metavar="N", help="compile jobs (default: doctor's)")
     p.add_argument("--platform", metavar="PLAT", help="download the runtime closure for PLAT")
     p.add_argument("--update-lock", action="store_true", help="re-resolve a branch ref")
     _add_common(p, recipe=True)
@@ -216,7 +218,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     as_json = bool(getattr(args, "json", False))
     try:
-        result = args.handler(args)
+        result: StageResult = args.handler(args)
     except KeyboardInterrupt:
         _print_error(InterruptedRun("interrupted", hint="run the same command again"), as_json)
         return InterruptedRun.exit_code
@@ -225,7 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return error.exit_code
     _print_result(result, as_json)
     if result.error is not None:
-        if not as_json:
-            console.print(result.error.render(), style="bold red", markup=False)
+        console.print(result.error.render(), style="bold red", markup=False, highlight=False)
         return result.error.exit_code
     return 0

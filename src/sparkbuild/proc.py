@@ -69,6 +69,8 @@ def _pump(
                 progress(line.rstrip("\n"))
     except OSError as exc:  # the log's disk filled up, most likely
         failure.append(exc)
+    except ValueError:  # the pipe was closed under us: the run is being torn down
+        pass
 
 
 def run(
@@ -97,7 +99,7 @@ def run(
     if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
         raise ToolchainError(
             f"program not found: {argv[0]}",
-            hint="install it, or put it on PATH; `python -m sparkbuild doctor` lists what is needed",
+            hint="install it or put it on PATH; `python -m sparkbuild doctor` lists what is needed",
         )
     full_env = {**os.environ, **changes} if changes else None
     lines: list[str] = []
@@ -124,18 +126,23 @@ def run(
                 target=_pump, args=(child.stdout, log_file, lines, progress, failure), daemon=True
             )
             reader.start()
+            # A timer kills the child at the deadline, so that waiting is one blocking call
+            # (Popen.wait(timeout=...) polls with sleeps, which adds up over many short runs).
+            timed_out = threading.Event()
+            timer = _deadline(child, timeout, timed_out)
             try:
-                returncode = child.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+                returncode = child.wait()
+            except BaseException:  # Ctrl-C: stop the child, let the reader drain, re-raise
                 child.kill()
                 child.wait()
                 reader.join()
-                raise _failed(argv, lines, log, f"timed out after {timeout:.0f} s") from None
-            except BaseException:
-                child.kill()
-                child.wait()
                 raise
+            finally:
+                if timer is not None:
+                    timer.cancel()
             reader.join()
+            if timed_out.is_set():
+                raise _failed(argv, lines, log, f"timed out after {timeout:.0f} s")
     finally:
         if log_file is not None:
             _close_log(log_file, failure)
@@ -144,6 +151,22 @@ def run(
     if check and returncode != 0:
         raise _failed(argv, lines, log, f"exited with status {returncode}")
     return result
+
+
+def _deadline(
+    child: subprocess.Popen[str], timeout: float | None, timed_out: threading.Event
+) -> threading.Timer | None:
+    if timeout is None:
+        return None
+
+    def kill() -> None:
+        timed_out.set()
+        child.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _close_log(log_file: IO[str], failure: list[BaseException]) -> None:

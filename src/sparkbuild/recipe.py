@@ -9,6 +9,7 @@ once and recorded in a lock file beside the recipe (``NAME.lock.json``).
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from dataclasses import dataclass, field
@@ -16,14 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.errors import PinRefusedError, RecipeError
+from sparkbuild.resources import recipes_dir, resource_root
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_RECIPE = REPO_ROOT / "recipes" / "qwen38next.toml"
+REPO_ROOT = resource_root()
+"""The checkout's root, or the installed wheel's resource tree (see sparkbuild.resources)."""
+DEFAULT_RECIPE = recipes_dir() / "qwen38next.toml"
 
 # Pins known to be broken on the target, with the reason shown to the user.
 REFUSED_PINS: dict[tuple[str, str], str] = {
@@ -86,7 +89,13 @@ class Recipe:
 
     @property
     def lock_path(self) -> Path:
-        return self.path.with_name(self.path.stem + ".lock.json")
+        """Beside the recipe; for a recipe in a read-only place (an installed sparkbuild),
+        in the user's config directory."""
+        beside = self.path.with_name(self.path.stem + ".lock.json")
+        if beside.exists() or os.access(self.path.parent, os.W_OK):
+            return beside
+        config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        return config / "sparkbuild" / "locks" / beside.name
 
     def locked_commit(self) -> str | None:
         """The commit recorded for the source's ref on first fetch, if any."""
@@ -108,8 +117,16 @@ class Recipe:
     def record_commit(self, commit: str) -> None:
         payload = {"spec": self.source.spec, "commit": commit}
         tmp = self.lock_path.with_name(self.lock_path.name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(self.lock_path)
+        try:
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+            tmp.replace(self.lock_path)
+        except OSError as exc:
+            raise RecipeError(
+                f"cannot record the resolved commit: {exc.strerror}",
+                where=str(self.lock_path),
+                hint="copy the recipe somewhere writable and pass it with --recipe",
+            ) from exc
 
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
@@ -129,9 +146,9 @@ def _line_of(text: str, table: str | None, key: str) -> int | None:
     for number, line in enumerate(text.splitlines(), start=1):
         header = re.match(r"\s*\[\[?\s*([A-Za-z0-9_.-]+)\s*\]\]?", line)
         if header:
-            in_table = table is None or header.group(1) == table
-            if table is not None and header.group(1) == table and key == table:
+            if header.group(1) == key and table is None:
                 return number
+            in_table = table is None or header.group(1) == table
             continue
         if in_table and re.match(rf"\s*{re.escape(key)}\s*=", line):
             return number
@@ -204,7 +221,8 @@ def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
     if isinstance(value, int) and value > 0:
         return value
     raise RecipeError(
-        "build.jobs must be a positive integer or \"auto\"", where=_where(path, text, "build", "jobs")
+        'build.jobs must be a positive integer or "auto"',
+        where=_where(path, text, "build", "jobs"),
     )
 
 
@@ -227,13 +245,15 @@ def load_recipe(path: Path) -> Recipe:
                 where=_where(path, text, None, key),
                 hint=f"a recipe has: {', '.join(sorted(known))}",
             )
+    for name in _REQUIRED:
+        if name not in data:
+            raise RecipeError(
+                f"missing table [{name}]", where=str(path), hint=f"add a [{name}] table"
+            )
     tables = {
         name: _check_table(path, text, name, data.get(name, {}), schema)
         for name, schema in _SCHEMA.items()
     }
-    for name in _REQUIRED:
-        if name not in data:
-            raise RecipeError(f"missing table [{name}]", where=str(path))
     source = tables["source"]
     target = tables["target"]
     build = tables["build"]

@@ -2,9 +2,38 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
+
+from sparkbuild.cache import Cache, default_cache_root
+from sparkbuild.pypi import fetch_sdist
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def vllm_sdist() -> Callable[[str], Path]:
+    """``vllm_sdist("0.33.0")``: the real vllm sdist, through sparkbuild's own index client.
+
+    Downloaded once from the index pip is configured with (sha256 checked against the
+    index's) into the user's cache (~/.cache/sparkbuild, or $SPARKBUILD_CACHE as it was when
+    the session started), so later sessions need no network.  The path is the cache blob:
+    its name is the sha256, not the sdist's file name.  Tests using it are ``network``.
+    """
+    cache = Cache(default_cache_root())
+    fetched: dict[str, Path] = {}
+
+    def get(version: str) -> Path:
+        if version not in fetched:
+            fetched[version] = fetch_sdist(cache, "vllm", version)
+        return fetched[version]
+
+    return get

@@ -1,0 +1,311 @@
+"""`sparkbuild wheel`: prepare, vendor, check the cache, doctor, build, write a wheelhouse.
+
+Online, the vendor step fills the cache first; offline it only plans.  Either way the
+build itself runs the same way, from the cache alone, and before anything compiles the
+cache must hold every planned source, the build-requirement wheels and the crates: each
+missing entry is named in one :class:`CacheMissError`.
+
+The work directory is ``CACHE/work/<recipe name>`` and stays at the same path from run
+to run, so ccache recognises unchanged translation units of a re-prepared tree; a file
+lock keeps two runs of one recipe out of each other's way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.build import (
+    BuildOutcome,
+    BuildRequest,
+    build_tree,
+    ensure_build_env,
+    read_fetch_log,
+)
+from sparkbuild.cache import Cache, CacheLock, default_cache_root
+from sparkbuild.console import step, warn
+from sparkbuild.doctor import BuildPlan, plan_build, read_memory, run_doctor
+from sparkbuild.offline import materialize, require_complete
+from sparkbuild.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
+from sparkbuild.vendorfetch import fetch_source
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sparkbuild.errors import SparkbuildError
+    from sparkbuild.prepare import PrepareResult
+    from sparkbuild.recipe import Recipe
+    from sparkbuild.wheelhouse import WheelhouseResult
+
+
+@dataclass(frozen=True)
+class WheelOptions:
+    recipe: Recipe
+    source: str | None = None
+    """A source spec overriding the recipe's."""
+    cache: Path | None = None
+    out: Path = Path("wheelhouse")
+    offline: bool = False
+    jobs: int | None = None
+    platform: str | None = None
+    update_lock: bool = False
+
+
+@dataclass
+class WheelResult:
+    recipe: Recipe
+    offline: bool
+    prepared: PrepareResult
+    vendor: VendorResult
+    plan: BuildPlan
+    build: BuildOutcome
+    wheelhouse: WheelhouseResult
+    missed_by_reader: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        return self.wheelhouse.error
+
+    def to_dict(self) -> dict[str, Any]:
+        prepared = self.prepared.to_dict()
+        return {
+            "recipe": self.recipe.name,
+            "offline": self.offline,
+            "tree": prepared["tree"],
+            "source": prepared["source"],
+            "patches": prepared["patches"],
+            "vendor": self.vendor.to_dict(),
+            "missed_by_reader": self.missed_by_reader,
+            "build_plan": self.plan.to_dict(),
+            "build": self.build.to_dict(),
+            "wheelhouse": self.wheelhouse.to_dict(),
+            "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
+        }
+
+    def summary(self) -> list[str]:
+        mode = "offline" if self.offline else "online"
+        lines = [f"built {self.recipe.name} ({mode}) for {self.recipe.target.torch_cuda_arch_list}"]
+        lines += [f"  patch {p.name}: {p.status}" for p in self.prepared.series.patches]
+        sources = ", ".join(s.name for s in self.vendor.plan.sources) or "none"
+        lines.append(f"  sources from the cache: {sources}")
+        if self.missed_by_reader:
+            lines.append(f"  found by CMake, vendored after the build: {self.missed_by_reader}")
+        lines.append(f"  MAX_JOBS={self.plan.max_jobs} NVCC_THREADS={self.plan.nvcc_threads}"
+                     f" launcher={self.plan.launcher or 'none'}")
+        lines.append(f"  {len(self.build.compiled_units)} units compiled; log: {self.build.log}")
+        timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
+        lines.append(f"  time: {timing}")
+        return lines + self.wheelhouse.summary()
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+_SPEC_PREFIXES = ("git+", "pypi:")
+
+
+def resolve_spec(spec: str, recipe: Recipe) -> str:
+    """A relative path in the recipe's own source spec is relative to the recipe file."""
+    if spec.startswith(_SPEC_PREFIXES) or "://" in spec:
+        return spec
+    location, sep, fragment = spec.partition("#")
+    path = Path(location).expanduser()
+    if path.is_absolute():
+        return spec
+    return str((recipe.path.parent / path).resolve()) + sep + fragment
+
+
+@contextmanager
+def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[stage] = time.monotonic() - started
+
+
+def _environment(recipe: Recipe) -> dict[str, str]:
+    """What the tree's CMake will see: this process's environment and the recipe's."""
+    return {**os.environ, **recipe.build.env}
+
+
+def _extra_sources(cache: Cache, recipe: Recipe) -> list[SourcePlan]:
+    """Sources CMake asked for in an earlier online build that the reader had missed."""
+    entry = cache.lookup("missed-sources", recipe.name) or {}
+    fields = {f.name for f in dataclasses.fields(SourcePlan)}
+    sources = []
+    for item in entry.get("sources", []):
+        values: dict[str, Any] = {
+            k: (tuple(v) if isinstance(v, list) else v) for k, v in item.items() if k in fields
+        }
+        sources.append(SourcePlan(**values))
+    return sources
+
+
+def _with_extras(plan: VendorPlan, extras: list[SourcePlan]) -> VendorPlan:
+    names = {source.name for source in plan.sources}
+    added = tuple(source for source in extras if source.name not in names)
+    return dataclasses.replace(plan, sources=plan.sources + added) if added else plan
+
+
+def _missed_by_reader(outcome: BuildOutcome, plan: VendorPlan) -> list[SourcePlan]:
+    """Dependencies the configure fetched (the provider's record) that the plan lacks."""
+    planned = {source.name.lower() for source in plan.sources}
+    missed = []
+    for name, options in read_fetch_log(outcome.fetch_log).items():
+        if name.lower() in planned:
+            continue
+        git, urls = options.get("GIT_REPOSITORY"), options.get("URL")
+        if git:
+            tag = options.get("GIT_TAG")
+            missed.append(SourcePlan(name=name, kind="git", url=git[0],
+                                     ref=tag[0] if tag else "HEAD", where="recorded by CMake"))
+        elif urls:
+            url_hash = options.get("URL_HASH")
+            missed.append(SourcePlan(name=name, kind="url", url=urls[0], ref=None,
+                                     url_hash=url_hash[0] if url_hash else None,
+                                     mirrors=urls[1:], where="recorded by CMake"))
+    return missed
+
+
+def _remember(cache: Cache, recipe: Recipe, missed: list[SourcePlan]) -> None:
+    known = _extra_sources(cache, recipe)
+    merged = {s.name: s for s in [*known, *missed]}
+    cache.record("missed-sources", recipe.name, {
+        "sources": [dataclasses.asdict(source) for source in merged.values()],
+    })
+
+
+def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scratch: Path) -> None:
+    if not missed:
+        return
+    with cache.locked():
+        for source in missed:
+            warn(f"CMake fetched {source.name} ({source.url}), which the CMake reader did not "
+                 "find; vendoring it now so that offline builds have it")
+            shutil.rmtree(scratch, ignore_errors=True)
+            scratch.mkdir(parents=True)
+            fetch_source(cache, source, scratch)
+        _remember(cache, recipe, missed)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
+    recipe = options.recipe
+    report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib)
+    for check in report.warnings():
+        warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
+    if report.error is not None:
+        raise report.error
+    total, available = read_memory()
+    launcher = report.tools.get("launcher")
+    return plan_build(
+        total_memory_bytes=total, available_memory_bytes=available,
+        cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
+        nvcc_threads=recipe.build.nvcc_threads, arch_count=len(recipe.target.cuda_archs),
+        launcher=str(launcher.path) if launcher else None,
+        requested_jobs=options.jobs or recipe.build.jobs,
+    )
+
+
+def _build_torch(outcome: BuildOutcome, requirements: list[str]) -> str | None:
+    """The torch version in the build environment (its wheel's name), for the manifest."""
+    wheel_dir = Path(outcome.env.get("PIP_FIND_LINKS", ""))
+    for wheel in sorted(wheel_dir.glob("torch-*.whl")) if wheel_dir.is_dir() else []:
+        return wheel.name.split("-")[1]
+    pins = [re.sub(r"^torch\s*==\s*", "", r) for r in requirements if r.startswith("torch")]
+    return pins[0] if pins else None
+
+
+# -- the stage -----------------------------------------------------------------------------
+
+
+def _prepare(options: WheelOptions, work: Path) -> PrepareResult:
+    from sparkbuild.prepare import prepare_tree
+
+    recipe = options.recipe
+    tree = work / "tree"
+    shutil.rmtree(tree, ignore_errors=True)
+    spec = resolve_spec(options.source or recipe.source.spec, recipe)
+    prepared = prepare_tree(spec, tree, recipe, update_lock=options.update_lock,
+                            offline=options.offline)
+    if prepared.error is not None:
+        raise prepared.error
+    return prepared
+
+
+def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
+    env = _environment(options.recipe)
+    if options.offline:
+        plan = plan_tree(tree, env=env)
+        result = VendorResult(plan, cache.root, plan_only=True)
+    else:
+        result = vendor_tree(tree, cache.root, plan_only=False, env=env)
+    result.plan = _with_extras(result.plan, _extra_sources(cache, options.recipe))
+    return result
+
+
+def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
+                outcome: BuildOutcome, cache: Cache, requirements: list[str]) -> WheelhouseResult:
+    from sparkbuild.toolchain import describe_toolchain
+    from sparkbuild.wheelhouse import write_wheelhouse
+
+    recipe = options.recipe
+    toolchain = describe_toolchain()
+    toolchain["torch"] = _build_torch(outcome, requirements)
+    keep = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS", "CMAKE_GENERATOR")
+    settings = {
+        "archs": list(recipe.target.cuda_archs),
+        "jobs": plan.max_jobs,
+        "nvcc_threads": plan.nvcc_threads,
+        "launcher": plan.launcher,
+        "offline": options.offline,
+        "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
+    }
+    return write_wheelhouse(
+        options.out, recipe=recipe, source=prepared.source.to_dict(),
+        patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
+        built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
+        offline=options.offline, platform=options.platform, toolchain=toolchain,
+    )
+
+
+def build_wheel(options: WheelOptions) -> WheelResult:
+    """The whole ``wheel`` command; see the module docstring."""
+    recipe = options.recipe
+    cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
+    work = cache.root / "work" / recipe.name
+    seconds: dict[str, float] = {}
+    with CacheLock(cache.root / "work" / f"{recipe.name}.lock").held():
+        with _timed(seconds, "prepare"):
+            prepared = _prepare(options, work)
+        tree = prepared.tree
+        with _timed(seconds, "vendor"):
+            vendored = _vendor(options, cache, tree)
+            step("checking that the cache holds everything the build needs")
+            require_complete(vendored.plan, cache)
+        plan = _build_plan(options, tree)
+        with _timed(seconds, "build"):
+            deps = materialize(vendored.plan, cache, work)
+            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key)
+            request = BuildRequest(
+                tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
+                jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, offline=options.offline,
+                deps=deps, recipe_env=recipe.build.env, launcher=plan.launcher,
+            )
+            outcome = build_tree(request, python)
+        missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
+        _vendor_missed(cache, recipe, missed, work / "scratch")
+        with _timed(seconds, "wheelhouse"):
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache,
+                                     vendored.plan.requirements)
+    return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
+                       [s.name for s in missed], seconds)

@@ -1,0 +1,902 @@
+"""The hostile-input corpus: every case is an input builder, the error class it must
+produce, and a fragment of the message it must say.
+
+``tests/integration/test_hostile_corpus.py`` runs each case through the real command line
+(``python -m sparkbuild ...``) twice, plain and with ``--json``, and checks the exit code of
+the class, the absence of a traceback, the fragment, and the JSON error object.  A case may
+also check afterwards that nothing was written where it must not be.
+
+A builder gets an empty directory of its own and returns the :class:`Invocation`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from corpus import builders as b
+from sparkbuild.errors import (
+    CacheMissError,
+    DestinationError,
+    DiskFullError,
+    HashMismatchError,
+    NetworkError,
+    PatchError,
+    PinRefusedError,
+    RecipeError,
+    SourceError,
+    SparkbuildError,
+    ToolchainError,
+    UnsafeArchiveError,
+    VerifyError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+BAD_SHA = "0" * 64
+ESCAPE_MARK = "pwned-by-corpus"
+
+
+@dataclass
+class Invocation:
+    args: list[str]
+    """Arguments after ``python -m sparkbuild`` (``--json`` is appended by the runner)."""
+    env: dict[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()
+    """Variables removed from the environment."""
+    wrap: list[str] = field(default_factory=list)
+    """A command the CLI runs under (``unshare`` for a private tmpfs); the CLI follows it."""
+    after: Callable[[], None] | None = None
+    """Postconditions checked after the run (asserts)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    area: str
+    error: type[SparkbuildError] | None
+    """None: the right answer is not an error, but success that says ``fragment``."""
+    fragment: str
+    build: Callable[[Path], Invocation]
+    needs: tuple[str, ...] = ()
+    """Modules of sparkbuild the command needs; a case whose module is absent is xfail."""
+
+
+# -- postconditions --------------------------------------------------------------------
+
+
+def nothing_escaped(root: Path, *extra: Path) -> Callable[[], None]:
+    """No file named with ESCAPE_MARK exists outside the archives, under root or above."""
+
+    def check() -> None:
+        escaped = [
+            p
+            for p in root.parent.rglob(f"*{ESCAPE_MARK}*")
+            if not p.name.endswith((".tar.gz", ".zip", ".tar"))
+        ]
+        escaped += [p for p in extra if p.exists() or p.is_symlink()]
+        assert not escaped, f"written outside the destination: {escaped}"
+
+    return check
+
+
+def left_empty(dest: Path, also: Callable[[], None] | None = None) -> Callable[[], None]:
+    """The destination is absent or empty: no half-extracted or half-patched tree."""
+
+    def check() -> None:
+        if also is not None:
+            also()
+        leftovers = sorted(p.name for p in dest.iterdir()) if dest.is_dir() else []
+        assert not leftovers, f"{dest} holds {leftovers[:5]} after a failed prepare"
+
+    return check
+
+
+def unchanged(tree: Path, snapshot: dict[str, bytes]) -> Callable[[], None]:
+    def check() -> None:
+        now = {
+            str(p.relative_to(tree)): p.read_bytes()
+            for p in tree.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(tree).parts
+        }
+        assert now == snapshot, "the tree changed although the command failed"
+
+    return check
+
+
+def snapshot(tree: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(tree)): p.read_bytes()
+        for p in tree.rglob("*")
+        if p.is_file() and ".git" not in p.relative_to(tree).parts
+    }
+
+
+# -- archives (prepare) ----------------------------------------------------------------
+
+
+def _prepare(work: Path, spec: str, **env: str) -> Invocation:
+    recipe = b.good_recipe(work / "recipe")
+    dest = work / "dest"
+    return Invocation(
+        ["prepare", "--source", spec, "--dest", str(dest), "--recipe", str(recipe)],
+        env=dict(env),
+        after=left_empty(dest, nothing_escaped(work)),
+    )
+
+
+def _tar_case(*members: tuple[str, str, str]) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        resolved = tuple((k, n.format(work=work), t.format(work=work)) for k, n, t in members)
+        archive = b.hostile_tar(work, f"{b.TOP}-{ESCAPE_MARK}", *resolved)
+        return _prepare(work, str(archive))
+
+    return build
+
+
+def _file_case(
+    make: Callable[[Path], Path], *, pin: str | None = None
+) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        archive = make(work)
+        spec = f"{archive}#sha256={pin}" if pin else str(archive)
+        return _prepare(work, spec)
+
+    return build
+
+
+PREPARE = ("sparkbuild.prepare", "sparkbuild.source")
+M = ESCAPE_MARK
+ARCHIVE_CASES = [
+    Case(
+        "tar-dotdot",
+        "archive",
+        UnsafeArchiveError,
+        "escapes the destination",
+        _tar_case(("file", f"{b.TOP}/../../{M}-dotdot", "escaped\n")),
+        PREPARE,
+    ),
+    Case(
+        "tar-absolute",
+        "archive",
+        UnsafeArchiveError,
+        "absolute path",
+        _tar_case(("file", "{work}/" + f"{M}-abs", "escaped\n")),
+        PREPARE,
+    ),
+    Case(
+        "tar-symlink-out",
+        "archive",
+        UnsafeArchiveError,
+        "points outside the tree",
+        _tar_case(
+            ("symlink", f"{b.TOP}/{M}-link", "../../../.."),
+            ("file", f"{b.TOP}/{M}-link/{M}-via-link", "escaped\n"),
+        ),
+        PREPARE,
+    ),
+    Case(
+        "tar-symlink-absolute",
+        "archive",
+        UnsafeArchiveError,
+        "points outside the tree",
+        _tar_case(("symlink", f"{b.TOP}/{M}-etc", "/etc")),
+        PREPARE,
+    ),
+    Case(
+        "tar-write-through-symlink",
+        "archive",
+        UnsafeArchiveError,
+        "written through symlink",
+        _tar_case(
+            ("symlink", f"{b.TOP}/inner", "csrc"),
+            ("file", f"{b.TOP}/inner/{M}-through", "escaped\n"),
+        ),
+        PREPARE,
+    ),
+    Case(
+        "tar-hardlink-out",
+        "archive",
+        UnsafeArchiveError,
+        "points outside the tree",
+        _tar_case(("hardlink", f"{b.TOP}/{M}-hard", "../../etc/passwd")),
+        PREPARE,
+    ),
+    Case(
+        "tar-hardlink-absolute",
+        "archive",
+        UnsafeArchiveError,
+        "points outside the tree",
+        _tar_case(("hardlink", f"{b.TOP}/{M}-hard", "/etc/passwd")),
+        PREPARE,
+    ),
+    Case(
+        "zip-dotdot",
+        "archive",
+        UnsafeArchiveError,
+        "escapes the destination",
+        _file_case(lambda d: b.hostile_zip(d, f"{b.TOP}/../../{M}-zip")),
+        PREPARE,
+    ),
+    Case(
+        "sdist-truncated",
+        "archive",
+        UnsafeArchiveError,
+        "truncated",
+        _file_case(b.truncated_sdist),
+        PREPARE,
+    ),
+    Case(
+        "sdist-corrupt",
+        "archive",
+        UnsafeArchiveError,
+        "corrupt",
+        _file_case(b.corrupt_sdist),
+        PREPARE,
+    ),
+    Case(
+        "tar-truncated-in-member",
+        "archive",
+        UnsafeArchiveError,
+        "truncated",
+        _file_case(b.plain_tar_truncated),
+        PREPARE,
+    ),
+    Case(
+        "not-an-archive",
+        "archive",
+        UnsafeArchiveError,
+        "not a tar or zip archive",
+        _file_case(b.not_an_archive),
+        PREPARE,
+    ),
+    Case(
+        "sdist-hash-mismatch",
+        "hash",
+        HashMismatchError,
+        BAD_SHA,
+        _file_case(b.good_sdist, pin=BAD_SHA),
+        PREPARE,
+    ),
+]
+
+
+# -- the package index (prepare --source pypi:) -----------------------------------------
+
+
+def _index_case(
+    *, sha: str | None, version: str = b.VERSION, index: str | None = None, big: bool = False
+) -> Callable[[Path], Invocation]:
+    """An sdist served by a local ``file://`` PEP 503 index; ``sha`` is what the index says.
+
+    ``big``: 3 MiB of incompressible bytes instead of the small generated sdist.
+    """
+
+    def build(work: Path) -> Invocation:
+        files = work / "index" / "files"
+        files.mkdir(parents=True)
+        sdist = b.good_sdist(files)
+        if big:
+            sdist.write_bytes(os.urandom(3 << 20))
+        digest = sha or b.sha256_of(sdist)
+        page = work / "index" / "simple" / b.PACKAGE / "index.html"
+        page.parent.mkdir(parents=True)
+        page.write_text(
+            f'<a href="../../files/{sdist.name}#sha256={digest}">{sdist.name}</a>\n',
+            encoding="utf-8",
+        )
+        url = index or (work / "index" / "simple").as_uri()
+        inv = _prepare(work, f"pypi:{b.PACKAGE}=={version}")
+        inv.env.update(_index_env(work, url))
+        return inv
+
+    return build
+
+
+def _index_env(work: Path, url: str) -> dict[str, str]:
+    return {
+        "PIP_INDEX_URL": url,
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_CONFIG_FILE": os.devnull,
+        "SPARKBUILD_CACHE": str(work / "cache"),
+    }
+
+
+INDEX_CASES = [
+    Case(
+        "index-sdist-hash-mismatch",
+        "hash",
+        HashMismatchError,
+        BAD_SHA,
+        _index_case(sha=BAD_SHA),
+        PREPARE,
+    ),
+    Case(
+        "index-no-such-version",
+        "index",
+        SourceError,
+        "no sdist of demo 9.9",
+        _index_case(sha=None, version="9.9"),
+        PREPARE,
+    ),
+    Case(
+        "index-unreachable",
+        "network",
+        NetworkError,
+        "127.0.0.1:9",
+        _index_case(sha=None, index="http://127.0.0.1:9/simple"),
+        PREPARE,
+    ),
+]
+
+
+# -- patches (patch apply) -------------------------------------------------------------
+
+
+def _patch_case(
+    patches: dict[str, str], *, series_only: list[str] | None = None
+) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        tree = b.write_tree(work / "tree", b.source_files())
+        outside = work / "outside.txt"
+        outside.write_text("keep me\n", encoding="utf-8")
+        b.series_dir(work / "recipe" / "patches", patches)
+        if series_only is not None:
+            (work / "recipe" / "patches" / "series").write_text("\n".join(series_only) + "\n")
+        recipe = b.write_recipe(work / "recipe", b.recipe_text("unused", "patches/series"))
+        before = snapshot(tree)
+        keep = unchanged(tree, before)
+
+        def after() -> None:
+            keep()
+            assert outside.read_text() == "keep me\n", "a patch wrote outside the tree"
+
+        return Invocation(["patch", "apply", str(tree), "--recipe", str(recipe)], after=after)
+
+    return build
+
+
+def _pinned_ok(work: Path) -> Invocation:
+    """The success side of pinning: a series whose pins match applies as usual."""
+    tree = b.write_tree(work / "tree", b.source_files())
+    b.series_dir(work / "recipe" / "patches", {"0001-arch.diff": b.kernel_patch()})
+    pinned = b.pinned_line("0001-arch.diff", b.kernel_patch())
+    (work / "recipe" / "patches" / "series").write_text(f"{pinned}  # reviewed\n")
+    recipe = b.write_recipe(work / "recipe", b.recipe_text("unused", "patches/series"))
+
+    def patched() -> None:
+        assert (tree / b.KERNEL).read_text(encoding="utf-8").endswith(b.PATCHED_LINE)
+
+    return Invocation(["patch", "apply", str(tree), "--recipe", str(recipe)], after=patched)
+
+
+def _diff(old: str, new: str, body: str = "@@ -1 +1 @@\n-a\n+b\n") -> str:
+    return f"diff --git {old} {new}\n--- {old}\n+++ {new}\n{body}"
+
+
+PATCHING = ("sparkbuild.patching",)
+PATCH_CASES = [
+    Case(
+        "patch-dotdot",
+        "patch",
+        PatchError,
+        "outside the tree",
+        _patch_case({"0001-out.diff": _diff("a/../outside.txt", "b/../outside.txt")}),
+        PATCHING,
+    ),
+    Case(
+        "patch-absolute",
+        "patch",
+        PatchError,
+        "outside the tree",
+        _patch_case({"0001-abs.diff": _diff("/etc/hostname", "/etc/hostname")}),
+        PATCHING,
+    ),
+    Case(
+        "patch-into-git-dir",
+        "patch",
+        PatchError,
+        "outside the tree",
+        _patch_case({"0001-git.diff": _diff("a/.git/config", "b/.git/config")}),
+        PATCHING,
+    ),
+    Case(
+        "patch-malformed-hunk",
+        "patch",
+        PatchError,
+        "malformed diff",
+        _patch_case(
+            {
+                "0001-bad.diff": _diff(
+                    f"a/{b.KERNEL}", f"b/{b.KERNEL}", "@@ -1,3 +1,3 @@\n-int arch = 90;\n"
+                )
+            }
+        ),
+        PATCHING,
+    ),
+    Case(
+        "patch-not-a-diff",
+        "patch",
+        PatchError,
+        "not a unified diff",
+        _patch_case({"0001-prose.diff": "this is not a diff at all\n"}),
+        PATCHING,
+    ),
+    Case(
+        "patch-missing-from-series",
+        "patch",
+        RecipeError,
+        "missing patch file",
+        _patch_case({}, series_only=["0001-absent.diff"]),
+        PATCHING,
+    ),
+    Case(
+        "patch-differs-from-its-pin",
+        "hash",
+        HashMismatchError,
+        "patch file 0001-arch.diff does not match its pin",
+        _patch_case(
+            {"0001-arch.diff": b.kernel_patch().replace("arch = 121", "arch = 666")},
+            series_only=[b.pinned_line("0001-arch.diff", b.kernel_patch())],
+        ),
+        PATCHING,
+    ),
+    Case("patch-pinned-applies", "patch", None, "applied", _pinned_ok, PATCHING),
+    Case(
+        "patch-second-fails-nothing-kept",
+        "patch",
+        PatchError,
+        "0002-stale",
+        _patch_case(
+            {
+                "0001-arch.diff": b.kernel_patch(),
+                "0002-stale.diff": _diff(
+                    "a/README.md", "b/README.md", "@@ -1 +1 @@\n-no such line\n+x\n"
+                ),
+            }
+        ),
+        PATCHING,
+    ),
+]
+
+
+# -- recipes ---------------------------------------------------------------------------
+
+
+def _recipe_case(text: Callable[[str], str]) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        tree = b.write_tree(work / "tree", b.source_files())
+        b.series_dir(work / "recipe" / "patches", {"0001-arch.diff": b.kernel_patch()})
+        recipe = b.write_recipe(work / "recipe", text(b.recipe_text("unused", "patches/series")))
+        return Invocation(["patch", "status", str(tree), "--recipe", str(recipe)])
+
+    return build
+
+
+def _missing_recipe(work: Path) -> Invocation:
+    tree = b.write_tree(work / "tree", b.source_files())
+    return Invocation(["patch", "status", str(tree), "--recipe", str(work / "absent.toml")])
+
+
+def _line_of(prefix: str) -> int:
+    """The line of the generated recipe that starts with ``prefix``."""
+    lines = b.recipe_text("unused", "patches/series").splitlines()
+    return next(n for n, line in enumerate(lines, start=1) if line.startswith(prefix))
+
+
+RECIPE_CASES = [
+    Case(
+        "recipe-unknown-key",
+        "recipe",
+        RecipeError,
+        "unknown key build.jobz",
+        _recipe_case(lambda t: t.replace("jobs = 1", "jobz = 1")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-unknown-key-line",
+        "recipe",
+        RecipeError,
+        f"corpus.toml:{_line_of('jobs')}",
+        _recipe_case(lambda t: t.replace("jobs = 1", "jobz = 1")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-wrong-type",
+        "recipe",
+        RecipeError,
+        "target.python must be str, not float",
+        _recipe_case(lambda t: t.replace('python = "3.12"', "python = 3.12")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-wrong-type-line",
+        "recipe",
+        RecipeError,
+        f"corpus.toml:{_line_of('python')}",
+        _recipe_case(lambda t: t.replace('python = "3.12"', "python = 3.12")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-unknown-table",
+        "recipe",
+        RecipeError,
+        "unknown table or key `extras`",
+        _recipe_case(lambda t: t + "\n[extras]\nx = 1\n"),
+        PATCHING,
+    ),
+    Case(
+        "recipe-incomplete",
+        "recipe",
+        RecipeError,
+        "missing key source.spec",
+        _recipe_case(lambda t: t.replace('spec = "unused"\n', "")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-not-toml",
+        "recipe",
+        RecipeError,
+        "not valid TOML",
+        _recipe_case(lambda t: t.replace("[target]", "[target")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-bad-jobs",
+        "recipe",
+        RecipeError,
+        "build.jobs must be a positive integer",
+        _recipe_case(lambda t: t.replace("jobs = 1", "jobs = 0")),
+        PATCHING,
+    ),
+    Case(
+        "recipe-refused-pin",
+        "recipe",
+        PinRefusedError,
+        "refusing pin flashinfer-python==0.6.17",
+        _recipe_case(lambda t: t + '\n[[pins]]\nname = "flashinfer-python"\nversion = "0.6.17"\n'),
+        PATCHING,
+    ),
+    Case(
+        "recipe-missing-file",
+        "recipe",
+        RecipeError,
+        "cannot read recipe",
+        _missing_recipe,
+        PATCHING,
+    ),
+]
+
+
+# -- git sources -----------------------------------------------------------------------
+
+
+def _git_case(ref: str, *, repo_exists: bool = True) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        repo = work / "repo"
+        if repo_exists:
+            b.git_source(repo)
+        return _prepare(work, f"git+{repo.as_uri()}@{ref}")
+
+    return build
+
+
+def _dirty_dest(work: Path) -> Invocation:
+    """prepare into a destination that already holds someone's edited clone."""
+    repo = b.git_source(work / "repo")
+    recipe = b.good_recipe(work / "recipe")
+    dest = work / "dest"
+    shutil.copytree(repo, dest)
+    (dest / b.KERNEL).write_text("// my local edit\n", encoding="utf-8")
+    before = snapshot(dest)
+    return Invocation(
+        [
+            "prepare",
+            "--source",
+            f"git+{repo.as_uri()}@main",
+            "--dest",
+            str(dest),
+            "--recipe",
+            str(recipe),
+        ],
+        after=unchanged(dest, before),
+    )
+
+
+def _dirty_source(work: Path) -> Invocation:
+    """prepare from a local checkout with uncommitted edits: kept, and said so."""
+    repo = b.git_source(work / "repo")
+    (repo / "README.md").write_text("edited, not committed\n", encoding="utf-8")
+    inv = _prepare(work, str(repo))
+    dest = work / "dest"
+
+    def kept() -> None:
+        assert (dest / "README.md").read_text(encoding="utf-8") == "edited, not committed\n"
+
+    inv.after = kept
+    return inv
+
+
+def _dirty_patch(work: Path) -> Invocation:
+    """patch apply on a git tree whose uncommitted edit conflicts with the series."""
+    tree = b.git_source(work / "tree")
+    (tree / b.KERNEL).write_text(b.KERNEL_TEXT + "// uncommitted edit\n", encoding="utf-8")
+    recipe = b.good_recipe(work / "recipe")
+    before = snapshot(tree)
+    return Invocation(
+        ["patch", "apply", str(tree), "--recipe", str(recipe)], after=unchanged(tree, before)
+    )
+
+
+GIT_CASES = [
+    Case(
+        "git-missing-ref",
+        "git",
+        SourceError,
+        "no-such-branch",
+        _git_case("no-such-branch"),
+        PREPARE,
+    ),
+    Case(
+        "git-missing-repo",
+        "git",
+        SourceError,
+        "no-such-repo",
+        lambda w: _git_case("main", repo_exists=False)(w / "no-such-repo"),
+        PREPARE,
+    ),
+    Case("git-dirty-destination", "git", DestinationError, "not empty", _dirty_dest, PREPARE),
+    Case("git-dirty-tree-patch", "git", PatchError, f"{b.KERNEL}: hunk #1", _dirty_patch, PATCHING),
+    Case("git-dirty-source-kept", "git", None, "uncommitted", _dirty_source, PREPARE),
+]
+
+
+# -- toolchain (doctor) ------------------------------------------------------------------
+
+CUDA_VARIABLES = ("CUDACXX", "CUDA_HOME", "CUDA_PATH")
+DOCTOR = ("sparkbuild.doctor", "sparkbuild.toolchain")
+
+
+def _nvcc_nowhere(work: Path) -> Invocation:
+    """No nvcc at all: none on PATH, no CUDA variables, /usr/local/cuda hidden by a tmpfs."""
+    inv = Invocation(["doctor"], env={"PATH": b.path_without_nvcc()}, unset=CUDA_VARIABLES)
+    return private_tmpfs(inv, Path("/usr/local/cuda"))
+
+
+def _cuda_home_empty(work: Path) -> Invocation:
+    return Invocation(
+        ["doctor"], env={"CUDA_HOME": str(work / "no-cuda")}, unset=("CUDACXX", "CUDA_PATH")
+    )
+
+
+def _nvcc_old(work: Path) -> Invocation:
+    fake = b.fake_nvcc(work / "cuda-12.4" / "bin", "12.4")
+    return Invocation(["doctor"], env={"CUDACXX": str(fake)})
+
+
+TOOLCHAIN_CASES = [
+    Case("nvcc-missing", "toolchain", ToolchainError, "nvcc not found", _nvcc_nowhere, DOCTOR),
+    Case(
+        "nvcc-missing-cuda-home",
+        "toolchain",
+        ToolchainError,
+        "CUDA_HOME points to a missing nvcc",
+        _cuda_home_empty,
+        DOCTOR,
+    ),
+    Case(
+        "nvcc-too-old",
+        "toolchain",
+        ToolchainError,
+        "nvcc 12.4.1 is too old for sm_121",
+        _nvcc_old,
+        DOCTOR,
+    ),
+]
+
+
+# -- a full disk (a 1 MiB tmpfs in a private mount namespace) ---------------------------
+
+
+def private_tmpfs(inv: Invocation, mountpoint: Path, size: str = "1m") -> Invocation:
+    """Run ``inv`` in a private mount namespace with a ``size`` tmpfs over ``mountpoint``.
+
+    ``unshare -rm`` needs no root (a user namespace); nothing outside the run sees it.
+    """
+    inv.wrap = [
+        "unshare",
+        "-rm",
+        "sh",
+        "-c",
+        f'mount -t tmpfs -o size={size} tmpfs "{mountpoint}" && exec "$@"',
+        "sh",
+    ]
+    return inv
+
+
+def _tiny_disk(mountpoint: Path, inv: Invocation) -> Invocation:
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    return private_tmpfs(inv, mountpoint)
+
+
+def _disk_full_extract(work: Path) -> Invocation:
+    work.mkdir(parents=True, exist_ok=True)
+    sdist = b.good_sdist(work, extra_files=1200)  # ~1.5 MB inflated
+    recipe = b.good_recipe(work / "recipe")
+    tiny = work / "tiny"
+    dest = tiny / "dest"
+    inv = Invocation(
+        ["prepare", "--source", str(sdist), "--dest", str(dest), "--recipe", str(recipe)]
+    )
+    return _tiny_disk(tiny, inv)
+
+
+def _disk_full_cache(work: Path) -> Invocation:
+    inv = _index_case(sha=None, big=True)(work)
+    inv.env["SPARKBUILD_CACHE"] = str(work / "tiny" / "cache")
+    return _tiny_disk(work / "tiny", inv)
+
+
+DISK_CASES = [
+    Case("disk-full-extract", "disk", DiskFullError, "filled up", _disk_full_extract, PREPARE),
+    Case("disk-full-cache", "disk", DiskFullError, "filled up", _disk_full_cache, PREPARE),
+]
+
+
+# -- the cache: corrupted or missing entries ---------------------------------------------
+
+
+def _cached_pypi_source(work: Path, *, corrupt: bool) -> Invocation:
+    """prepare --source pypi:demo==1.0 once, so the cache holds the sdist; maybe rot it."""
+    inv = _index_case(sha=None)(work)
+    if corrupt:
+        from sparkbuild.cache import Cache
+        from sparkbuild.pypi import fetch_sdist
+
+        old = {k: os.environ.get(k) for k in inv.env}
+        os.environ.update(inv.env)
+        try:
+            cache = Cache(Path(inv.env["SPARKBUILD_CACHE"]))
+            fetch_sdist(cache, b.PACKAGE, b.VERSION).write_bytes(b"bit rot")
+        finally:
+            for key, value in old.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+    return inv
+
+
+def _refetched_online(work: Path) -> Invocation:
+    inv = _cached_pypi_source(work, corrupt=True)
+    dest = work / "dest"
+
+    def refetched() -> None:
+        assert (dest / b.KERNEL).read_text(encoding="utf-8").endswith(b.PATCHED_LINE)
+
+    inv.after = refetched
+    return inv
+
+
+def _offline_wheel(work: Path, *, corrupt: bool) -> Invocation:
+    inv = _cached_pypi_source(work, corrupt=corrupt) if corrupt else _index_case(sha=None)(work)
+    cache = inv.env["SPARKBUILD_CACHE"]
+    recipe = inv.args[inv.args.index("--recipe") + 1]
+    inv.args = [
+        "wheel",
+        "--offline",
+        "--cache",
+        cache,
+        "--source",
+        f"pypi:{b.PACKAGE}=={b.VERSION}",
+        "--out",
+        str(work / "wheelhouse"),
+        "--recipe",
+        recipe,
+    ]
+    inv.env["PIP_INDEX_URL"] = "http://127.0.0.1:9/simple"  # offline must not even try
+    inv.after = None
+    return inv
+
+
+CACHE_CASES = [
+    Case(
+        "cache-corrupt-online-refetched", "cache", None, "is corrupted", _refetched_online, PREPARE
+    ),
+    Case(
+        "cache-miss-offline",
+        "cache",
+        CacheMissError,
+        "--offline",
+        lambda w: _offline_wheel(w, corrupt=False),
+        ("sparkbuild.pipeline",),
+    ),
+    Case(
+        "cache-corrupt-offline",
+        "cache",
+        CacheMissError,
+        "corrupted",
+        lambda w: _offline_wheel(w, corrupt=True),
+        ("sparkbuild.pipeline",),
+    ),
+]
+
+
+# -- wheelhouses (verify) ----------------------------------------------------------------
+
+
+def _wheelhouse(work: Path, *, tamper: bool, manifest: bool = True) -> Invocation:
+    """A one-wheel wheelhouse with manifest.json and requirements.lock; maybe tampered."""
+    out = work / "wheelhouse"
+    wheel = b.pure_wheel(out)
+    digest = b.sha256_of(wheel)
+    lock = out / "requirements.lock"
+    lock.write_text(f"{b.PACKAGE}=={b.VERSION} --hash=sha256:{digest}\n", encoding="utf-8")
+    if manifest:
+        (out / "manifest.json").write_text(
+            json.dumps(
+                {
+                    "target": {"cuda_archs": ["12.1"]},
+                    "wheels": [{"file": wheel.name, "sha256": digest, "role": "pin"}],
+                    "files": {lock.name: b.sha256_of(lock)},
+                }
+            ),
+            encoding="utf-8",
+        )
+    if tamper:
+        data = bytearray(wheel.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        wheel.write_bytes(bytes(data))
+    return Invocation(["verify", str(out)])
+
+
+VERIFY = ("sparkbuild.verify",)
+WHEEL_CASES = [
+    Case(
+        "wheel-hash-mismatch",
+        "hash",
+        VerifyError,
+        "differs from the manifest's",
+        lambda w: _wheelhouse(w, tamper=True),
+        VERIFY,
+    ),
+    Case(
+        "wheel-hash-mismatch-lock",
+        "hash",
+        VerifyError,
+        "not the one requirements.lock pins",
+        lambda w: _wheelhouse(w, tamper=True),
+        VERIFY,
+    ),
+    Case(
+        "wheelhouse-without-manifest",
+        "wheelhouse",
+        VerifyError,
+        "manifest.json is missing",
+        lambda w: _wheelhouse(w, tamper=False, manifest=False),
+        VERIFY,
+    ),
+]
+
+
+CASES: list[Case] = [
+    *ARCHIVE_CASES,
+    *INDEX_CASES,
+    *PATCH_CASES,
+    *RECIPE_CASES,
+    *GIT_CASES,
+    *TOOLCHAIN_CASES,
+    *DISK_CASES,
+    *CACHE_CASES,
+    *WHEEL_CASES,
+]
+
+CLI = [sys.executable, "-m", "sparkbuild"]

@@ -1,0 +1,132 @@
+"""The CMake recorder on a small project written here: what it runs, what it records,
+and what it refuses to run (generators, external projects), with the real cmake."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparkbuild import toolchain
+from sparkbuild.cmake_record import RecordInputs, record_build
+from sparkbuild.compile_flags import unit_command
+from sparkbuild.errors import ToolchainError
+
+CMAKELISTS = r"""
+cmake_minimum_required(VERSION 3.26)
+project(tiny LANGUAGES CXX)
+set(CMAKE_CUDA_STANDARD 20)
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
+find_package(Torch REQUIRED)
+tiny_take_archs(CUDA_ARCH_LIST)
+run_python(JOINED "print(';'.join(['a', 'b']))" "python failed")
+set(FLAGS "--expt-relaxed-constexpr")
+list(APPEND FLAGS "-DJOINED_COUNT=${JOINED}")
+tiny_arch_pick(KERNEL_ARCHS "12.0f" "${CUDA_ARCH_LIST}")
+set(SRCS "csrc/kernel.cu" "csrc/other.cu")
+foreach(arch ${KERNEL_ARCHS})
+  string(REPLACE "." "" stripped "${arch}")
+  set_property(SOURCE "csrc/kernel.cu" APPEND PROPERTY COMPILE_OPTIONS
+    "$<$<COMPILE_LANGUAGE:CUDA>:-gencode;arch=compute_${stripped},code=sm_${stripped}>")
+endforeach()
+set_source_files_properties("csrc/other.cu" PROPERTIES COMPILE_FLAGS "--use_fast_math")
+execute_process(COMMAND ${Python_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/generate.py
+  RESULT_VARIABLE gen_rc)
+if(NOT gen_rc EQUAL 0)
+  message(FATAL_ERROR "generator failed")
+endif()
+include(FetchContent)
+FetchContent_Declare(cutlass GIT_REPOSITORY https://example.invalid/cutlass.git GIT_TAG v9)
+FetchContent_MakeAvailable(cutlass)
+Python_add_library(_tiny MODULE USE_SABI 3.11 WITH_SOABI ${SRCS})
+target_include_directories(_tiny PRIVATE csrc ${CUTLASS_INCLUDE_DIR})
+target_compile_options(_tiny PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLAGS}>)
+target_compile_definitions(_tiny PRIVATE TINY=1)
+include(cmake/external_projects/never.cmake)
+message(FATAL_ERROR "needs a newer compiler")
+add_library(after_the_stop MODULE csrc/late.cu)
+"""
+
+UTILS = r"""
+function(tiny_arch_pick OUT SRC TGT)
+  # the family entry 12.0f selects any 12.x target, the way vLLM's helper does
+  set(picked)
+  foreach(t ${TGT})
+    if(t MATCHES "^12\\.")
+      list(APPEND picked ${t})
+    endif()
+  endforeach()
+  set(${OUT} ${picked} PARENT_SCOPE)
+endfunction()
+# move the gencode flags torch set out of CMAKE_CUDA_FLAGS, as "12.1"-style archs
+macro(tiny_take_archs OUT)
+  string(REGEX MATCHALL "code=sm_[0-9]+" _codes "${CMAKE_CUDA_FLAGS}")
+  string(REGEX REPLACE "-gencode arch=[^ ]+ *" "" CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS}")
+  set(${OUT})
+  foreach(_code ${_codes})
+    string(REGEX REPLACE "code=sm_([0-9]+)([0-9])" "\\1.\\2" _arch "${_code}")
+    list(APPEND ${OUT} "${_arch}")
+  endforeach()
+endmacro()
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    (tree / "cmake").mkdir(parents=True)
+    (tree / "csrc").mkdir()
+    (tree / "CMakeLists.txt").write_text(CMAKELISTS, encoding="utf-8")
+    (tree / "cmake" / "utils.cmake").write_text(UTILS, encoding="utf-8")
+    (tree / "generate.py").write_text(
+        "from pathlib import Path\nPath(__file__).with_name('GENERATED').write_text('x')\n",
+        encoding="utf-8")
+    return tree
+
+
+def _inputs(tree: Path, tmp_path: Path, cutlass: Path | None = None) -> RecordInputs:
+    cmake = toolchain.find_cmake()
+    assert cmake is not None
+    return RecordInputs(
+        tree=tree, binary_dir=tmp_path / "bin", cmake=cmake.path, python=Path(sys.executable),
+        python_version="3.11", python_include=Path("/py/include"), cuda_version="13.0",
+        cuda_root=Path("/cuda"), gencode="-gencode arch=compute_121,code=sm_121",
+        torch_version="2.13.0", torch_includes=(Path("/torch/include"),), cxx_version="12.2",
+        fetch_sources={"cutlass": cutlass} if cutlass else {},
+    )
+
+
+def test_recorder_runs_the_trees_logic_and_records_targets(project: Path, tmp_path: Path) -> None:
+    cutlass = tmp_path / "cutlass"
+    record = record_build(_inputs(project, tmp_path, cutlass))
+    target = record.targets["_tiny"]
+    assert target.sources == ["csrc/kernel.cu", "csrc/other.cu"]
+    assert target.sabi == "3.11"
+    assert target.includes == ["csrc", f"{cutlass}/include"]
+    assert target.definitions == ["TINY=1"]
+    assert record.fetches["cutlass"]["declared"] == "https://example.invalid/cutlass.git@v9"
+    assert record.fatals == ["needs a newer compiler"]
+    assert "after_the_stop" not in record.targets
+    assert any("generate.py" in item for item in record.skipped)
+    assert any("external_projects/never.cmake" in item for item in record.skipped)
+    assert not (project / "GENERATED").exists()
+    assert record.variables["CMAKE_CUDA_STANDARD"] == "20"
+
+    command = unit_command(record, target, "csrc/kernel.cu", tree=project, nvcc=Path("nvcc"),
+                           obj=tmp_path / "k.o", build_type="Release", extra_system_includes=[])
+    assert command.gencode == ("arch=compute_121,code=sm_121",)
+    assert "-DJOINED_COUNT=a;b" not in command.argv
+    assert "-DJOINED_COUNT=a" in command.argv  # the ';' run_python printed splits the list
+    assert "-DPy_LIMITED_API=0x030B0000" in command.argv
+    other = unit_command(record, target, "csrc/other.cu", tree=project, nvcc=Path("nvcc"),
+                         obj=tmp_path / "o.o", build_type="Release", extra_system_includes=[])
+    assert other.gencode == ()
+    assert "--use_fast_math" in other.argv
+
+
+def test_a_recorder_failure_is_a_clear_toolchain_error(project: Path, tmp_path: Path) -> None:
+    (project / "CMakeLists.txt").write_text("this is not cmake (\n", encoding="utf-8")
+    with pytest.raises(ToolchainError, match=r"could not read the tree's CMakeLists\.txt") as err:
+        record_build(_inputs(project, tmp_path))
+    assert "record.log" in (err.value.where or "")

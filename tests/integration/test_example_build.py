@@ -1,0 +1,160 @@
+"""The example's online build, then its offline build with no network at all.
+
+The example's FetchContent dependency (pybind11) is served from a git repository made
+here from the pybind11 sdist and reached over file://; before the offline build that
+repository is moved away and the network is cut (``unshare -n``), so only the cache can
+serve it.  Then one cache entry is removed: the offline build must name it and compile
+nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.archive import extract_archive
+from sparkbuild.cache import Cache, default_cache_root
+from sparkbuild.errors import CacheMissError
+from sparkbuild.pypi import fetch_sdist
+from sparkbuild.sass import list_cuda_archs
+
+pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "mini-vllm"
+RECIPE_NAME = "mini-vllm-ci"
+TIMEOUT = 1200
+
+
+def _unshare_works() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-n", "true"], check=False).returncode == 0
+
+
+def _git(*args: str, cwd: Path) -> None:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pybind11_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A bare git repository holding pybind11 3.1.0, tagged v3.1.0."""
+    root = tmp_path_factory.mktemp("pybind11")
+    sdist = fetch_sdist(Cache(default_cache_root()), "pybind11", "3.1.0")
+    extracted = extract_archive(sdist, root / "x")
+    work = root / "x" / extracted.top_level[0]
+    _git("init", "-q", "-b", "main", cwd=work)
+    _git("add", "-A", cwd=work)
+    _git("commit", "-q", "-m", "pybind11 3.1.0", cwd=work)
+    _git("tag", "v3.1.0", cwd=work)
+    _git("clone", "-q", "--bare", str(work), str(root / "pybind11.git"), cwd=root)
+    return root / "pybind11.git"
+
+
+@pytest.fixture(scope="module")
+def build_dirs(tmp_path_factory: pytest.TempPathFactory, pybind11_repo: Path) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("example")
+    recipe = root / "recipe.toml"
+    cmake_args = (f"-DMINI_VLLM_PYBIND11_GIT_REPOSITORY=file://{pybind11_repo} "
+                  "-DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0")
+    recipe.write_text(
+        f"""[recipe]
+name = "{RECIPE_NAME}"
+package = "mini-vllm"
+[source]
+spec = "{EXAMPLE}"
+[series]
+path = "{REPO / 'patches' / 'series'}"
+[target]
+cuda_archs = ["12.1"]
+[build]
+job_memory_gib = 2.0
+[build.env]
+CMAKE_ARGS = "{cmake_args}"
+""",
+        encoding="utf-8",
+    )
+    return {"root": root, "recipe": recipe, "cache": root / "cache", "repo": pybind11_repo}
+
+
+def _wheel(dirs: dict[str, Path], out: str, *extra: str, unshare: bool = False,
+           ) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sparkbuild", "wheel", "--recipe", str(dirs["recipe"]),
+               "--cache", str(dirs["cache"]), "--out", str(dirs["root"] / out), "--json",
+               *extra]
+    if unshare:
+        command = ["unshare", "-n", *command]
+    return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT,
+                          check=False, cwd=dirs["root"])
+
+
+def _extension_archs(wheel: Path, into: Path) -> list[str]:
+    with zipfile.ZipFile(wheel) as archive:
+        (member,) = [n for n in archive.namelist() if n.startswith("mini_vllm/_C") and
+                     n.endswith(".so")]
+        archive.extract(member, into)
+    return list_cuda_archs(into / member)
+
+
+def _built_wheel(out: Path) -> Path:
+    (wheel,) = sorted(out.glob("mini_vllm-*.whl"))
+    return wheel
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
+def test_online_then_offline_build(build_dirs: dict[str, Path]) -> None:
+    online = _wheel(build_dirs, "online")
+    assert online.returncode == 0, online.stderr[-4000:]
+    report = json.loads(online.stdout)
+    assert [p["status"] for p in report["patches"]] == ["applied"] * 3
+    (source,) = report["vendor"]["sources"]
+    assert (source["name"], source["kind"], source["ref"]) == ("pybind11", "git", "v3.1.0")
+    assert "torch==2.13.0" in [w["requirement"] for w in report["vendor"]["wheels"]]
+    assert "sm_121" in _extension_archs(_built_wheel(build_dirs["root"] / "online"),
+                                        build_dirs["root"] / "so-online")
+
+    # No network, and the dependency's repository gone: only the cache can serve it.
+    hidden = build_dirs["repo"].with_name("moved-away.git")
+    build_dirs["repo"].rename(hidden)
+    try:
+        offline = _wheel(build_dirs, "offline", "--offline", unshare=True)
+    finally:
+        hidden.rename(build_dirs["repo"])
+    assert offline.returncode == 0, offline.stderr[-4000:]
+    report = json.loads(offline.stdout)
+    assert report["offline"] is True
+    assert report["build"]["compiled_units"] >= 4
+    assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in report["build"]["env"]["CMAKE_ARGS"]
+    archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),
+                             build_dirs["root"] / "so-offline")
+    assert "sm_121" in archs, archs
+
+
+@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
+def test_missing_cache_entry_is_named_before_compiling(build_dirs: dict[str, Path]) -> None:
+    cache = Cache(build_dirs["cache"])
+    key = f"git:file://{build_dirs['repo']}@v3.1.0"
+    entry = cache.lookup("sources", key)
+    if entry is None:
+        pytest.skip("runs after test_online_then_offline_build, which fills the cache")
+    cache.remove(entry["sha256"])
+    logs = build_dirs["cache"] / "work" / RECIPE_NAME / "logs"
+    shutil.rmtree(logs, ignore_errors=True)
+    result = _wheel(build_dirs, "missing", "--offline", unshare=True)
+    assert result.returncode == CacheMissError.exit_code, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["error"] == "CacheMissError"
+    assert "source pybind11" in error["what"] and "v3.1.0" in error["what"]
+    assert "Building CUDA object" not in result.stderr
+    assert not (logs / "build.log").exists()
+    assert not (build_dirs["root"] / "missing").exists()

@@ -1,0 +1,233 @@
+"""Acceptance of the sm_121 series on the real vllm 0.11.0 and 0.33.0 sdists from the index.
+
+The trees come through the project's own code: ``prepare_tree`` (fetch from the index into
+the cache under ~/.cache, extract, apply the series) for the patched tree, ``fetch_source``
+for a pristine one to compare with.  Then, per release:
+
+* the statuses (0.11.0: all applied; 0.33.0 ships its own shuffle guard), idempotence, and a
+  revert back to the pristine bytes;
+* every SM12x arch list evaluates to native 12.1 with the tree's own cmake/utils.cmake, and
+  no list without an SM12x entry changed;
+* a translation unit calling every ``fp32_vec*_to_e2m1`` overload of the patched
+  nvfp4_utils.cuh compiles for plain sm_121 with no hardware E2M1 convert in its SASS, and
+  for sm_121a with one per pair of values (the unpatched header does not compile for sm_121);
+* the shuffle kernel bounds both indices; other raw uses of the instruction are reported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
+
+from corpus.builders import tree_digest
+from sparkbuild.archs import ArchList, evaluate, find_arch_lists, is_native
+from sparkbuild.cli import main
+from sparkbuild.edits.shuffle_guard import guard_present
+from sparkbuild.patching import ALREADY, APPLIED, NOT_APPLIED, apply_series, revert_series
+from sparkbuild.prepare import prepare_tree
+from sparkbuild.proc import run
+from sparkbuild.recipe import REPO_ROOT, Recipe, load_recipe
+from sparkbuild.source import fetch_source
+from sparkbuild.toolchain import find_nvcc
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+pytestmark = pytest.mark.network
+
+EXPECTED = {
+    "0.11.0": [APPLIED, APPLIED, APPLIED],
+    "0.33.0": [APPLIED, APPLIED, ALREADY],
+}
+NVFP4 = "quantization/fp4/nvfp4_utils.cuh"
+HW_CONVERT = re.compile(r"F2FP\S*E2M1")
+_OVERLOAD = re.compile(
+    r"__device__[^;{}]*?\b(fp32_vec\w*_to_e2m1)\s*\(\s*(float2?)\s*\(\s*&\s*\w+\s*\)\s*\[\s*(\d+)\s*\]"
+)
+
+
+@dataclass
+class Release:
+    version: str
+    recipe: Recipe
+    pristine: Path
+    tree: Path
+    statuses: list[str]
+    raw_uses: list[tuple[Path, int]]
+
+
+@pytest.fixture(scope="module", params=sorted(EXPECTED))
+def release(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Release]:
+    version = request.param
+    recipe = load_recipe(REPO_ROOT / "recipes" / "vllm-0.33.0.toml")
+    spec = f"pypi:vllm=={version}"
+    root = tmp_path_factory.mktemp(f"vllm-{version}")
+    pristine = fetch_source(spec, root / "pristine", recipe=None).tree
+    prepared = prepare_tree(spec, root / "prepared", recipe)
+    yield Release(
+        version,
+        recipe,
+        pristine,
+        prepared.tree,
+        [p.status for p in prepared.series.patches],
+        prepared.series.raw_instruction_uses,
+    )
+    shutil.rmtree(root, ignore_errors=True)  # two full vLLM trees per release
+
+
+def test_statuses_after_prepare(release: Release) -> None:
+    assert release.statuses == EXPECTED[release.version]
+
+
+def test_reapply_changes_nothing_and_revert_restores_the_sdist(release: Release) -> None:
+    patched = tree_digest(release.tree)
+    again = apply_series(release.tree, release.recipe)
+    assert [p.status for p in again.patches] == [ALREADY] * 3
+    assert tree_digest(release.tree) == patched
+
+    reverted = revert_series(release.tree, release.recipe)
+    guard = ALREADY if release.version == "0.33.0" else NOT_APPLIED
+    assert [p.status for p in reverted.patches] == [NOT_APPLIED, NOT_APPLIED, guard]
+    assert tree_digest(release.tree) == tree_digest(release.pristine)
+
+    assert [p.status for p in apply_series(release.tree, release.recipe).patches] == (
+        EXPECTED[release.version]
+    )
+    assert tree_digest(release.tree) == patched
+
+
+def test_cli_status_json_on_the_patched_tree(
+    release: Release, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["patch", "status", str(release.tree), "--recipe", str(release.recipe.path),
+                 "--json"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.count('"status": "already-applied"') == 3
+
+
+def _lists(tree: Path) -> list[ArchList]:
+    return find_arch_lists((tree / "CMakeLists.txt").read_text(encoding="utf-8"))
+
+
+def test_every_sm12x_list_builds_native_12_1(release: Release) -> None:
+    family = [lst for lst in _lists(release.tree) if lst.has_major(12)]
+    assert len(family) >= 3
+    results = evaluate(release.tree, [lst.values for lst in family], "12.1")
+    stand_ins = [lst.describe() for lst, res in zip(family, results, strict=True)
+                 if not is_native(res, "12.1")]
+    assert stand_ins == []
+    before = evaluate(release.pristine, [lst.values for lst in _lists(release.pristine)
+                                         if lst.has_major(12)], "12.1")
+    assert not all(is_native(res, "12.1") for res in before)  # the series had work to do
+
+
+def test_lists_without_sm12x_entries_are_untouched(release: Release) -> None:
+    def others(tree: Path) -> list[tuple[str, int, list[str]]]:
+        return [(a.variable, a.line, a.values) for a in _lists(tree) if not a.has_major(12)]
+
+    assert others(release.tree) == others(release.pristine)
+    assert others(release.tree)
+
+
+def _translation_unit(header: Path) -> tuple[str, int]:
+    """A kernel calling every overload of the header; and how many E2M1 pairs it converts."""
+    overloads = sorted(set(_OVERLOAD.findall(header.read_text(encoding="utf-8"))))
+    assert len(overloads) >= 2, overloads
+    body, pairs = [], 0
+    for index, (name, element, count) in enumerate(overloads):
+        n = int(count)
+        fill = "in[i]" if element == "float" else "make_float2(in[2 * i], in[2 * i + 1])"
+        body += [
+            f"  {element} a{index}[{n}];",
+            f"  for (int i = 0; i < {n}; ++i) a{index}[i] = {fill};",
+            f"  sink(out + {2 * index}, vllm::{name}(a{index}));",
+        ]
+        pairs += n if element == "float2" else n // 2
+    source = "\n".join([
+        "#include <cstdint>",
+        "namespace at { struct Half; struct BFloat16; }",
+        f'#include "{NVFP4}"',
+        "__device__ void sink(uint32_t* out, uint32_t v) { out[0] = v; }",
+        "template <class W> __device__ auto sink(uint32_t* out, W w) -> decltype(w.hi, void()) {",
+        "  out[0] = w.lo; out[1] = w.hi; }",
+        "__global__ void every_overload(const float* in, uint32_t* out) {",
+        *body,
+        "}",
+        "",
+    ])
+    return source, pairs
+
+
+def _cuobjdump() -> Path:
+    wheel = importlib.util.find_spec("nvidia")  # the nvidia-cuda-cuobjdump wheel's namespace
+    for root in (wheel.submodule_search_locations or []) if wheel else []:
+        found = sorted(Path(root).glob("*/bin/cuobjdump"))
+        if found:
+            return found[0]
+    on_path = shutil.which("cuobjdump")
+    assert on_path, "cuobjdump not found: pip install nvidia-cuda-cuobjdump"
+    return Path(on_path)
+
+
+def _compile(workdir: Path, tree: Path, source: str, arch: str, *, check: bool = True) -> str:
+    stubs = workdir / "stubs" / "torch" / "headeronly" / "util"
+    stubs.mkdir(parents=True, exist_ok=True)
+    (stubs / "Half.h").write_text("namespace c10 { struct Half; }\n")
+    (stubs / "BFloat16.h").write_text("namespace c10 { struct BFloat16; }\n")
+    unit = workdir / "every_overload.cu"
+    unit.write_text(source)
+    cubin = workdir / f"every_overload.{arch}.cubin"
+    result = run(
+        [str(find_nvcc().path), "-std=c++17", f"-arch={arch}", "-cubin",
+         f"-I{tree / 'csrc'}", f"-I{workdir / 'stubs'}", "-o", str(cubin), str(unit)],
+        check=check,
+        timeout=300,
+    )
+    if not check:
+        return result.output if result.returncode else ""
+    return run([str(_cuobjdump()), "-sass", str(cubin)], timeout=120, echo=False).output
+
+
+@pytest.mark.nvcc
+def test_nvfp4_header_compiles_for_sm121_and_sm121a(release: Release, tmp_path: Path) -> None:
+    source, pairs = _translation_unit(release.tree / "csrc" / NVFP4)
+    plain = _compile(tmp_path, release.tree, source, "sm_121")
+    assert HW_CONVERT.findall(plain) == []
+    assert "every_overload" in plain
+    specific = _compile(tmp_path, release.tree, source, "sm_121a")
+    assert len(HW_CONVERT.findall(specific)) == pairs
+
+    unpatched, _ = _translation_unit(release.pristine / "csrc" / NVFP4)
+    error = _compile(tmp_path / "pristine", release.pristine, unpatched, "sm_121", check=False)
+    assert "e2m1x2" in error and "sm_121" in error
+
+
+def test_shuffle_kernel_guard_is_in_the_kernel(release: Release) -> None:
+    found = guard_present(release.tree)
+    assert found is not None and "shuffleInputRowsKernel" in found
+    if release.version == "0.11.0":
+        assert guard_present(release.pristine) is None
+        kernel = (release.tree / "csrc/moe/moe_permute_unpermute_op.cu").read_text()
+        assert "source_in_range ? source_row_ptr[elem_index] : DataElem{}" in kernel
+
+
+def test_other_raw_uses_are_reported_not_fatal(release: Release) -> None:
+    files = {path.as_posix() for path, _ in release.raw_uses}
+    assert not any(name.endswith(("nvfp4_utils.cuh", "e2m1.cuh")) for name in files)
+    if release.version == "0.33.0":
+        assert "csrc/fused_minimax_m3_qknorm_rope_kv_insert_kernel.cu" in files
+        assert "csrc/nvfp4_ds_mla_cache_kernels.cu" not in files  # only a comment there
+    else:
+        assert release.raw_uses == []

@@ -1,0 +1,180 @@
+"""git and directory sources against local repositories over file:// (no GitHub here).
+
+The upstream repository has a branch that moves, a pull-request ref made with
+``git update-ref refs/pull/7/head``, and the recipe's lock file beside a temporary recipe.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sparkbuild.errors import CacheMissError, SourceError
+from sparkbuild.recipe import Recipe, load_recipe
+from sparkbuild.source import fetch_source
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+BRANCH = "release/qwen38next"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(repo), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def commit_file(repo: Path, name: str, text: str) -> str:
+    (repo / name).write_text(text)
+    git(repo, "add", name)
+    git(repo, "commit", "-q", "-m", f"write {name}")
+    return git(repo, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def upstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A repository with main, a release branch and refs/pull/7/head; cache in tmp."""
+    monkeypatch.setenv("SPARKBUILD_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARKBUILD_QUIET", "1")
+    repo = tmp_path / "upstream"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "config", "user.email", "dev@example.org")
+    git(repo, "config", "user.name", "dev")
+    commit_file(repo, "README", "main\n")
+    git(repo, "checkout", "-q", "-b", BRANCH)
+    commit_file(repo, "version.txt", "release 1\n")
+    git(repo, "checkout", "-q", "-b", "pr")
+    pull = commit_file(repo, "pr.txt", "pull request\n")
+    git(repo, "update-ref", "refs/pull/7/head", pull)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "branch", "-q", "-D", "pr")  # only refs/pull/7/head leads to it now
+    return repo
+
+
+def make_recipe(tmp_path: Path, spec: str) -> Recipe:
+    path = tmp_path / "recipes" / "test.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f'[source]\nspec = "{spec}"\n\n[series]\npath = "series"\n')
+    return load_recipe(path)
+
+
+def test_pull_request_ref_is_fetched_by_refspec(upstream: Path, tmp_path: Path) -> None:
+    result = fetch_source(
+        f"git+file://{upstream}@refs/pull/7/head", tmp_path / "work", recipe=None
+    )
+    assert result.kind == "git" and result.ref == "refs/pull/7/head"
+    assert result.commit == git(upstream, "rev-parse", "refs/pull/7/head")
+    assert (result.tree / "pr.txt").read_text() == "pull request\n"
+    assert git(result.tree, "rev-parse", "HEAD") == result.commit
+    assert git(result.tree, "status", "--porcelain") == ""
+    mirror = next((tmp_path / "cache" / "git").iterdir())
+    assert git(mirror, "rev-parse", "refs/sparkbuild/pull/7") == result.commit
+
+
+def test_branch_commit_is_locked_and_reused_after_the_branch_moves(
+    upstream: Path, tmp_path: Path
+) -> None:
+    spec = f"git+file://{upstream}@{BRANCH}"
+    recipe = make_recipe(tmp_path, spec)
+    first = fetch_source(spec, tmp_path / "w1", recipe=recipe)
+    assert first.commit == git(upstream, "rev-parse", BRANCH)
+    assert recipe.locked_commit() == first.commit
+
+    git(upstream, "checkout", "-q", BRANCH)
+    moved = commit_file(upstream, "version.txt", "release 2\n")
+    second = fetch_source(spec, tmp_path / "w2", recipe=recipe)
+    assert second.commit == first.commit != moved
+    assert (second.tree / "version.txt").read_text() == "release 1\n"
+
+    updated = fetch_source(spec, tmp_path / "w3", recipe=recipe, update_lock=True)
+    assert updated.commit == moved
+    assert recipe.locked_commit() == moved
+    assert (updated.tree / "version.txt").read_text() == "release 2\n"
+
+
+def test_locked_commit_needs_no_network_once_cached(upstream: Path, tmp_path: Path) -> None:
+    spec = f"git+file://{upstream}@{BRANCH}"
+    recipe = make_recipe(tmp_path, spec)
+    first = fetch_source(spec, tmp_path / "w1", recipe=recipe)
+    shutil.rmtree(upstream)  # the remote is gone: only the cache can serve it now
+    again = fetch_source(spec, tmp_path / "w2", recipe=recipe, offline=True)
+    assert again.commit == first.commit
+    assert (again.tree / "version.txt").read_text() == "release 1\n"
+    with pytest.raises(CacheMissError, match="offline"):
+        fetch_source(spec, tmp_path / "w3", recipe=recipe, update_lock=True, offline=True)
+
+
+def test_another_spec_does_not_touch_the_recipe_lock(upstream: Path, tmp_path: Path) -> None:
+    recipe = make_recipe(tmp_path, f"git+file://{upstream}@{BRANCH}")
+    fetch_source(f"git+file://{upstream}@main", tmp_path / "w", recipe=recipe)
+    assert not recipe.lock_path.exists()
+
+
+def test_full_commit_and_default_head(upstream: Path, tmp_path: Path) -> None:
+    commit = git(upstream, "rev-parse", BRANCH)
+    pinned = fetch_source(f"git+file://{upstream}@{commit}", tmp_path / "w1", recipe=None)
+    assert pinned.commit == commit
+    head = fetch_source(f"git+file://{upstream}", tmp_path / "w2", recipe=None)
+    assert head.commit == git(upstream, "rev-parse", "main")
+
+
+@pytest.mark.parametrize("ref", ["refs/pull/99/head", "no-such-branch", "f" * 40])
+def test_missing_ref_is_a_source_error(upstream: Path, tmp_path: Path, ref: str) -> None:
+    with pytest.raises(SourceError, match=r"does not exist|not available") as caught:
+        fetch_source(f"git+file://{upstream}@{ref}", tmp_path / "w", recipe=None)
+    assert ref in caught.value.what
+
+
+def test_missing_repository_is_a_source_error(tmp_path: Path, upstream: Path) -> None:
+    with pytest.raises(SourceError, match="no git repository"):
+        fetch_source(f"git+file://{tmp_path}/nothing-here@main", tmp_path / "w", recipe=None)
+
+
+def test_dirty_checkout_keeps_and_names_its_changes(
+    upstream: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("SPARKBUILD_QUIET")
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", "-b", BRANCH, str(upstream), str(checkout))
+    (checkout / ".gitignore").write_text("build/\n")
+    git(checkout, "add", ".gitignore")
+    git(checkout, "-c", "user.email=d@e", "-c", "user.name=d", "commit", "-q", "-m", "ignore")
+    (checkout / "version.txt").write_text("edited, not committed\n")
+    (checkout / "new.txt").write_text("untracked\n")
+    (checkout / "README").unlink()
+    (checkout / "build").mkdir()
+    (checkout / "build" / "out.o").write_text("ignored\n")
+
+    result = fetch_source(str(checkout), tmp_path / "work", recipe=None)
+    assert result.kind == "directory"
+    assert result.commit == git(checkout, "rev-parse", "HEAD")
+    assert result.kept_changes == ("README", "new.txt", "version.txt")
+    assert (result.tree / "version.txt").read_text() == "edited, not committed\n"
+    assert (result.tree / "new.txt").read_text() == "untracked\n"
+    assert not (result.tree / "README").exists()
+    assert not (result.tree / "build").exists()
+    assert "uncommitted changes" in capsys.readouterr().err
+    assert (checkout / "version.txt").read_text() == "edited, not committed\n"
+
+
+def test_plain_directory_is_copied_and_links_out_refused(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    (plain / "sub").mkdir(parents=True)
+    (plain / "sub" / "a.txt").write_text("a\n")
+    (plain / "inside").symlink_to("sub/a.txt")
+    result = fetch_source(str(plain), tmp_path / "work", recipe=None)
+    assert result.kind == "directory" and result.commit is None
+    assert (result.tree / "inside").read_text() == "a\n"
+    assert (result.tree / "inside").is_symlink()
+
+    (plain / "outside").symlink_to("/etc/hostname")
+    with pytest.raises(SourceError, match="points outside"):
+        fetch_source(str(plain), tmp_path / "work2", recipe=None)

@@ -1,0 +1,225 @@
+"""A real wheelhouse of a tiny generated setuptools project, end to end.
+
+Two builds of the project (with different file times and modes) go through the wheelhouse;
+the second offline, from the cache the first filled.  Then: the layout, byte-identical
+wheels, verify passing and then naming a changed wheel, and install inside ``unshare -n``
+(no network at all).  The project's closure is one tiny wheel (six) and its pin another
+(iniconfig), so the test downloads a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import zipfile
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sparkbuild.cache import Cache, default_cache_root
+from sparkbuild.hashing import sha256_file
+from sparkbuild.lockfile import parse_lock
+from sparkbuild.proc import run
+from sparkbuild.recipe import REPO_ROOT, load_recipe
+from sparkbuild.verify import verify_wheelhouse
+from sparkbuild.wheelhouse import RealOutside, fetch_pin, write_wheelhouse
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+FLASHINFER_0_6_18 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
+INICONFIG_2_3_0 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fbf12"
+RECIPE = f"""
+[recipe]
+name = "tinyproj"
+package = "tinyproj"
+[source]
+spec = "."
+[series]
+path = "series"
+[target]
+cuda_archs = ["12.1"]
+[[pins]]
+name = "iniconfig"
+version = "2.3.0"
+sha256 = "{INICONFIG_2_3_0}"
+"""
+PYPROJECT = """
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "tinyproj"
+version = "0.3.0"
+dependencies = ["six>=1.16"]
+[project.scripts]
+tinyproj-hello = "tinyproj:hello"
+"""
+
+
+def make_project(root: Path) -> Path:
+    (root / "tinyproj").mkdir(parents=True)
+    (root / "pyproject.toml").write_text(PYPROJECT)
+    (root / "tinyproj" / "__init__.py").write_text(
+        "import six\n\ndef hello() -> None:\n    print('hello', six.__name__)\n")
+    (root / "tinyproj" / "data.txt").write_text("payload\n")
+    return root
+
+
+def build_wheel(project: Path, dist: Path) -> Path:
+    env = {"PIP_CONFIG_FILE": os.devnull}
+    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-index", "--wheel-dir", dist, project], env=env, cwd=project, timeout=300)
+    (wheel,) = dist.glob("tinyproj-*.whl")
+    return wheel
+
+
+def wheelhouse(tmp_path: Path, wheel: Path, out: Path, *, offline: bool) -> None:
+    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
+                     source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
+                     built_wheels=[wheel], build_settings={"jobs": 1},
+                     cache_root=tmp_path / "cache", offline=offline, platform=None)
+
+
+@pytest.mark.network
+def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    first = build_wheel(make_project(tmp_path / "p1"), tmp_path / "dist1")
+    second_project = shutil.copytree(tmp_path / "p1", tmp_path / "p2")
+    for path in second_project.rglob("*"):
+        os.utime(path, (1_000_000_000, 1_000_000_000))
+    (second_project / "tinyproj" / "data.txt").chmod(0o600)
+    second = build_wheel(second_project, tmp_path / "dist2")
+    assert first.read_bytes() != second.read_bytes()  # the backend is not reproducible
+
+    one, two = tmp_path / "wh1", tmp_path / "wh2"
+    wheelhouse(tmp_path, first, one, offline=False)
+    wheelhouse(tmp_path, second, two, offline=True)  # from the cache the first run filled
+
+    (built,) = one.glob("tinyproj-0.3.0+sm121.*-py3-none-any.whl")
+    assert (two / built.name).read_bytes() == built.read_bytes()  # we are
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted([built.name, "iniconfig-2.3.0-py3-none-any.whl",
+                            "six-1.17.0-py2.py3-none-any.whl", "requirements.lock",
+                            "manifest.json", "simple"]), names
+    locked = {r.key: r for r in parse_lock((one / "requirements.lock").read_text(), where="x")}
+    assert locked["iniconfig"].hashes == (INICONFIG_2_3_0,)
+    assert sorted(locked) == ["iniconfig", "six", "tinyproj"]
+    manifest = json.loads((one / "manifest.json").read_text())
+    assert manifest["toolchain"]["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert (one / "simple" / "six" / "index.html").is_file()
+
+    assert verify_wheelhouse(one).error is None
+    data = bytearray((two / built.name).read_bytes())
+    data[100] ^= 0xFF
+    (two / built.name).write_bytes(bytes(data))
+    result = run([sys.executable, "-m", "sparkbuild", "verify", two, "--json"], check=False)
+    assert result.returncode == 12, result.output
+    report, _end = json.JSONDecoder().raw_decode(result.output[result.output.index("{"):])
+    assert [m["file"] for m in report["mismatches"]] == [built.name]
+
+    venv = tmp_path / "venv"
+    installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
+                     "--venv", venv], check=False, timeout=600)
+    assert installed.returncode == 0, installed.output
+    probe = run([venv / "bin" / "python", "-c",
+                 "import importlib.metadata as m, tinyproj, iniconfig; "
+                 "print(m.version('tinyproj'))"], cwd=tmp_path)
+    assert probe.output.strip() == built.name.split("-")[1]
+    with zipfile.ZipFile(built) as archive:
+        assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+
+
+@pytest.mark.network
+def test_closure_for_the_spark_platform(tmp_path: Path) -> None:
+    """``--platform``: a binary dependency arrives as its manylinux aarch64 cp312 wheel."""
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    project = make_project(tmp_path / "p1")
+    pyproject = project / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text().replace('"six>=1.16"', '"PyYAML>=6"'))
+    wheel = build_wheel(project, tmp_path / "dist")
+    out = tmp_path / "wh"
+    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"), source={},
+                     patches=[], built_wheels=[wheel], build_settings={},
+                     cache_root=tmp_path / "cache", offline=False,
+                     platform="manylinux_2_39_aarch64")
+    (yaml,) = out.glob("[Pp]y[Yy][Aa][Mm][Ll]-*.whl")
+    assert "-cp312-cp312-" in yaml.name and yaml.name.endswith("_aarch64.whl")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["platform"] == "manylinux_2_39_aarch64"
+    assert manifest["target"]["python"] == "3.12"
+
+
+@pytest.mark.network
+def test_flashinfer_0_6_18_pin_lands_byte_identical(tmp_path: Path) -> None:
+    """The real recipes' pin, through the cache (~/.cache/sparkbuild), checked byte for byte."""
+    recipe = load_recipe(REPO_ROOT / "recipes" / "vllm-0.33.0.toml")
+    (pin,) = [p for p in recipe.pins if p.name == "flashinfer-python"]
+    placed = fetch_pin(pin, Cache(default_cache_root()), tmp_path, RealOutside(), offline=False)
+    assert placed.file == "flashinfer_python-0.6.18-py3-none-any.whl"
+    assert placed.sha256 == FLASHINFER_0_6_18 == sha256_file(tmp_path / placed.file)
+
+
+EXAMPLE_RECIPE = f"""
+[recipe]
+name = "mini-vllm-wheelhouse-test"
+package = "mini-vllm"
+[source]
+spec = "{REPO_ROOT / 'examples' / 'mini-vllm'}"
+[series]
+path = "{REPO_ROOT / 'patches' / 'series'}"
+[target]
+cuda_archs = ["12.1"]
+[build]
+jobs = 1
+[[pins]]
+name = "iniconfig"
+version = "2.3.0"
+sha256 = "{INICONFIG_2_3_0}"
+"""
+
+
+def sparkbuild_wheel(recipe: Path, cache: Path, out: Path, *extra: str) -> None:
+    result = run([sys.executable, "-m", "sparkbuild", "wheel", "--recipe", recipe,
+                  "--cache", cache, "--out", out, *extra], check=False, timeout=1800)
+    assert result.returncode == 0, result.output[-4000:]
+
+
+@pytest.mark.network
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_example_two_builds_verify_and_install_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The acceptance run on examples/mini-vllm: build twice (the second --offline)."""
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(EXAMPLE_RECIPE)
+    one, two = tmp_path / "wh1", tmp_path / "wh2"
+    sparkbuild_wheel(recipe, tmp_path / "cache", one)
+    sparkbuild_wheel(recipe, tmp_path / "cache", two, "--offline")
+
+    (built,) = one.glob("mini_vllm-0.1.0+sm121.*.whl")
+    assert (two / built.name).read_bytes() == built.read_bytes()
+    assert sorted(p.name for p in one.iterdir()) == sorted(
+        [built.name, "iniconfig-2.3.0-py3-none-any.whl", "requirements.lock", "manifest.json",
+         "simple"])
+    manifest = json.loads((one / "manifest.json").read_text())
+    assert [p["status"] for p in manifest["patches"]] == ["applied"] * 3
+    assert manifest["toolchain"]["nvcc"] and manifest["build"]["archs"] == ["12.1"]
+
+    report = verify_wheelhouse(one)  # cuobjdump reads the extension's GPU code
+    assert report.error is None, report.summary()
+    assert any("sm_121" in lib.archs for lib in report.libraries)
+    data = bytearray((two / built.name).read_bytes())
+    data[-200] ^= 0x01
+    (two / built.name).write_bytes(bytes(data))
+    assert [m.file for m in verify_wheelhouse(two).mismatches] == [built.name]
+
+    venv = tmp_path / "venv"
+    installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
+                     "--venv", venv], check=False, timeout=600)
+    assert installed.returncode == 0, installed.output

@@ -1,0 +1,311 @@
+"""Safe extraction: good archives come out exactly, hostile and broken ones are refused.
+
+Every archive is built in memory with tarfile/zipfile; extraction spawns no process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import random
+import stat
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.archive import clean_member_name, detect_format, extract_archive
+from sparkbuild.errors import DestinationError, HashMismatchError, UnsafeArchiveError
+from sparkbuild.tarformat import _byte_sum
+
+LONG_DIR = "pkg-1.0/" + "/".join(["a-rather-long-directory-name"] * 5)
+
+
+def _info(name: str, kind: bytes = tarfile.REGTYPE, **attrs: object) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mtime = 1_700_000_000
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    return info
+
+
+def make_tar(
+    members: list[tuple[tarfile.TarInfo, bytes | None]],
+    *,
+    mode: str = "w:gz",
+    fmt: int = tarfile.PAX_FORMAT,
+) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode, format=fmt) as archive:  # type: ignore[call-overload]
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+            archive.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buffer.getvalue()
+
+
+def big_data(size: int) -> bytes:
+    """Spans the extractor's 4 MiB chunks when ``size`` is large; not too compressible."""
+    return random.Random(size).randbytes(size)
+
+
+def good_members(big: int = 1000) -> list[tuple[tarfile.TarInfo, bytes | None]]:
+    return [
+        (_info("pkg-1.0", tarfile.DIRTYPE, mode=0o755), None),
+        (_info("pkg-1.0/setup.py", mode=0o644), b"print('hi')\n"),
+        (_info("pkg-1.0/tools/run.sh", mode=0o755), b"#!/bin/sh\necho run\n"),
+        (_info(f"{LONG_DIR}/deep.txt", mode=0o644), b"deep\n"),
+        (_info("pkg-1.0/big.bin", mode=0o600), big_data(big)),
+        (_info("pkg-1.0/link-to-setup", tarfile.SYMTYPE, linkname="setup.py"), None),
+        (_info("pkg-1.0/tools/up", tarfile.SYMTYPE, linkname="../setup.py"), None),
+        (_info("pkg-1.0/hard", tarfile.LNKTYPE, linkname="pkg-1.0/setup.py"), None),
+        (_info("pkg-1.0/setuid", mode=0o4755), b"x"),
+    ]
+
+
+def write(tmp_path: Path, data: bytes, name: str = "pkg-1.0.tar.gz") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def assert_good_tree(dest: Path, big: int) -> None:
+    root = dest / "pkg-1.0"
+    assert (root / "setup.py").read_bytes() == b"print('hi')\n"
+    assert (root / "tools/run.sh").stat().st_mode & 0o777 == 0o755
+    assert (root / "setup.py").stat().st_mode & 0o777 == 0o644
+    assert (root / "setup.py").stat().st_mtime == 1_700_000_000
+    assert (dest / LONG_DIR / "deep.txt").read_bytes() == b"deep\n"
+    assert (root / "big.bin").read_bytes() == big_data(big)
+    assert (root / "link-to-setup").is_symlink()
+    assert str((root / "link-to-setup").readlink()) == "setup.py"
+    assert (root / "tools/up").read_bytes() == b"print('hi')\n"
+    assert (root / "hard").stat().st_ino == (root / "setup.py").stat().st_ino
+    assert not (root / "setuid").stat().st_mode & stat.S_ISUID
+
+
+@pytest.mark.parametrize(
+    ("mode", "fmt", "expected", "big"),
+    [
+        ("w:gz", tarfile.PAX_FORMAT, "tar.gz", 9_000_000),
+        ("w:gz", tarfile.GNU_FORMAT, "tar.gz", 1000),
+        ("w:bz2", tarfile.PAX_FORMAT, "tar.bz2", 300_000),
+        ("w:xz", tarfile.PAX_FORMAT, "tar.xz", 300_000),
+        ("w", tarfile.USTAR_FORMAT, "tar", 9_000_000),
+    ],
+)
+def test_good_tarball_comes_out_exactly(
+    tmp_path: Path, mode: str, fmt: int, expected: str, big: int
+) -> None:
+    members = good_members(big)
+    if fmt == tarfile.USTAR_FORMAT:  # ustar splits a long name into prefix + name
+        members = [m for m in members if not m[0].name.startswith(LONG_DIR)]
+        members.append((_info(f"{LONG_DIR}/deep.txt"), b"deep\n"))
+    data = make_tar(members, mode=mode, fmt=fmt)
+    archive = write(tmp_path, data)
+    result = extract_archive(archive, tmp_path / "out", sha256=hashlib.sha256(data).hexdigest())
+    assert result.format == expected
+    assert result.top_level == ("pkg-1.0",)
+    assert result.sha256 == hashlib.sha256(data).hexdigest()
+    assert_good_tree(tmp_path / "out", big)
+
+
+def test_good_zip_comes_out_exactly(tmp_path: Path) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("pkg-1.0/setup.py", b"print('hi')\n")
+        exe = zipfile.ZipInfo("pkg-1.0/run.sh")
+        exe.external_attr = (stat.S_IFREG | 0o755) << 16
+        archive.writestr(exe, b"#!/bin/sh\n")
+        link = zipfile.ZipInfo("pkg-1.0/link")
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        archive.writestr(link, b"setup.py")
+    result = extract_archive(write(tmp_path, buffer.getvalue(), "p.zip"), tmp_path / "out")
+    assert result.format == "zip"
+    root = tmp_path / "out/pkg-1.0"
+    assert (root / "setup.py").read_bytes() == b"print('hi')\n"
+    assert (root / "run.sh").stat().st_mode & 0o111
+    assert (root / "link").read_bytes() == b"print('hi')\n"
+
+
+def test_highly_compressed_member_is_inflated_in_full(tmp_path: Path) -> None:
+    """40 MB of zeros from a few kB of gzip, inflated in capped steps: nothing is lost."""
+    zeros = bytes(40_000_000)
+    data = make_tar([(_info("p/zeros"), zeros), (_info("p/after"), b"after\n")])
+    assert len(data) < 100_000
+    extract_archive(write(tmp_path, data), tmp_path / "out")
+    assert (tmp_path / "out/p/zeros").stat().st_size == len(zeros)
+    assert (tmp_path / "out/p/after").read_bytes() == b"after\n"
+
+
+def test_later_member_of_the_same_name_wins(tmp_path: Path) -> None:
+    data = make_tar([(_info("p/a.txt"), b"first"), (_info("p/a.txt"), b"second")])
+    extract_archive(write(tmp_path, data), tmp_path / "out")
+    assert (tmp_path / "out/p/a.txt").read_bytes() == b"second"
+
+
+HOSTILE = {
+    "dotdot": ([(_info("p/../../evil"), b"x")], "escapes the destination"),
+    "absolute": ([(_info("/tmp/evil-abs"), b"x")], "absolute path"),
+    "symlink-out": (
+        [(_info("p/link", tarfile.SYMTYPE, linkname="../../evil"), None)],
+        "points outside",
+    ),
+    "symlink-absolute": (
+        [(_info("p/link", tarfile.SYMTYPE, linkname="/etc/passwd"), None)],
+        "points outside",
+    ),
+    "hardlink-out": (
+        [(_info("p/hard", tarfile.LNKTYPE, linkname="../outside"), None)],
+        "points outside",
+    ),
+    "hardlink-absolute": (
+        [(_info("p/hard", tarfile.LNKTYPE, linkname="/etc/passwd"), None)],
+        "points outside",
+    ),
+    "hardlink-not-a-member": (
+        [(_info("p/hard", tarfile.LNKTYPE, linkname="p/missing"), None)],
+        "does not name a file extracted before it",
+    ),
+    "write-through-symlink": (
+        [
+            (_info("p", tarfile.DIRTYPE), None),
+            (_info("p/sub", tarfile.SYMTYPE, linkname="."), None),
+            (_info("p/sub/file"), b"x"),
+        ],
+        "through symlink",
+    ),
+    "symlink-chain-out": (
+        [
+            (_info("p", tarfile.DIRTYPE), None),
+            (_info("p/here", tarfile.SYMTYPE, linkname="."), None),
+            (_info("p/here2", tarfile.SYMTYPE, linkname="here/.."), None),
+            (_info("p/out", tarfile.SYMTYPE, linkname="here2/.."), None),
+        ],
+        "resolves outside",
+    ),
+    "char-device": ([(_info("p/dev", tarfile.CHRTYPE, devmajor=1, devminor=3), None)], "device"),
+    "block-device": ([(_info("p/blk", tarfile.BLKTYPE), None)], "device"),
+    "fifo": ([(_info("p/fifo", tarfile.FIFOTYPE), None)], "fifo"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_member_is_refused_and_nothing_lands_outside(tmp_path: Path, case: str) -> None:
+    members, message = HOSTILE[case]
+    archive = write(tmp_path, make_tar(members))
+    dest = tmp_path / "deep/er/out"
+    dest.mkdir(parents=True)
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(UnsafeArchiveError, match=message):
+        extract_archive(archive, dest)
+    assert set(tmp_path.rglob("*")) == before  # dest emptied again, nothing beside it
+    assert not Path("/tmp/evil-abs").exists()
+
+
+def test_gzip_cut_short_is_truncated(tmp_path: Path) -> None:
+    data = make_tar(good_members())
+    for cut in (len(data) - 4, len(data) // 2, 30):
+        dest = tmp_path / f"out{cut}"
+        with pytest.raises(UnsafeArchiveError, match=r"truncated|corrupt"):
+            extract_archive(write(tmp_path, data[:cut], f"cut{cut}.tar.gz"), dest)
+        assert not dest.exists()  # created by the extraction, so removed again
+
+
+def test_gzip_with_flipped_bytes_is_corrupt(tmp_path: Path) -> None:
+    data = bytearray(make_tar(good_members()))
+    data[len(data) // 2] ^= 0xFF
+    data[-6] ^= 0xFF  # the CRC: caught even if the flip in the middle were not
+    with pytest.raises(UnsafeArchiveError, match=r"corrupt|truncated"):
+        extract_archive(write(tmp_path, bytes(data)), tmp_path / "out")
+
+
+@pytest.mark.parametrize("where", ["in-data", "at-header", "no-end-marker"])
+def test_plain_tar_cut_short_is_truncated(tmp_path: Path, where: str) -> None:
+    members = [(_info("p/a"), b"a" * 2000), (_info("p/b"), b"b" * 100)]
+    data = make_tar(members, mode="w", fmt=tarfile.USTAR_FORMAT)
+    cut = {"in-data": 1500, "at-header": 512 * 5 + 100, "no-end-marker": 512 * 7}[where]
+    with pytest.raises(UnsafeArchiveError, match="truncated"):
+        extract_archive(write(tmp_path, data[:cut], "t.tar"), tmp_path / "out")
+
+
+def test_bad_header_checksum_is_corrupt(tmp_path: Path) -> None:
+    data = bytearray(make_tar([(_info("p/a"), b"a")], mode="w", fmt=tarfile.USTAR_FORMAT))
+    data[10] ^= 0x01  # inside the name field of the first header
+    with pytest.raises(UnsafeArchiveError, match="bad checksum"):
+        extract_archive(write(tmp_path, bytes(data), "t.tar"), tmp_path / "out")
+
+
+def test_not_an_archive(tmp_path: Path) -> None:
+    with pytest.raises(UnsafeArchiveError, match="not a tar or zip"):
+        extract_archive(write(tmp_path, b"hello, world\n" * 100, "x.tar.gz"), tmp_path / "out")
+
+
+def test_hash_mismatch_extracts_nothing(tmp_path: Path) -> None:
+    archive = write(tmp_path, make_tar(good_members()))
+    with pytest.raises(HashMismatchError, match="expected 0000"):
+        extract_archive(archive, tmp_path / "out", sha256="0" * 64)
+    assert not (tmp_path / "out").exists()
+
+
+def test_non_empty_destination_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out/keep").write_text("mine")
+    with pytest.raises(DestinationError, match="empty"):
+        extract_archive(write(tmp_path, make_tar(good_members())), tmp_path / "out")
+    assert (tmp_path / "out/keep").read_text() == "mine"
+
+
+def _zip(entries: list[tuple[zipfile.ZipInfo | str, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for info, data in entries:
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def test_hostile_zip_is_refused(tmp_path: Path) -> None:
+    link = zipfile.ZipInfo("p/link")
+    link.external_attr = (stat.S_IFLNK | 0o777) << 16
+    cases = {
+        "dotdot.zip": (_zip([("p/../../evil", b"x")]), "escapes"),
+        "abs.zip": (_zip([("/tmp/evil-zip", b"x")]), "absolute"),
+        "link.zip": (_zip([(link, b"../../evil")]), "points outside"),
+        "cut.zip": (_zip([("p/a", b"a" * 5000)])[:-30], "corrupt or truncated zip"),
+    }
+    for name, (data, message) in cases.items():
+        with pytest.raises(UnsafeArchiveError, match=message):
+            extract_archive(write(tmp_path, data, name), tmp_path / name.replace(".", "-"))
+    assert not (tmp_path.parent / "evil").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "clean"),
+    [("./a/b", "a/b"), ("a//b/./c", "a/b/c"), ("a/", "a"), (".", ""), ("a/b..c", "a/b..c")],
+)
+def test_clean_member_name_normalizes(name: str, clean: str) -> None:
+    assert clean_member_name(name, "x") == clean
+
+
+@pytest.mark.parametrize("name", ["../a", "a/../../b", "a/..", "/etc/passwd", "a\0b"])
+def test_clean_member_name_refuses(name: str) -> None:
+    with pytest.raises(UnsafeArchiveError):
+        clean_member_name(name, "x")
+
+
+def test_detect_format_reads_magic_not_names() -> None:
+    assert detect_format(b"\x1f\x8b\x08") == "tar.gz"
+    assert detect_format(b"PK\x03\x04") == "zip"
+    assert detect_format(b"hello") == "unknown"
+
+
+def test_header_checksum_sums_high_bytes_exactly(tmp_path: Path) -> None:
+    """Names full of 0xff-ish bytes push the header's byte sum to its maximum."""
+    name = "p/" + "ÿ" * 40  # 80 bytes of 0xc3 0xbf in UTF-8
+    data = make_tar([(_info(name, mode=0o777), b"x")], mode="w", fmt=tarfile.USTAR_FORMAT)
+    extract_archive(write(tmp_path, data, "high.tar"), tmp_path / "out")
+    assert (tmp_path / "out" / name).read_bytes() == b"x"
+    assert _byte_sum(b"\xff" * 256) == 255 * 256
+    assert _byte_sum(bytes(range(256))) == sum(range(256))

@@ -1,0 +1,261 @@
+"""The wheelhouse layout, with the index, uv and pip replaced by an in-memory fake."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import zipfile
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from packaging.requirements import Requirement
+
+from sparkbuild.errors import (
+    CacheMissError,
+    DestinationError,
+    HashMismatchError,
+    NetworkError,
+    PinRefusedError,
+)
+from sparkbuild.lockfile import LockedRequirement, parse_lock
+from sparkbuild.pypi import IndexFile
+from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
+from sparkbuild.wheelhouse import write_wheelhouse
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from sparkbuild.cache import Cache
+    from sparkbuild.lockfile import ClosureTarget
+
+SOURCE = {"kind": "git", "url": "file:///src/demo.git", "ref": "main", "commit": "c" * 40}
+PATCHES = [{"name": "cmake-sm121-archs", "sha256": "a" * 64, "status": "applied",
+            "detail": "applied"}]
+TOOLCHAIN: dict[str, str | None] = {"nvcc": "13.0.48", "cmake": "3.31.1", "ninja": "1.13.0",
+                                    "gcc": "14.2.0", "torch": "2.13.0", "python": "3.11.7"}
+SETTINGS = {"jobs": 2, "environment": {"TORCH_CUDA_ARCH_LIST": "12.1"}}
+
+
+def wheel_bytes(name: str, version: str, requires: Sequence[str] = ()) -> bytes:
+    dist = f"{name.replace('-', '_')}-{version}.dist-info"
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
+             "Requires-Python: >=3.8", *[f"Requires-Dist: {r}" for r in requires]]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(f"{name.replace('-', '_')}/__init__.py", f"# {name}\n")
+        archive.writestr(f"{dist}/METADATA", "\n".join(lines) + "\n")
+        archive.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
+    return buffer.getvalue()
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+PIN_WHEEL = wheel_bytes("tiny-pin", "2.0")
+DEP_WHEEL = wheel_bytes("dep-one", "1.2")
+PIN_FILE = "tiny_pin-2.0-py3-none-any.whl"
+DEP_FILE = "dep_one-1.2-py3-none-any.whl"
+
+
+class FakeOutside:
+    """The index holds tiny-pin 2.0; resolving the demo gives dep-one 1.2 and the pin."""
+
+    def __init__(self, *, network: bool = True) -> None:
+        self.network = network
+        self.calls: list[str] = []
+        self.resolved: tuple[list[str], list[str]] = ([], [])
+
+    def _online(self, what: str) -> None:
+        self.calls.append(what)
+        if not self.network:
+            raise NetworkError(f"no network in this test: {what}")
+
+    def index_url(self) -> str:
+        return "https://index.invalid/simple"
+
+    def list_files(self, name: str) -> list[IndexFile]:
+        self._online(f"list {name}")
+        url = f"https://files.invalid/{PIN_FILE}"
+        return [IndexFile(PIN_FILE, url, sha(PIN_WHEEL), len(PIN_WHEEL))] if name == "tiny-pin" \
+            else []
+
+    def fetch(self, cache: Cache, url: str, sha256: str | None, *, offline: bool) -> Path:
+        if sha256 and cache.has(sha256):
+            return cache.path_of(sha256)
+        if offline:
+            raise CacheMissError(f"not in the cache: {url}")
+        self._online(f"fetch {url}")
+        return cache.path_of(cache.put_bytes(PIN_WHEEL, sha256=sha256))
+
+    def resolve(self, requirements: Sequence[str], overrides: Sequence[str],
+                target: ClosureTarget, index: str) -> list[LockedRequirement]:
+        self._online("resolve")
+        self.resolved = (list(requirements), list(overrides))
+        names = {Requirement(r).name for r in requirements}
+        every = [LockedRequirement("dep-one", "1.2", (sha(DEP_WHEEL), "f" * 64)),
+                 LockedRequirement("tiny-pin", "2.0", (sha(PIN_WHEEL), "e" * 64))]
+        return [item for item in every if item.name in names]
+
+    def download(self, locked: Sequence[LockedRequirement], dest: Path,
+                 target: ClosureTarget, index: str) -> list[Path]:
+        self._online("download")
+        assert [item.name for item in locked] == ["dep-one"]
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / DEP_FILE).write_bytes(DEP_WHEEL)
+        return [dest / DEP_FILE]
+
+    def toolchain(self) -> dict[str, str | None]:
+        raise AssertionError("the toolchain is passed in")
+
+
+def make_recipe(tmp_path: Path, pins: tuple[Pin, ...] | None = None) -> Recipe:
+    default = (Pin("tiny-pin", "2.0", sha(PIN_WHEEL)),)
+    return Recipe(path=tmp_path / "demo.toml", name="demo", source=SourcePin("."),
+                  series=tmp_path / "series", target=Target(), build=BuildSettings(),
+                  pins=default if pins is None else pins, package="demo")
+
+
+def built_wheel(tmp_path: Path) -> Path:
+    path = tmp_path / "dist" / "demo-1.0-py3-none-any.whl"
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(wheel_bytes("demo", "1.0", ["dep-one>=1", "extra-only; extra == 'x'"]))
+    return path
+
+
+def build(tmp_path: Path, out: Path, outside: FakeOutside, *, offline: bool = False,
+          recipe: Recipe | None = None) -> Any:
+    return write_wheelhouse(
+        out, recipe=recipe or make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
+        built_wheels=[built_wheel(tmp_path)], build_settings=SETTINGS,
+        cache_root=tmp_path / "cache", offline=offline, platform=None, toolchain=TOOLCHAIN,
+        outside=outside)
+
+
+def test_layout(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    outside = FakeOutside()
+    result = build(tmp_path, out, outside)
+    # the built wheel's requirements (not its extras) and the pins, which also override
+    assert outside.resolved == (["dep-one>=1", "tiny-pin==2.0"], ["tiny-pin==2.0"])
+    built = f"demo-1.0+{result.label}-py3-none-any.whl"
+    assert re.fullmatch(r"sm121\.[0-9a-f]{8}", result.label)
+    top = sorted(p.name for p in out.iterdir())
+    assert top == sorted([built, PIN_FILE, DEP_FILE, "requirements.lock", "manifest.json",
+                          "simple"])
+    assert (out / PIN_FILE).read_bytes() == PIN_WHEEL  # byte-identical to the index's
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".wheelhouse")] == []
+
+    lock = parse_lock((out / "requirements.lock").read_text(), where="lock")
+    files = {p.name: sha((out / p.name).read_bytes()) for p in out.glob("*.whl")}
+    assert sorted((r.name, r.version, r.hashes) for r in lock) == sorted([
+        ("demo", f"1.0+{result.label}", (files[built],)),
+        ("dep-one", "1.2", (files[DEP_FILE],)),
+        ("tiny-pin", "2.0", (files[PIN_FILE],)),
+    ])
+    for line in (out / "requirements.lock").read_text().splitlines():
+        assert line.startswith("#") or "--hash=sha256:" in line or line.endswith("\\")
+
+
+def test_simple_index_links_every_file_with_its_hash(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    build(tmp_path, out, FakeOutside())
+    root = (out / "simple" / "index.html").read_text()
+    assert re.findall(r'href="([^"]+)/"', root) == ["demo", "dep-one", "tiny-pin"]
+    page = (out / "simple" / "tiny-pin" / "index.html").read_text()
+    assert f'href="../../{PIN_FILE}#sha256={sha(PIN_WHEEL)}"' in page
+    assert 'data-requires-python="&gt;=3.8"' in page
+
+
+def test_manifest_says_where_everything_came_from(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    result = build(tmp_path, out, FakeOutside())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["source"] == SOURCE
+    assert manifest["patches"] == [{"name": "cmake-sm121-archs", "sha256": "a" * 64,
+                                    "status": "applied"}]
+    assert manifest["toolchain"] == TOOLCHAIN
+    assert manifest["build"]["archs"] == ["12.1"] and manifest["build"]["jobs"] == 2
+    assert manifest["build"]["environment"] == SETTINGS["environment"]
+    wheels = {w["file"]: w for w in manifest["wheels"]}
+    for name, entry in wheels.items():
+        data = (out / name).read_bytes()
+        assert entry["sha256"] == sha(data) and entry["size"] == len(data)
+    assert {w["role"] for w in wheels.values()} == {"built", "pin", "closure"}
+    assert manifest["local_label"] == result.label
+    assert set(manifest["files"]) == {"requirements.lock", "simple/index.html",
+                                      "simple/demo/index.html", "simple/dep-one/index.html",
+                                      "simple/tiny-pin/index.html"}
+
+
+def test_offline_second_run_uses_the_cache_and_gives_the_same_bytes(tmp_path: Path) -> None:
+    build(tmp_path, tmp_path / "one", FakeOutside())
+    offline = FakeOutside(network=False)
+    build(tmp_path, tmp_path / "two", offline, offline=True)
+    assert offline.calls == []
+    one = {p.relative_to(tmp_path / "one"): p.read_bytes() for p in (tmp_path / "one").rglob("*")
+           if p.is_file()}
+    two = {p.relative_to(tmp_path / "two"): p.read_bytes() for p in (tmp_path / "two").rglob("*")
+           if p.is_file()}
+    assert one == two
+
+
+def test_offline_with_an_empty_cache_names_what_is_missing(tmp_path: Path) -> None:
+    with pytest.raises(CacheMissError, match=r"tiny-pin==2\.0"):
+        build(tmp_path, tmp_path / "out", FakeOutside(network=False), offline=True)
+    no_pins = make_recipe(tmp_path, pins=())
+    with pytest.raises(CacheMissError, match=r"runtime closure.*dep-one>=1"):
+        build(tmp_path, tmp_path / "out", FakeOutside(network=False), offline=True,
+              recipe=no_pins)
+    assert not (tmp_path / "out").exists()
+
+
+def test_refused_pin_says_why(tmp_path: Path) -> None:
+    recipe = make_recipe(tmp_path, pins=(Pin("flashinfer-python", "0.6.17"),))
+    with pytest.raises(PinRefusedError, match="NVFP4 MoE fallback kernel on GB10"):
+        build(tmp_path, tmp_path / "out", FakeOutside(), recipe=recipe)
+
+
+def test_pin_whose_hash_the_index_lacks_is_refused(tmp_path: Path) -> None:
+    recipe = make_recipe(tmp_path, pins=(Pin("tiny-pin", "2.0", "0" * 64),))
+    with pytest.raises(HashMismatchError, match=r"pinned sha256 0{64}"):
+        build(tmp_path, tmp_path / "out", FakeOutside(), recipe=recipe)
+    assert not (tmp_path / "out").exists()
+
+
+class DiesDownloading(FakeOutside):
+    def download(self, locked: Sequence[LockedRequirement], dest: Path,
+                 target: ClosureTarget, index: str) -> list[Path]:
+        raise KeyboardInterrupt
+
+
+def test_a_killed_run_leaves_the_old_wheelhouse_and_no_staging(tmp_path: Path) -> None:
+    out = tmp_path / "wheelhouse"
+    build(tmp_path, out, FakeOutside())
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(KeyboardInterrupt):
+        build(tmp_path, out, DiesDownloading(), recipe=make_recipe(tmp_path, pins=()))
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "dist", "wheelhouse"]
+
+
+def test_stale_staging_of_a_dead_run_is_swept(tmp_path: Path) -> None:
+    dead = tmp_path / ".wheelhouse.tmp-999999999"
+    (dead / "simple").mkdir(parents=True)
+    alive = tmp_path / f".wheelhouse.tmp-{os.getppid()}"
+    alive.mkdir()
+    build(tmp_path, tmp_path / "wheelhouse", FakeOutside())
+    assert not dead.exists() and alive.exists()
+
+
+def test_refuses_to_replace_a_directory_that_is_not_a_wheelhouse(tmp_path: Path) -> None:
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "thesis.tex").write_text("do not delete")
+    with pytest.raises(DestinationError, match="not a sparkbuild wheelhouse"):
+        build(tmp_path, out, FakeOutside())
+    assert (out / "thesis.tex").read_text() == "do not delete"
