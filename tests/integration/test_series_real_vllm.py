@@ -220,7 +220,8 @@ def test_shuffle_kernel_guard_is_in_the_kernel(release: Release) -> None:
     if release.version == "0.11.0":
         assert guard_present(release.pristine) is None
         kernel = (release.tree / "csrc/moe/moe_permute_unpermute_op.cu").read_text()
-        assert "source_in_range ? source_row_ptr[elem_index] : DataElem{}" in kernel
+        assert "if (blockIdx.x >= num_dst_rows) return;" in kernel
+        assert "if (source_row_idx < 0 || source_row_idx >= num_src_rows) {" in kernel
 
 
 def test_other_raw_uses_are_reported_not_fatal(release: Release) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sparkbuild.edits.rows_guard import guard_text
 from sparkbuild.edits.shuffle_guard import guard_in_text, guard_present
-from sparkbuild.recipe import REPO_ROOT
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -71,18 +71,17 @@ def test_another_spelling_of_the_guard_is_recognised() -> None:
     assert guard_in_text(EARLY_RETURN)
 
 
-def test_the_series_own_patch_result_is_recognised() -> None:
-    diff = (REPO_ROOT / "patches" / "moe-shuffle-rows-bounds-guard.diff").read_text()
-    added = [line[1:] for line in diff.splitlines() if line.startswith("+") and
-             not line.startswith("+++")]
-    assert any("source_in_range" in line for line in added)
-    patched = HALF_GUARDED.replace(
-        "    auto const* src = input + source_row_idx * num_cols;\n",
-        "    bool const source_in_range =\n"
-        "        source_row_idx >= 0 && source_row_idx < num_src_rows;\n"
-        "    auto const* src = input + (source_in_range ? source_row_idx : 0) * num_cols;\n",
-    ).replace("output[i] = src[i];", "output[i] = source_in_range ? src[i] : DataElem{};")
-    assert guard_in_text(patched)
+def test_the_series_own_edit_result_is_recognised() -> None:
+    guarded, lines = guard_text(UNGUARDED, "shuffle.cu")
+    assert lines == [2]
+    assert "if (blockIdx.x >= num_dst_rows) return;" in guarded
+    assert guard_in_text(guarded)
+
+
+def test_guard_is_read_with_the_signature_own_names() -> None:
+    renamed = EARLY_RETURN.replace("dst2src_map", "row_map").replace("num_src_rows", "n_in")
+    assert guard_in_text(renamed)
+    assert not guard_in_text(renamed.replace("src_row >= n_in", "src_row >= num_src_rows"))
 
 
 def test_guard_present_searches_the_tree(tmp_path: Path) -> None:

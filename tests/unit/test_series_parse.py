@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from sparkbuild.edits.rows_guard import ShuffleRowsGuardEdit
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
 from sparkbuild.hashing import sha256_bytes
 from sparkbuild.recipe import REPO_ROOT
@@ -175,11 +176,11 @@ def test_the_projects_series_has_the_three_patches_in_order() -> None:
         "moe-shuffle-rows-bounds-guard",
     ]
     kinds = [type(p) for p in loaded.patches]
-    assert kinds == [EditPatch, EditPatch, DiffPatch]
+    assert kinds == [EditPatch, EditPatch, EditPatch]
     guard = loaded.patches[2]
-    assert isinstance(guard, DiffPatch)
-    assert guard.applied_check == "shuffle-rows-bounds-guard"
-    assert [f.path for f in guard.files] == ["csrc/moe/moe_permute_unpermute_op.cu"]
+    assert isinstance(guard, EditPatch)
+    assert isinstance(guard.edit, ShuffleRowsGuardEdit)
+    assert guard.edit.search == "csrc"
 
 
 PIN = "ab" * 32

@@ -103,11 +103,12 @@ class Params:
 
 
 def _edit_kinds() -> dict[str, EditFactory]:
-    from sparkbuild.edits import arch_lists, e2m1_routing
+    from sparkbuild.edits import arch_lists, e2m1_routing, rows_guard
 
     return {
         arch_lists.KIND: arch_lists.from_params,
         e2m1_routing.KIND: e2m1_routing.from_params,
+        rows_guard.KIND: rows_guard.from_params,
     }
 
 

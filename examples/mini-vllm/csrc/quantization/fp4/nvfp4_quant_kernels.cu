@@ -17,28 +17,28 @@ __global__ void cvt_fp32_to_fp4_kernel(uint32_t* __restrict__ out,
   if (pack >= num_packs) {
     return;
   }
-  const float inv_scale = reciprocal_approximate_ftz(global_scale);
+  const float inv_scale = __frcp_rn(global_scale);
   if (pack % 2 == 0) {
-    float values[CVT_FP4_ELTS_PER_THREAD];
-    for (int i = 0; i < CVT_FP4_ELTS_PER_THREAD; ++i) {
-      values[i] = in[pack * CVT_FP4_ELTS_PER_THREAD + i] * inv_scale;
+    float values[kFp4ValuesPerWord];
+    for (int i = 0; i < kFp4ValuesPerWord; ++i) {
+      values[i] = in[pack * kFp4ValuesPerWord + i] * inv_scale;
     }
     out[pack] = fp32_vec_to_e2m1(values);
   } else {  // the float2 overload: same result, other calling convention
-    float2 pairs[CVT_FP4_ELTS_PER_THREAD / 2];
-    for (int i = 0; i < CVT_FP4_ELTS_PER_THREAD / 2; ++i) {
-      pairs[i] = make_float2(in[pack * CVT_FP4_ELTS_PER_THREAD + 2 * i] * inv_scale,
-                             in[pack * CVT_FP4_ELTS_PER_THREAD + 2 * i + 1] * inv_scale);
+    float2 pairs[kFp4ValuesPerWord / 2];
+    for (int i = 0; i < kFp4ValuesPerWord / 2; ++i) {
+      pairs[i] = make_float2(in[pack * kFp4ValuesPerWord + 2 * i] * inv_scale,
+                             in[pack * kFp4ValuesPerWord + 2 * i + 1] * inv_scale);
     }
     out[pack] = fp32_vec_to_e2m1(pairs);
   }
 }
 
 std::vector<uint32_t> scaled_fp4_quant(const std::vector<float>& input, float global_scale) {
-  if (input.size() % CVT_FP4_ELTS_PER_THREAD != 0) {
+  if (input.size() % kFp4ValuesPerWord != 0) {
     throw std::invalid_argument("input size must be a multiple of 8");
   }
-  const int64_t num_packs = static_cast<int64_t>(input.size()) / CVT_FP4_ELTS_PER_THREAD;
+  const int64_t num_packs = static_cast<int64_t>(input.size()) / kFp4ValuesPerWord;
   DeviceBuffer<float> in(input);
   DeviceBuffer<uint32_t> out(static_cast<size_t>(num_packs));
   if (num_packs > 0) {
