@@ -14,44 +14,14 @@ its arguments resolved, its file and line, and the if-conditions around it.
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild.cmakecond import Condition, Token, Unknown, is_override_name, truthy
+from sparkbuild.cmakecond import Condition, Token, Unknown, truthy
 from sparkbuild.cmakelex import Arg, Command, parse_cmake, split_list
-
-MAX_ALTERNATIVES = 8
-"""A variable set in undecided branches keeps at most this many possible values."""
-
-_VAR_REF = re.compile(r"\$(ENV)?\{([^${}]*)\}")
-
+from sparkbuild.cmakevalues import MAX_ALTERNATIVES, Declaration, ScanState, ValueResolver
 
 # -- the evaluator ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """One FetchContent_Declare or FetchContent_Populate as the configure would see it."""
-
-    name: str
-    method: str
-    """``declare`` or ``populate`` (the full signature, which bypasses FetchContent's
-    FETCHCONTENT_SOURCE_DIR_<NAME> override)."""
-    options: dict[str, tuple[str, ...]]
-    """Keyword -> values, variables expanded (GIT_REPOSITORY, GIT_TAG, URL, URL_HASH...)."""
-    file: Path
-    line: int
-    conditions: tuple[str, ...]
-    """The if() conditions around it, outermost first (text as written)."""
-    certain: bool
-    """False when an undecided condition encloses it: the build may or may not fetch it."""
-    reached: bool = True
-    """False for a declaration found only by the static sweep (e.g. a CPU-only file)."""
-
-    def first(self, key: str) -> str | None:
-        values = self.options.get(key)
-        return values[0] if values else None
 
 
 @dataclass
@@ -63,17 +33,6 @@ class _Block:
     any_taken: bool | None
     condition: str
     parent_active: bool | None
-
-
-@dataclass
-class ScanState:
-    tree: Path
-    variables: dict[str, tuple[str, ...]]
-    env: dict[str, str]
-    declarations: list[Declaration] = field(default_factory=list)
-    made_available: set[str] = field(default_factory=set)
-    visited: set[tuple[Path, int]] = field(default_factory=set)
-    files: list[Path] = field(default_factory=list)
 
 
 # FetchContent options whose value is one word; the rest may take several.
@@ -105,94 +64,13 @@ def _options(values: list[str]) -> dict[str, tuple[str, ...]]:
     return {k: tuple(v) for k, v in options.items()}
 
 
-class Evaluator:
+class Evaluator(ValueResolver):
     """Runs the commands of a tree's CMake files in order, as far as they are known."""
 
     def __init__(self, state: ScanState, *, static: bool = False) -> None:
-        self.state = state
+        super().__init__(state)
         self.static = static
         """Static sweep: every condition is undecided, includes are not followed."""
-
-    # -- expansion -----------------------------------------------------------------------
-
-    def expand(
-        self, text: str, current_dir: Path, list_file: Path, *, strict: bool = False
-    ) -> tuple[str, ...]:
-        """All possible values of ``text`` after variable references are replaced.
-
-        ``strict``: a reference to a variable the scan knows nothing about raises
-        :class:`Unknown` instead of expanding to "" (conditions must not guess).
-        """
-        results = [text]
-        for _ in range(16):  # nested references resolve from the inside out
-            progressed = False
-            next_results: list[str] = []
-            for value in results:
-                match = _VAR_REF.search(value)
-                if match is None:
-                    next_results.append(value)
-                    continue
-                progressed = True
-                for replacement in self._lookup(match, current_dir, list_file, strict):
-                    next_results.append(value[: match.start()] + replacement + value[match.end():])
-            results = list(dict.fromkeys(next_results))[:MAX_ALTERNATIVES]
-            if not progressed:
-                break
-        return tuple(results)
-
-    def _lookup(
-        self, match: re.Match[str], current_dir: Path, list_file: Path, strict: bool
-    ) -> tuple[str, ...]:
-        name = match.group(2)
-        if match.group(1):
-            return (self.state.env.get(name, ""),)
-        builtin = {
-            "CMAKE_CURRENT_LIST_DIR": str(list_file.parent),
-            "CMAKE_CURRENT_LIST_FILE": str(list_file),
-            "CMAKE_CURRENT_SOURCE_DIR": str(current_dir),
-            "CMAKE_SOURCE_DIR": str(self.state.tree),
-            "PROJECT_SOURCE_DIR": str(self.state.tree),
-        }
-        if name in builtin:
-            return (builtin[name],)
-        if name in self.state.variables:
-            return self.state.variables[name]
-        if strict and not is_override_name(name):
-            raise Unknown(name)
-        return ("",)
-
-    # -- what conditions may ask (cmakecond.Variables) ----------------------------------
-
-    @property
-    def tree(self) -> Path:
-        return self.state.tree
-
-    def value(self, name: str) -> str | None:
-        values = self.state.variables.get(name)
-        if values is None:
-            if is_override_name(name):
-                return None
-            raise Unknown(name)
-        if len(set(values)) != 1:
-            raise Unknown(name)
-        return values[0]
-
-    def env(self, name: str) -> str | None:
-        return self.state.env.get(name)
-
-    def expand_args(self, args: tuple[Arg, ...], current_dir: Path, list_file: Path) -> list[str]:
-        """Arguments as CMake passes them: unquoted ones split on ``;``."""
-        values: list[str] = []
-        for arg in args:
-            if arg.bracket:
-                values.append(arg.text)
-                continue
-            expanded = self.expand(arg.text, current_dir, list_file)[0]
-            if arg.quoted:
-                values.append(expanded.replace("\\;", ";"))
-            else:
-                values.extend(part for part in split_list(expanded) if part != "")
-        return values
 
     # -- running files -------------------------------------------------------------------
 
@@ -353,19 +231,6 @@ class Evaluator:
         values = self._value_alternatives(rest, list_file, current_dir)
         self._assign(name, values, active)
 
-    def _value_alternatives(
-        self, args: tuple[Arg, ...], list_file: Path, current_dir: Path
-    ) -> tuple[str, ...]:
-        alternatives: list[str] = [""]
-        for arg in args:
-            options = (arg.text,) if arg.bracket else self.expand(arg.text, current_dir, list_file)
-            alternatives = [
-                (prefix + ";" + option) if prefix else option
-                for prefix in alternatives
-                for option in options
-            ][:MAX_ALTERNATIVES]
-        return tuple(dict.fromkeys(alternatives))
-
     def _list(
         self, command: Command, active: bool | None, list_file: Path, current_dir: Path
     ) -> None:
@@ -513,11 +378,13 @@ def _cmake_files(tree: Path) -> list[Path]:
 
 
 __all__ = [
+    "MAX_ALTERNATIVES",
     "Arg",
     "Command",
     "Declaration",
     "Evaluator",
     "ScanState",
+    "ValueResolver",
     "parse_cmake",
     "scan_tree",
     "truthy",
