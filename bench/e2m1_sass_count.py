@@ -2,7 +2,7 @@
 
 Builds bench/e2m1_sass_kernels.cu for plain sm_121 (no E2M1 instruction: the software
 path), sm_121a (the hardware instruction) and sm_90 (an H100/H200: the software path),
-reads the machine code with cuobjdump (sparkbuild.sass) and prints, per kernel that packs
+reads the machine code with cuobjdump (sparkbuild.toolchain.sass) and prints, per kernel that packs
 8 floats per thread, its instruction count, its FP64 instructions, and what it adds per
 converted value over the same kernel built for sm_121a.  Needs nvcc, and cuobjdump with
 nvdisasm (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm); no GPU.
@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sparkbuild import sass, toolchain
 from sparkbuild.proc import run
+from sparkbuild.toolchain import sass, tools
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "e2m1_sass_kernels.cu"
@@ -39,7 +39,7 @@ def build_cubin(nvcc: Path, arch: str, build_dir: Path) -> Path:
 
 def measure(build_dir: Path) -> dict[str, dict[str, dict[str, int]]]:
     """{arch: {kernel: {"instructions", "fp64", "e2m1"}}}"""
-    nvcc = toolchain.find_nvcc().path
+    nvcc = tools.find_nvcc().path
     table: dict[str, dict[str, dict[str, int]]] = {}
     for arch in ARCHS:
         functions = sass.read_sass(build_cubin(nvcc, arch, build_dir))

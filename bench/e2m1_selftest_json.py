@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
+from sparkbuild.build.selftest import run_e2m1_selftest
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.selftest import run_e2m1_selftest
 
 
 def main(argv: list[str]) -> int:

@@ -27,14 +27,14 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild.cache import Cache, default_cache_root
-from sparkbuild.check import plan_check
-from sparkbuild.doctor import GIB, plan_build, read_memory
-from sparkbuild.download import fetch_to_cache
-from sparkbuild.prepare import prepare_tree
+from sparkbuild.build.check import plan_check
+from sparkbuild.build.doctor import GIB, plan_build, read_memory
+from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.proc import run
-from sparkbuild.pypi import find_file
 from sparkbuild.recipe import REPO_ROOT, load_recipe
+from sparkbuild.sources.index import find_file
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.download import fetch_to_cache
 
 RECIPE = REPO_ROOT / "recipes" / "vllm-0.33.0.toml"
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -34,12 +34,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.archive import extract_archive
-from sparkbuild.cache import Cache, default_cache_root
-from sparkbuild.hashing import sha256_file
-from sparkbuild.patching import apply_series
-from sparkbuild.pypi import fetch_sdist
+from sparkbuild.patches.engine import apply_series
 from sparkbuild.recipe import REPO_ROOT, load_recipe
+from sparkbuild.sources.archive import extract_archive
+from sparkbuild.sources.index import fetch_sdist
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.hashing import sha256_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -10,9 +10,8 @@ from pathlib import Path
 
 from sparkbuild import __version__
 from sparkbuild.console import console
-from sparkbuild.errors import InterruptedRun, SparkbuildError
+from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
-from sparkbuild.result import StageResult
 
 Handler = Callable[[argparse.Namespace], StageResult]
 
@@ -22,7 +21,7 @@ def _recipe(args: argparse.Namespace) -> Recipe:
 
 
 def _prepare(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.prepare import prepare_tree
+    from sparkbuild.patches.prepare import prepare_tree
 
     recipe = _recipe(args)
     return prepare_tree(
@@ -31,19 +30,19 @@ def _prepare(args: argparse.Namespace) -> StageResult:
 
 
 def _patch(args: argparse.Namespace) -> StageResult:
-    from sparkbuild import patching
+    from sparkbuild.patches import engine
 
     recipe = _recipe(args)
     action = {
-        "status": patching.series_status,
-        "apply": patching.apply_series,
-        "revert": patching.revert_series,
+        "status": engine.series_status,
+        "apply": engine.apply_series,
+        "revert": engine.revert_series,
     }[args.action]
     return action(Path(args.tree), recipe)
 
 
 def _vendor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.vendor import vendor_tree
+    from sparkbuild.build.vendor import vendor_tree
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan)
 
@@ -65,7 +64,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 
 def _doctor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.doctor import run_doctor
+    from sparkbuild.build.doctor import run_doctor
 
     return run_doctor(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib
@@ -73,13 +72,13 @@ def _doctor(args: argparse.Namespace) -> StageResult:
 
 
 def _check(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.check import check_tree
+    from sparkbuild.build.check import check_tree
 
     return check_tree(Path(args.tree), _recipe(args))
 
 
 def _lock(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.lockfile import lock_closure
+    from sparkbuild.wheelhouse.lock import lock_closure
 
     recipe = _recipe(args)
     return lock_closure(
@@ -91,19 +90,19 @@ def _lock(args: argparse.Namespace) -> StageResult:
 
 
 def _verify(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.verify import verify_wheelhouse
+    from sparkbuild.wheelhouse.verify import verify_wheelhouse
 
     return verify_wheelhouse(Path(args.dir))
 
 
 def _install(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.install import install_wheelhouse
+    from sparkbuild.wheelhouse.install import install_wheelhouse
 
     return install_wheelhouse(Path(args.dir), Path(args.venv))
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.selftest import run_e2m1_selftest
+    from sparkbuild.build.selftest import run_e2m1_selftest
 
     return run_e2m1_selftest(gpu=args.gpu)
 

@@ -8,7 +8,7 @@ place that catches them.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar, Protocol
 
 
 class SparkbuildError(Exception):
@@ -159,3 +159,17 @@ ALL_ERRORS: tuple[type[SparkbuildError], ...] = (
     LockTimeoutError,
     InterruptedRun,
 )
+
+
+class StageResult(Protocol):
+    """What every stage returns: a dataclass that can speak JSON and to a person."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The result as one JSON object (``--json``)."""
+
+    def summary(self) -> list[str]:
+        """Lines for a person."""
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        """A failure that still produced a full report (a patch that did not apply)."""

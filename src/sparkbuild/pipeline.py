@@ -22,27 +22,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build import (
+from sparkbuild.build.compile import (
     BuildOutcome,
     BuildRequest,
     build_tree,
     ensure_build_env,
     read_fetch_log,
 )
-from sparkbuild.cache import Cache, CacheLock, default_cache_root
+from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
+from sparkbuild.build.materialize import materialize, require_complete
+from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
+from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
-from sparkbuild.doctor import BuildPlan, plan_build, read_memory, run_doctor
-from sparkbuild.offline import materialize, require_complete
-from sparkbuild.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
-from sparkbuild.vendorfetch import fetch_source
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.lock import CacheLock
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sparkbuild.errors import SparkbuildError
-    from sparkbuild.prepare import PrepareResult
+    from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
-    from sparkbuild.wheelhouse import WheelhouseResult
+    from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,7 @@ def _build_torch(outcome: BuildOutcome, requirements: list[str]) -> str | None:
 
 
 def _prepare(options: WheelOptions, work: Path) -> PrepareResult:
-    from sparkbuild.prepare import prepare_tree
+    from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
     tree = work / "tree"
@@ -255,8 +256,8 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache, requirements: list[str]) -> WheelhouseResult:
-    from sparkbuild.toolchain import describe_toolchain
-    from sparkbuild.wheelhouse import write_wheelhouse
+    from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
     toolchain = describe_toolchain()

@@ -11,18 +11,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import sys
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sparkbuild.errors import PinRefusedError, RecipeError
 from sparkbuild.resources import recipes_dir, resource_root
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 REPO_ROOT = resource_root()
 """The checkout's root, or the installed wheel's resource tree (see sparkbuild.resources)."""
@@ -56,11 +51,20 @@ class SourcePin:
     branch: str | None = None
 
 
+SPARK_ARCH = "12.1a"
+"""The DGX Spark's target: arch-specific sm_121a (``12.1f``, family-specific, also serves)."""
+
+PLAIN_SM121 = frozenset({"12.1", "12.1+PTX"})
+"""Targets that compile CUTLASS's FP4 kernels to printf + trap (no block-scaled MMA)."""
+
+
 @dataclass(frozen=True)
 class Target:
-    cuda_archs: tuple[str, ...] = ("12.1",)
+    cuda_archs: tuple[str, ...] = (SPARK_ARCH,)
     platform: str = "manylinux_2_39_aarch64"
     python: str = "3.12"
+    allow_plain_sm121: bool = False
+    """Opt-in for PTX-portable builds that knowingly lose the tensor-core FP4 kernels."""
 
     @property
     def torch_cuda_arch_list(self) -> str:
@@ -133,7 +137,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "recipe": {"name": str, "description": str, "package": str},
     "source": {"spec": str, "sha256": str, "branch": str},
     "series": {"path": str},
-    "target": {"cuda_archs": list, "platform": str, "python": str},
+    "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
@@ -173,7 +177,7 @@ def _check_table(
                 hint=f"known keys of [{name}]: {', '.join(sorted(schema))}",
             )
         expected = schema[key]
-        if isinstance(value, bool) or not isinstance(value, expected):
+        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
             names = expected.__name__ if isinstance(expected, type) else "/".join(
                 t.__name__ for t in expected
             )
@@ -257,7 +261,7 @@ def load_recipe(path: Path) -> Recipe:
     source = tables["source"]
     target = tables["target"]
     build = tables["build"]
-    archs = tuple(str(a) for a in target.get("cuda_archs", ["12.1"]))
+    archs = tuple(str(a) for a in target.get("cuda_archs", [SPARK_ARCH]))
     return Recipe(
         path=path.resolve(),
         name=tables["recipe"].get("name", path.stem),
@@ -268,6 +272,7 @@ def load_recipe(path: Path) -> Recipe:
             cuda_archs=archs,
             platform=target.get("platform", Target.platform),
             python=target.get("python", Target.python),
+            allow_plain_sm121=target.get("allow_plain_sm121", False),
         ),
         build=BuildSettings(
             jobs=_parse_jobs(path, text, build.get("jobs")),
@@ -276,4 +281,28 @@ def load_recipe(path: Path) -> Recipe:
             env={str(k): str(v) for k, v in build.get("env", {}).items()},
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
+    )
+
+
+def require_spark_target(recipe: Recipe) -> None:
+    """Refuse a plain ``12.1`` target unless the recipe opts in (``wheel``, ``check``, ``doctor``).
+
+    Plain sm_121 has no block-scaled MMA: ptxas rejects the FP4 ``mma ... block_scale``
+    instructions for it, and CUTLASS's feature guards then compile each FP4 GEMM kernel to a
+    printf and a trap, silently (nvcc exits 0).  The Spark's target is ``12.1a``.
+    """
+    plain = [arch for arch in recipe.target.cuda_archs if arch in PLAIN_SM121]
+    if not plain or recipe.target.allow_plain_sm121:
+        return
+    try:
+        text = recipe.path.read_text(encoding="utf-8")
+    except OSError:
+        text = ""
+    raise RecipeError(
+        f"the recipe targets plain {plain[0]}: plain sm_121 compiles CUTLASS's FP4 kernels to "
+        "a trap",
+        where=_where(recipe.path, text, "target", "cuda_archs"),
+        hint=f'use {SPARK_ARCH}: plain sm_121 compiles CUTLASS\'s FP4 kernels to a trap; set '
+        'cuda_archs = ["12.1a"] (or "12.1f"), or add `allow_plain_sm121 = true` under [target] '
+        "for a PTX-portable build that knowingly loses the tensor-core FP4 kernels",
     )

@@ -153,7 +153,7 @@ def _file_case(
     return build
 
 
-PREPARE = ("sparkbuild.prepare", "sparkbuild.source")
+PREPARE = ("sparkbuild.patches.prepare", "sparkbuild.sources.fetch")
 M = ESCAPE_MARK
 ARCHIVE_CASES = [
     Case(
@@ -382,7 +382,7 @@ def _diff(old: str, new: str, body: str = "@@ -1 +1 @@\n-a\n+b\n") -> str:
     return f"diff --git {old} {new}\n--- {old}\n+++ {new}\n{body}"
 
 
-PATCHING = ("sparkbuild.patching",)
+PATCHING = ("sparkbuild.patches.engine",)
 PATCH_CASES = [
     Case(
         "patch-dotdot",
@@ -662,7 +662,7 @@ GIT_CASES = [
 # -- toolchain (doctor) ------------------------------------------------------------------
 
 CUDA_VARIABLES = ("CUDACXX", "CUDA_HOME", "CUDA_PATH")
-DOCTOR = ("sparkbuild.doctor", "sparkbuild.toolchain")
+DOCTOR = ("sparkbuild.build.doctor", "sparkbuild.toolchain.tools")
 
 
 def _nvcc_nowhere(work: Path) -> Invocation:
@@ -758,8 +758,8 @@ def _cached_pypi_source(work: Path, *, corrupt: bool) -> Invocation:
     """prepare --source pypi:demo==1.0 once, so the cache holds the sdist; maybe rot it."""
     inv = _index_case(sha=None)(work)
     if corrupt:
-        from sparkbuild.cache import Cache
-        from sparkbuild.pypi import fetch_sdist
+        from sparkbuild.sources.index import fetch_sdist
+        from sparkbuild.store.cache import Cache
 
         old = {k: os.environ.get(k) for k in inv.env}
         os.environ.update(inv.env)
@@ -858,7 +858,7 @@ def _wheelhouse(work: Path, *, tamper: bool, manifest: bool = True) -> Invocatio
     return Invocation(["verify", str(out)])
 
 
-VERIFY = ("sparkbuild.verify",)
+VERIFY = ("sparkbuild.wheelhouse.verify",)
 WHEEL_CASES = [
     Case(
         "wheel-hash-mismatch",

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.cache import Cache, default_cache_root
-from sparkbuild.pypi import fetch_sdist
+from sparkbuild.sources.index import fetch_sdist
+from sparkbuild.store.cache import Cache, default_cache_root
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from sparkbuild.cache import Cache
+from sparkbuild.store.cache import Cache
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 WRITER = r"""
 import sys, time
 from pathlib import Path
-from sparkbuild.cache import Cache
+from sparkbuild.store.cache import Cache
 
 root, tag, hold = Path(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 cache = Cache(root)

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.cache import Cache, default_cache_root
-from sparkbuild.check import check_tree
-from sparkbuild.download import fetch_to_cache
+from sparkbuild.build.check import check_tree
 from sparkbuild.errors import CommandFailed
-from sparkbuild.prepare import prepare_tree
-from sparkbuild.pypi import find_file
+from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import REPO_ROOT, load_recipe
+from sparkbuild.sources.index import find_file
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.download import fetch_to_cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable

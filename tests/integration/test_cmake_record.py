@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild import toolchain
-from sparkbuild.cmake_record import RecordInputs, record_build
-from sparkbuild.compile_flags import unit_command
 from sparkbuild.errors import ToolchainError
+from sparkbuild.toolchain import tools
+from sparkbuild.toolchain.cmake_recorder import RecordInputs, record_build
+from sparkbuild.toolchain.compile_flags import unit_command
 
 CMAKELISTS = r"""
 cmake_minimum_required(VERSION 3.26)
@@ -86,7 +86,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def _inputs(tree: Path, tmp_path: Path, cutlass: Path | None = None) -> RecordInputs:
-    cmake = toolchain.find_cmake()
+    cmake = tools.find_cmake()
     assert cmake is not None
     return RecordInputs(
         tree=tree, binary_dir=tmp_path / "bin", cmake=cmake.path, python=Path(sys.executable),

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild import toolchain
+from sparkbuild.build.selftest import ALL_PAIRS, SelftestResult, run_e2m1_selftest
 from sparkbuild.errors import ToolchainError
-from sparkbuild.selftest import ALL_PAIRS, SelftestResult, run_e2m1_selftest
+from sparkbuild.toolchain import tools
 
 if TYPE_CHECKING:
-    from sparkbuild.selftest import CheckRun, SassProbe
+    from sparkbuild.build.selftest import CheckRun, SassProbe
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ SOFTWARE_BUDGET_PER_VALUE = 12
 @pytest.fixture(scope="module")
 def selftest(tmp_path_factory: pytest.TempPathFactory) -> SelftestResult:
     try:
-        toolchain.find_nvcc()
+        tools.find_nvcc()
     except ToolchainError as error:
         pytest.skip(f"no nvcc: {error}")
     return run_e2m1_selftest(gpu=False, work_dir=tmp_path_factory.mktemp("e2m1"))

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.archive import extract_archive
-from sparkbuild.cache import Cache, default_cache_root
 from sparkbuild.errors import CacheMissError
-from sparkbuild.pypi import fetch_sdist
-from sparkbuild.sass import list_cuda_archs
+from sparkbuild.sources.archive import extract_archive
+from sparkbuild.sources.index import fetch_sdist
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.toolchain.sass import list_cuda_archs
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 

@@ -31,7 +31,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus import builders as b
-from sparkbuild.cache import Cache
+from sparkbuild.store.cache import Cache
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -86,8 +86,8 @@ def slow_server() -> Iterator[SlowServer]:
 FETCH = r"""
 import sys
 from pathlib import Path
-from sparkbuild.cache import Cache
-from sparkbuild.download import fetch_to_cache
+from sparkbuild.store.cache import Cache
+from sparkbuild.store.download import fetch_to_cache
 
 cache = Cache(Path(sys.argv[1]))
 path = fetch_to_cache(cache, sys.argv[2], sys.argv[3])
@@ -97,7 +97,7 @@ print("stored", path, flush=True)
 STORE = r"""
 import sys, time
 from pathlib import Path
-from sparkbuild.cache import Cache
+from sparkbuild.store.cache import Cache
 
 class Slow:
     def __init__(self, data, chunk):
@@ -275,7 +275,7 @@ def wait_until(predicate: Callable[[], bool], child: subprocess.Popen[str]) -> N
 
 def reference_digests(tree: Path, recipe: Path, work: Path) -> tuple[str, str]:
     """(pristine, fully patched in one undisturbed run) digests of a copy of ``tree``."""
-    from sparkbuild.patching import apply_series
+    from sparkbuild.patches.engine import apply_series
     from sparkbuild.recipe import load_recipe
 
     copy = work / "reference"
@@ -324,7 +324,7 @@ def test_patch_apply_sigkill_then_next_run_restores_and_completes(tmp_path: Path
 # process only) so that it SIGKILLs itself at an exact step of the run.
 KILLER = r"""
 import os, signal, sys
-from sparkbuild import patch_journal, patching
+from sparkbuild.patches import engine, journal
 from sparkbuild.cli import main
 
 point, nth = sys.argv[1], int(sys.argv[2])
@@ -337,7 +337,7 @@ def die_at(name):
     if calls["n"] == nth:
         os.kill(os.getpid(), signal.SIGKILL)
 
-real_git_apply = patching.git_apply
+real_git_apply = engine.git_apply
 def git_apply(tree, diff, *, reverse=False, check=False):
     if not check and point == "torn":
         calls["n"] += 1
@@ -349,7 +349,7 @@ def git_apply(tree, diff, *, reverse=False, check=False):
     if not check:
         die_at("changed")
     return result
-patching.git_apply = git_apply
+engine.git_apply = git_apply
 
 for method, name, after in (("commit", "committed", True), ("done", "recorded", False),
                             ("finish", "finished", False)):
@@ -361,7 +361,7 @@ for method, name, after in (("commit", "committed", True), ("done", "recorded", 
             if after:
                 die_at(name)
         return wrapper
-    setattr(patch_journal.Journal, method, wrap(getattr(patch_journal.Journal, method)))
+    setattr(journal.Journal, method, wrap(getattr(journal.Journal, method)))
 
 sys.exit(main(sys.argv[3:]))
 """

@@ -10,8 +10,8 @@ import pytest
 from packaging.version import Version
 
 from sparkbuild.cli import main
-from sparkbuild.lockfile import parse_lock
 from sparkbuild.recipe import REPO_ROOT
+from sparkbuild.wheelhouse.lock import parse_lock
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -16,9 +16,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest, write_series
-from sparkbuild.archs import evaluate, find_arch_lists, is_native
-from sparkbuild.patching import ALREADY, APPLIED, FAILED, NOT_APPLIED, apply_series, revert_series
+from sparkbuild.patches.engine import apply_series, revert_series
+from sparkbuild.patches.report import ALREADY, APPLIED, FAILED, NOT_APPLIED
 from sparkbuild.recipe import REPO_ROOT
+from sparkbuild.toolchain.archs import evaluate, find_arch_lists, is_native
 
 HEADER = REPO_ROOT / "csrc" / "e2m1.cuh"
 

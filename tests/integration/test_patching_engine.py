@@ -17,20 +17,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest, write_series
-from sparkbuild import patching
 from sparkbuild.cli import main
 from sparkbuild.errors import PatchError
-from sparkbuild.patching import (
-    ALREADY,
-    APPLIED,
-    FAILED,
-    NOT_APPLIED,
-    PatchOutcome,
-    apply_series,
-    revert_series,
-    series_status,
-    touched_files,
-)
+from sparkbuild.patches import engine
+from sparkbuild.patches.engine import apply_series, revert_series, series_status, touched_files
+from sparkbuild.patches.report import ALREADY, APPLIED, FAILED, NOT_APPLIED, PatchOutcome
 from sparkbuild.recipe import Recipe
 
 
@@ -292,7 +283,7 @@ def test_revert_refuses_a_tree_changed_since_and_keeps_it(tree: Path, recipe: Re
 def test_an_interrupt_mid_series_puts_the_tree_back(
     tree: Path, recipe: Recipe, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_git_apply = patching.git_apply
+    real_git_apply = engine.git_apply
     applied: list[str] = []
 
     def interrupted_after_second(
@@ -305,7 +296,7 @@ def test_an_interrupt_mid_series_puts_the_tree_back(
                 raise KeyboardInterrupt
         return result
 
-    monkeypatch.setattr(patching, "git_apply", interrupted_after_second)
+    monkeypatch.setattr(engine, "git_apply", interrupted_after_second)
     before = tree_digest(tree)
     with pytest.raises(KeyboardInterrupt):
         apply_series(tree, recipe)

@@ -27,8 +27,8 @@ from sparkbuild.errors import (
     SourceError,
     UnsafeArchiveError,
 )
+from sparkbuild.patches.series import load_series
 from sparkbuild.recipe import REPO_ROOT, load_recipe
-from sparkbuild.series import load_series
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -29,15 +29,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest
-from sparkbuild.archs import ArchList, evaluate, find_arch_lists, is_native
 from sparkbuild.cli import main
-from sparkbuild.edits.shuffle_guard import guard_present
-from sparkbuild.patching import ALREADY, APPLIED, NOT_APPLIED, apply_series, revert_series
-from sparkbuild.prepare import prepare_tree
+from sparkbuild.patches.edits.shuffle_guard import guard_present
+from sparkbuild.patches.engine import apply_series, revert_series
+from sparkbuild.patches.prepare import prepare_tree
+from sparkbuild.patches.report import ALREADY, APPLIED, NOT_APPLIED
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, Recipe, load_recipe
-from sparkbuild.source import fetch_source
-from sparkbuild.toolchain import find_nvcc
+from sparkbuild.sources.fetch import fetch_source
+from sparkbuild.toolchain.archs import ArchList, evaluate, find_arch_lists, is_native
+from sparkbuild.toolchain.tools import find_nvcc
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -14,7 +14,7 @@ import pytest
 
 from sparkbuild.errors import CacheMissError, SourceError
 from sparkbuild.recipe import Recipe, load_recipe
-from sparkbuild.source import fetch_source
+from sparkbuild.sources.fetch import fetch_source
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.prepare import prepare_tree
+from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import load_recipe
 
 if TYPE_CHECKING:

@@ -18,13 +18,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.cache import Cache, default_cache_root
-from sparkbuild.hashing import sha256_file
-from sparkbuild.lockfile import parse_lock
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, load_recipe
-from sparkbuild.verify import verify_wheelhouse
-from sparkbuild.wheelhouse import RealOutside, fetch_pin, write_wheelhouse
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.hashing import sha256_file
+from sparkbuild.wheelhouse.closure import RealOutside, fetch_pin
+from sparkbuild.wheelhouse.lock import parse_lock
+from sparkbuild.wheelhouse.verify import verify_wheelhouse
+from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.archive import clean_member_name, detect_format, extract_archive
 from sparkbuild.errors import DestinationError, HashMismatchError, UnsafeArchiveError
-from sparkbuild.tarformat import _byte_sum
+from sparkbuild.sources.archive import clean_member_name, detect_format, extract_archive
+from sparkbuild.sources.tarformat import _byte_sum
 
 LONG_DIR = "pkg-1.0/" + "/".join(["a-rather-long-directory-name"] * 5)
 

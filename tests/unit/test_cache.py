@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.cache import Cache, default_cache_root
 from sparkbuild.errors import (
     CacheMissError,
     DiskFullError,
@@ -20,7 +19,8 @@ from sparkbuild.errors import (
     UsageError,
     VerifyError,
 )
-from sparkbuild.hashing import sha256_file
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.hashing import sha256_file
 
 DATA = b"sparkbuild cache entry\n" * 100
 DIGEST = hashlib.sha256(DATA).hexdigest()
@@ -95,7 +95,7 @@ def test_verified_marker_spares_rehashing(tmp_path: Path, monkeypatch: pytest.Mo
         calls.append(path)
         return real(path, progress=progress)
 
-    monkeypatch.setattr("sparkbuild.cache.sha256_file", counting)
+    monkeypatch.setattr("sparkbuild.store.cache.sha256_file", counting)
     (tmp_path / "verified" / DIGEST).unlink()
     cache.path_of(DIGEST)
     cache.path_of(DIGEST)

@@ -11,16 +11,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.check import classify, gencode_for, header_provider, missing_headers
-from sparkbuild.cmake_record import parse_record
-from sparkbuild.compile_flags import (
+from sparkbuild.build.check import classify, gencode_for, header_provider, missing_headers
+from sparkbuild.build.touched_units import IncludeGraph, select_units
+from sparkbuild.toolchain.cmake_recorder import parse_record
+from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
     UnsupportedGenex,
     evaluate_genex,
     sabi_definition,
     unit_command,
 )
-from sparkbuild.touched_units import IncludeGraph, select_units
 
 RECORD = "\n".join([
     "target\t_C\tsabi\t3",

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from packaging.version import Version
 
-from sparkbuild.doctor import GIB, parse_meminfo, plan_build, tree_gcc_minimum, tree_torch_pin
+from sparkbuild.build.doctor import GIB, parse_meminfo, plan_build, tree_gcc_minimum, tree_torch_pin
 
 if TYPE_CHECKING:
     from pathlib import Path

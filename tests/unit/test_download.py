@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.cache import Cache
-from sparkbuild.download import download, fetch_to_cache
 from sparkbuild.errors import CacheMissError, DiskFullError, HashMismatchError, NetworkError
+from sparkbuild.store.cache import Cache
+from sparkbuild.store.download import download, fetch_to_cache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

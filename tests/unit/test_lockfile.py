@@ -6,7 +6,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild import lockfile
 from sparkbuild.errors import (
     HashMismatchError,
     PinRefusedError,
@@ -14,7 +13,9 @@ from sparkbuild.errors import (
     UsageError,
     VerifyError,
 )
-from sparkbuild.lockfile import (
+from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
+from sparkbuild.wheelhouse import lock as lockfile
+from sparkbuild.wheelhouse.lock import (
     ClosureTarget,
     LockedRequirement,
     apply_pins,
@@ -26,7 +27,6 @@ from sparkbuild.lockfile import (
     tree_requirements,
     uv_platform,
 )
-from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild import pypi
-from sparkbuild.cache import Cache
 from sparkbuild.errors import CacheMissError, HashMismatchError, NetworkError, SourceError
-from sparkbuild.pypi import IndexFile, choose_file, find_file, normalize
+from sparkbuild.sources import index as index_client
+from sparkbuild.sources.index import IndexFile, choose_file, find_file, normalize
+from sparkbuild.store.cache import Cache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,24 +66,26 @@ def test_index_url_from_config_files_later_wins(
         "extra-index-url = file:///x/simple\n  file:///y/simple\n"
     )
     third.write_text("[install]\nindex-url = https://not-global.example/simple\n")
-    monkeypatch.setattr(pypi, "config_files", lambda: [first, second, third, tmp_path / "no"])
-    assert pypi.index_url() == "https://second.example/simple"
-    assert pypi.extra_index_urls() == ["file:///x/simple", "file:///y/simple"]
+    monkeypatch.setattr(
+        index_client, "config_files", lambda: [first, second, third, tmp_path / "no"]
+    )
+    assert index_client.index_url() == "https://second.example/simple"
+    assert index_client.extra_index_urls() == ["file:///x/simple", "file:///y/simple"]
     monkeypatch.setenv("PIP_INDEX_URL", "https://env.example/simple")
-    assert pypi.index_url() == "https://env.example/simple"
+    assert index_client.index_url() == "https://env.example/simple"
 
 
 @pytest.mark.usefixtures("no_pip_env")
 def test_index_url_default_is_pypi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pypi, "config_files", lambda: [tmp_path / "absent.conf"])
-    assert pypi.index_url() == "https://pypi.org/simple"
-    assert pypi.extra_index_urls() == []
+    monkeypatch.setattr(index_client, "config_files", lambda: [tmp_path / "absent.conf"])
+    assert index_client.index_url() == "https://pypi.org/simple"
+    assert index_client.extra_index_urls() == []
 
 
 def test_config_files_include_the_venv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("VIRTUAL_ENV", str(tmp_path))
     monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "extra.conf"))
-    files = pypi.config_files()
+    files = index_client.config_files()
     assert Path("/etc/pip.conf") in files and Path("/etc/xdg/pip/pip.conf") in files
     assert files[-2:] == [tmp_path / "pip.conf", tmp_path / "extra.conf"]
 
@@ -96,7 +98,7 @@ def test_normalize_per_pep_503() -> None:
 
 
 def test_parse_html_page_resolves_links_and_fragments() -> None:
-    files = pypi.parse_html_page(HTML_PAGE, "https://idx.example/simple/foo-bar/")
+    files = index_client.parse_html_page(HTML_PAGE, "https://idx.example/simple/foo-bar/")
     assert files == [
         IndexFile("foo_bar-1.0.tar.gz", "https://idx.example/files/foo_bar-1.0.tar.gz", HEX_A),
         IndexFile(
@@ -109,7 +111,7 @@ def test_parse_html_page_resolves_links_and_fragments() -> None:
 
 
 def test_parse_json_page() -> None:
-    files = pypi.parse_json_page(json_page("../../f/foo_bar-1.0.tar.gz"), "https://i.example/s/x/")
+    files = index_client.parse_json_page(json_page("../../f/foo_bar-1.0.tar.gz"), "https://i.example/s/x/")
     assert files[0] == IndexFile(
         "foo_bar-1.0.tar.gz", "https://i.example/f/foo_bar-1.0.tar.gz", SDIST_SHA, len(SDIST)
     )
@@ -118,13 +120,13 @@ def test_parse_json_page() -> None:
 
 def test_parse_json_page_rejects_garbage() -> None:
     with pytest.raises(NetworkError):
-        pypi.parse_json_page("<html>", "https://i.example/")
+        index_client.parse_json_page("<html>", "https://i.example/")
     with pytest.raises(NetworkError):
-        pypi.parse_json_page('{"files": 3}', "https://i.example/")
+        index_client.parse_json_page('{"files": 3}', "https://i.example/")
 
 
 def test_choose_file() -> None:
-    files = pypi.parse_json_page(json_page("f.tar.gz"), "https://i.example/s/foo-bar/")
+    files = index_client.parse_json_page(json_page("f.tar.gz"), "https://i.example/s/foo-bar/")
     assert choose_file(files, "Foo.Bar", "1.0.0", kind="sdist", filename=None) == files[0]
     assert choose_file(files, "foo-bar", "1.1", kind="sdist", filename=None) is None
     named = "foo_bar-1.0-cp311-cp311-linux_aarch64.whl"
@@ -150,9 +152,10 @@ class Index:
             def do_GET(self) -> None:
                 index.hits.append(self.path)
                 if self.path == "/simple/foo-bar/":
-                    wants_json = pypi.JSON_TYPE in self.headers.get("Accept", "")
+                    wants_json = index_client.JSON_TYPE in self.headers.get("Accept", "")
                     if json_api and wants_json:
-                        body, kind = json_page("/files/foo_bar-1.0.tar.gz", sha), pypi.JSON_TYPE
+                        page = json_page("/files/foo_bar-1.0.tar.gz", sha)
+                        body, kind = page, index_client.JSON_TYPE
                     else:
                         body, kind = HTML_PAGE.replace(HEX_A, sha or "x"), "text/html"
                     self._send(200, body.encode(), kind)
@@ -186,7 +189,7 @@ class Index:
 @pytest.fixture
 def only_index(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.delenv("PIP_EXTRA_INDEX_URL", raising=False)
-    monkeypatch.setattr(pypi, "extra_index_urls", list)
+    monkeypatch.setattr(index_client, "extra_index_urls", list)
     yield
 
 
@@ -240,14 +243,14 @@ def test_fetch_sdist_checks_the_index_hash_and_caches(
     cache = Cache(tmp_path / "c")
     with Index() as index:
         monkeypatch.setenv("PIP_INDEX_URL", index.url)
-        path = pypi.fetch_sdist(cache, "foo-bar", "1.0")
+        path = index_client.fetch_sdist(cache, "foo-bar", "1.0")
         assert path.read_bytes() == SDIST
-        assert pypi.fetch_sdist(cache, "Foo_Bar", "1.0") == path
+        assert index_client.fetch_sdist(cache, "Foo_Bar", "1.0") == path
     assert index.hits.count("/files/foo_bar-1.0.tar.gz") == 1
     # the server is gone: offline the cached sdist is still there
-    assert pypi.fetch_sdist(cache, "foo-bar", "1.0", offline=True) == path
+    assert index_client.fetch_sdist(cache, "foo-bar", "1.0", offline=True) == path
     with pytest.raises(CacheMissError):
-        pypi.fetch_sdist(cache, "foo-bar", "2.0", offline=True)
+        index_client.fetch_sdist(cache, "foo-bar", "2.0", offline=True)
 
 
 @pytest.mark.usefixtures("only_index")
@@ -256,11 +259,11 @@ def test_fetch_sdist_hash_mismatch(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with Index(sha="c" * 64) as index:
         monkeypatch.setenv("PIP_INDEX_URL", index.url)
         with pytest.raises(HashMismatchError, match="c" * 64):
-            pypi.fetch_sdist(cache, "foo-bar", "1.0")
+            index_client.fetch_sdist(cache, "foo-bar", "1.0")
     assert not cache.has(SDIST_SHA)
     assert cache.lookup("sdists", "foo-bar==1.0") is None
 
 
 def test_devnull_config_file_means_no_config(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    assert pypi.config_files() == []
+    assert index_client.config_files() == []

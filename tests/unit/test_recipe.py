@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import PinRefusedError, RecipeError
-from sparkbuild.recipe import DEFAULT_RECIPE, load_recipe
+from sparkbuild.recipe import DEFAULT_RECIPE, load_recipe, require_spark_target
 from sparkbuild.resources import recipes_dir
 
 MINIMAL = """\
@@ -84,3 +84,32 @@ def test_the_lock_records_the_commit_for_this_spec_only(tmp_path: Path) -> None:
     assert recipe.locked_commit() == "a" * 40
     other = load_recipe(write(tmp_path, MINIMAL.replace("0.33.0", "0.11.0")))
     assert other.locked_commit() is None
+
+
+def _target_recipe(tmp_path: Path, target: str) -> Path:
+    path = tmp_path / "r.toml"
+    path.write_text('[source]\nspec = "x"\n[series]\npath = "series"\n[target]\n' + target)
+    return path
+
+
+def test_plain_sm121_is_refused_where_the_recipe_says_it(tmp_path: Path) -> None:
+    recipe = load_recipe(_target_recipe(tmp_path, 'cuda_archs = ["12.1"]\n'))
+    with pytest.raises(RecipeError, match="plain sm_121 compiles CUTLASS's FP4 kernels to a "
+                       "trap") as caught:
+        require_spark_target(recipe)
+    assert caught.value.where == f"{recipe.path}:6"
+    assert caught.value.hint is not None and "use 12.1a" in caught.value.hint
+
+
+def test_plain_sm121_with_the_opt_in_and_the_spark_targets_pass(tmp_path: Path) -> None:
+    opted = load_recipe(_target_recipe(
+        tmp_path, 'cuda_archs = ["12.1"]\nallow_plain_sm121 = true\n'))
+    assert opted.target.allow_plain_sm121
+    require_spark_target(opted)
+    for archs in ('["12.1a"]', '["12.1f"]', '["12.1a", "9.0a"]'):
+        require_spark_target(load_recipe(_target_recipe(tmp_path, f"cuda_archs = {archs}\n")))
+
+
+def test_allow_plain_sm121_must_be_a_boolean(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError, match="allow_plain_sm121 must be bool"):
+        load_recipe(_target_recipe(tmp_path, "allow_plain_sm121 = 1\n"))

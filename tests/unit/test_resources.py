@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from sparkbuild import resources
-from sparkbuild.archs import ARCH_EVAL_SCRIPT
-from sparkbuild.build import PROVIDER
-from sparkbuild.edits.e2m1_routing import E2m1RoutingEdit
+from sparkbuild.build.compile import PROVIDER
+from sparkbuild.build.selftest import find_csrc
+from sparkbuild.patches.edits.e2m1_routing import E2m1RoutingEdit
+from sparkbuild.patches.series import EditPatch, load_series
 from sparkbuild.recipe import DEFAULT_RECIPE, REPO_ROOT, load_recipe
-from sparkbuild.selftest import find_csrc
-from sparkbuild.series import EditPatch, load_series
+from sparkbuild.toolchain.archs import ARCH_EVAL_SCRIPT
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 

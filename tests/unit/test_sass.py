@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild import sass, selftest
+from sparkbuild.build import selftest
 from sparkbuild.errors import CommandFailed, ToolchainError
+from sparkbuild.toolchain import sass
 
 # Shortened `cuobjdump -sass` of an object built for sm_121a and sm_120f (fatbin sections).
 FATBIN_SASS = """
@@ -171,3 +172,63 @@ def test_parse_check_output_reads_the_last_result_line() -> None:
 def test_parse_check_output_without_a_result_line() -> None:
     with pytest.raises(CommandFailed):
         selftest.parse_check_output("crashed", "Segmentation fault\n", 0.1)
+
+
+# Shortened `cuobjdump -sass` of two kernels built for plain sm_121 and for sm_121a: the
+# guarded one is printf + trap on sm_121 (as nvcc 13.0 emits it), an FP4 MMA on sm_121a.
+GUARDED_SASS = """
+Fatbin elf code:
+================
+arch = sm_121
+\tcode for sm_121
+\t\tFunction : fp4_gemm
+        /*0000*/                   LDC R1, c[0x0][0x37c] ;
+        /*0010*/                   LDCU UR4, c[0x0][0x388] ;
+        /*0020*/                   STL [R1], R2 ;
+        /*0030*/                   LDC.64 R8, c[0x4][R0] ;
+        /*0040*/                   LEPC R20, 0x60 ;
+        /*0050*/                   CALL.ABS.NOINC R8 ;
+        /*0060*/                   BPT.TRAP 0x1 ;
+        /*0070*/                   BRA 0x70;
+\t\tFunction : copy_rows
+        /*0000*/                   LDG.E R2, desc[UR4][R2.64] ;
+        /*0010*/                   STG.E desc[UR4][R4.64], R2 ;
+        /*0020*/              @P0 BPT.TRAP 0x1 ;
+        /*0030*/                   EXIT ;
+
+Fatbin elf code:
+================
+arch = sm_121a
+\tcode for sm_121a
+\t\tFunction : fp4_gemm
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/         OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X R8, R4, R12, R8, R20, R21, URZ ;
+        /*0020*/         OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X R8, R5, R13, R8, R20, R21, URZ ;
+        /*0030*/                   HMMA.16816.F32 R8, R4, R12, R8 ;
+        /*0040*/                   STG.E desc[UR4][R6.64], R8 ;
+        /*0050*/                   EXIT ;
+"""
+
+
+def test_a_printf_and_trap_body_is_trap_only() -> None:
+    plain = sass.summarize(sass.parse_sass(GUARDED_SASS), "sm_121")
+    assert plain.trap_only_kernels == ("fp4_gemm",)
+    assert plain.block_scaled_mma == 0
+    assert (plain.functions, plain.instructions) == (2, 11)
+
+
+def test_a_kernel_that_can_trap_but_does_work_is_not_trap_only() -> None:
+    (copy_rows,) = [f for f in sass.parse_sass(GUARDED_SASS) if f.name == "copy_rows"]
+    assert not copy_rows.is_trap_only
+
+
+def test_block_scaled_mma_counts_only_the_scaled_ones_of_the_asked_arch() -> None:
+    real = sass.summarize(sass.parse_sass(GUARDED_SASS), "sm_121a")
+    assert real.block_scaled_mma == 2
+    assert real.trap_only_kernels == ()
+    assert real.to_dict()["block_scaled_mma"] == 2
+
+
+def test_an_arch_with_no_code_summarizes_to_nothing() -> None:
+    nothing = sass.summarize(sass.parse_sass(GUARDED_SASS), "sm_90a")
+    assert (nothing.functions, nothing.instructions, nothing.block_scaled_mma) == (0, 0, 0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild.archs import find_arch_lists, is_native, parse_entry
-from sparkbuild.edits.arch_lists import insert, insertions
+from sparkbuild.patches.edits.arch_lists import insert, insertions
+from sparkbuild.toolchain.archs import find_arch_lists, is_native, parse_entry
 
 CMAKE = """\
 set(HIP_SUPPORTED_ARCHS "gfx906;gfx1200;gfx1201")

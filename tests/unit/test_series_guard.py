@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkbuild.edits.rows_guard import guard_text
-from sparkbuild.edits.shuffle_guard import guard_in_text, guard_present
+from sparkbuild.patches.edits.rows_guard import guard_text
+from sparkbuild.patches.edits.shuffle_guard import guard_in_text, guard_present
 
 if TYPE_CHECKING:
     from pathlib import Path

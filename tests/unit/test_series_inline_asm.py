@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild.edits.e2m1_routing import add_include
-from sparkbuild.edits.inline_asm import (
+from sparkbuild.errors import PatchError
+from sparkbuild.patches.edits.e2m1_routing import add_include
+from sparkbuild.patches.edits.inline_asm import (
     instruction_lines,
     parse_conversion,
     route_conversions,
     strip_comments,
 )
-from sparkbuild.errors import PatchError
 
 # Written for these tests in the shape vLLM's headers use; operands follow PTX's rule
 # that `cvt d, a, b` puts a in the high nibble, so each pair is passed swapped.

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import PatchError
-from sparkbuild.patch_journal import (
+from sparkbuild.patches.journal import (
     JOURNAL,
     Journal,
     read_journal,

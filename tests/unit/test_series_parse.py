@@ -6,11 +6,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.edits.rows_guard import ShuffleRowsGuardEdit
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
-from sparkbuild.hashing import sha256_bytes
-from sparkbuild.recipe import REPO_ROOT
-from sparkbuild.series import (
+from sparkbuild.patches.edits.rows_guard import ShuffleRowsGuardEdit
+from sparkbuild.patches.series import (
     DiffPatch,
     EditPatch,
     SeriesEntry,
@@ -19,6 +17,8 @@ from sparkbuild.series import (
     parse_series_line,
     safe_relative_path,
 )
+from sparkbuild.recipe import REPO_ROOT
+from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
     from pathlib import Path

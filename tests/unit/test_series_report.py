@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sparkbuild.edits import EditPlan, FileChange, plan_diff
 from sparkbuild.errors import PatchError
-from sparkbuild.patch_journal import Recovery
-from sparkbuild.patching import (
+from sparkbuild.patches.edits import EditPlan, FileChange, plan_diff
+from sparkbuild.patches.journal import Recovery
+from sparkbuild.patches.report import (
     ALREADY,
     APPLIED,
     FAILED,
@@ -16,7 +16,7 @@ from sparkbuild.patching import (
     SeriesReport,
     describe_failure,
 )
-from sparkbuild.series import parse_diff
+from sparkbuild.patches.series import parse_diff
 
 DIFF = """\
 --- a/CMakeLists.txt

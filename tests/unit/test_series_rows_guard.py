@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.edits import make_edit
-from sparkbuild.edits.rows_guard import guard_text
-from sparkbuild.edits.shuffle_guard import guard_in_text
 from sparkbuild.errors import PatchError
+from sparkbuild.patches.edits import make_edit
+from sparkbuild.patches.edits.rows_guard import guard_text
+from sparkbuild.patches.edits.shuffle_guard import guard_in_text
 
 SIGNATURE = """\
 template <typename E>

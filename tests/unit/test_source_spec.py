@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkbuild.errors import SourceError
-from sparkbuild.gitsource import _refspecs, git_error
-from sparkbuild.source import SourceResult, parse_source_spec
+from sparkbuild.sources.fetch import SourceResult, parse_source_spec
+from sparkbuild.sources.git import _refspecs, git_error
 
 if TYPE_CHECKING:
     from pathlib import Path

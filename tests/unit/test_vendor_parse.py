@@ -14,15 +14,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.build import BuildRequest, NinjaProgress, build_environment, read_fetch_log
-from sparkbuild.cache import Cache
-from sparkbuild.cmakecond import Condition, Token, Unknown
-from sparkbuild.cmakescan import parse_cmake, scan_tree
+from sparkbuild.build.cmake_reader.conditions import Condition, Token, Unknown
+from sparkbuild.build.cmake_reader.scan import parse_cmake, scan_tree
+from sparkbuild.build.compile import BuildRequest, NinjaProgress, build_environment, read_fetch_log
+from sparkbuild.build.materialize import Materialized, missing_entries, require_complete
+from sparkbuild.build.vendor import cmake_defines, plan_tree
 from sparkbuild.errors import CacheMissError, UsageError
-from sparkbuild.offline import Materialized, missing_entries, require_complete
 from sparkbuild.pipeline import resolve_spec
 from sparkbuild.recipe import load_recipe
-from sparkbuild.vendor import cmake_defines, plan_tree
+from sparkbuild.store.cache import Cache
 
 SHA = "ab" * 20
 

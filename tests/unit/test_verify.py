@@ -12,8 +12,9 @@ import pytest
 from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
 from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
-from sparkbuild.verify import arch_digits, verify_wheelhouse
-from sparkbuild.wheelhouse import RealOutside, write_wheelhouse
+from sparkbuild.wheelhouse.closure import RealOutside
+from sparkbuild.wheelhouse.verify import arch_digits, verify_wheelhouse
+from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,7 +126,7 @@ def test_cli_json_reports_and_exits_with_verify_code(
 ) -> None:
     out = wheelhouse(tmp_path)
     next(out.glob("demo-*.whl")).write_bytes(b"truncated")
-    monkeypatch.setattr("sparkbuild.sass.list_cuda_archs", SM121)
+    monkeypatch.setattr("sparkbuild.toolchain.sass.list_cuda_archs", SM121)
     assert main(["verify", str(out), "--json"]) == VerifyError.exit_code
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["error"]["error"] == "VerifyError"

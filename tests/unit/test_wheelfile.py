@@ -13,7 +13,7 @@ import pytest
 from packaging.utils import parse_wheel_filename
 
 from sparkbuild.errors import UnsafeArchiveError, VerifyError
-from sparkbuild.wheelfile import (
+from sparkbuild.wheelhouse.wheel_rewrite import (
     DEFAULT_EPOCH,
     local_label,
     normalize_wheel,

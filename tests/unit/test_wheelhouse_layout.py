@@ -20,17 +20,17 @@ from sparkbuild.errors import (
     NetworkError,
     PinRefusedError,
 )
-from sparkbuild.lockfile import LockedRequirement, parse_lock
-from sparkbuild.pypi import IndexFile
 from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
-from sparkbuild.wheelhouse import write_wheelhouse
+from sparkbuild.sources.index import IndexFile
+from sparkbuild.wheelhouse.lock import LockedRequirement, parse_lock
+from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from sparkbuild.cache import Cache
-    from sparkbuild.lockfile import ClosureTarget
+    from sparkbuild.store.cache import Cache
+    from sparkbuild.wheelhouse.lock import ClosureTarget
 
 SOURCE = {"kind": "git", "url": "file:///src/demo.git", "ref": "main", "commit": "c" * 40}
 PATCHES = [{"name": "cmake-sm121-archs", "sha256": "a" * 64, "status": "applied",
@@ -143,7 +143,7 @@ def test_layout(tmp_path: Path) -> None:
     # the built wheel's requirements (not its extras) and the pins, which also override
     assert outside.resolved == (["dep-one>=1", "tiny-pin==2.0"], ["tiny-pin==2.0"])
     built = f"demo-1.0+{result.label}-py3-none-any.whl"
-    assert re.fullmatch(r"sm121\.[0-9a-f]{8}", result.label)
+    assert re.fullmatch(r"sm121a\.[0-9a-f]{8}", result.label)
     top = sorted(p.name for p in out.iterdir())
     assert top == sorted([built, PIN_FILE, DEP_FILE, "requirements.lock", "manifest.json",
                           "simple"])
@@ -179,7 +179,7 @@ def test_manifest_says_where_everything_came_from(tmp_path: Path) -> None:
     assert manifest["patches"] == [{"name": "cmake-sm121-archs", "sha256": "a" * 64,
                                     "status": "applied"}]
     assert manifest["toolchain"] == TOOLCHAIN
-    assert manifest["build"]["archs"] == ["12.1"] and manifest["build"]["jobs"] == 2
+    assert manifest["build"]["archs"] == ["12.1a"] and manifest["build"]["jobs"] == 2
     assert manifest["build"]["environment"] == SETTINGS["environment"]
     wheels = {w["file"]: w for w in manifest["wheels"]}
     for name, entry in wheels.items():

@@ -1,0 +1,1 @@
+"""A reader of the CMake language, used by :mod:`sparkbuild.build.vendor` to plan sources."""

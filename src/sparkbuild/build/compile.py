@@ -1,0 +1,266 @@
+"""The wheel build: ``pip wheel --no-build-isolation --no-deps`` of a prepared tree.
+
+The build never uses the network: sources come unpacked from the cache
+(:mod:`sparkbuild.build.materialize`), the build requirements are installed from cached wheels
+into a build environment of their own (kept in the cache, keyed by the wheels' hashes),
+and pip runs with no index and no config files.  What the tree's CMake sees:
+
+* TORCH_CUDA_ARCH_LIST from the recipe (``12.1``), MAX_JOBS/NVCC_THREADS from doctor;
+* the Ninja generator, and ccache/sccache as CMAKE_<LANG>_COMPILER_LAUNCHER if present;
+* in CMAKE_ARGS (vLLM's setup.py appends it to its cmake call):
+  FETCHCONTENT_SOURCE_DIR_<NAME> for each source, the tree's own ``*_SRC_DIR``
+  overrides (also as environment variables, which vLLM's CMake reads first),
+  FETCHCONTENT_FULLY_DISCONNECTED=ON offline, and sparkbuild's dependency provider;
+* CARGO_NET_OFFLINE=true and a CARGO_HOME whose config points at the vendored crates.
+
+Ninja's ``[n/m]`` lines drive a progress bar with the time left; the whole output goes
+to a log file, and its tail is shown when the build fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.console import count_progress, info, step
+from sparkbuild.errors import CommandFailed, UsageError
+from sparkbuild.proc import run
+from sparkbuild.resources import build_tools_dir
+from sparkbuild.store.files import venv_python
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from sparkbuild.build.materialize import Materialized
+    from sparkbuild.store.cache import Cache
+
+PROVIDER = build_tools_dir() / "sparkbuild_provider.cmake"
+"""The CMake dependency provider: in the checkout, or in the installed wheel's resources."""
+
+BUILD_TIMEOUT = 24 * 3600.0
+_STEP = re.compile(r"\[(\d+)/(\d+)\]")
+_UNIT = re.compile(r"\] Building (CUDA|CXX|C) object (\S+)")
+LAUNCHER_LANGUAGES = ("C", "CXX", "CUDA")
+
+
+@dataclass
+class NinjaProgress:
+    """Reads build output line by line: ninja's ``[n/m]`` steps and the compiled units."""
+
+    update: Callable[[int, int], None] = lambda _done, _total: None
+    units: list[str] = field(default_factory=list)
+    last: tuple[int, int] | None = None
+
+    def __call__(self, line: str) -> None:
+        match = _STEP.search(line)
+        if match is None:
+            return
+        done, total = int(match.group(1)), int(match.group(2))
+        self.last = (done, total)
+        self.update(done, total)
+        unit = _UNIT.search(line)
+        if unit:
+            self.units.append(unit.group(2))
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one build needs to know; see :func:`build_environment`."""
+
+    tree: Path
+    work: Path
+    archs: str
+    """TORCH_CUDA_ARCH_LIST, e.g. ``12.1``."""
+    jobs: int
+    nvcc_threads: int | None
+    offline: bool
+    deps: Materialized
+    recipe_env: Mapping[str, str] = field(default_factory=dict)
+    launcher: str | None = None
+
+
+@dataclass
+class BuildOutcome:
+    wheels: list[Path]
+    log: Path
+    seconds: float
+    compiled_units: list[str]
+    env: dict[str, str]
+    fetch_log: Path
+    python: Path
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "wheels": [str(path) for path in self.wheels],
+            "log": str(self.log),
+            "seconds": round(self.seconds, 1),
+            "compiled_units": len(self.compiled_units),
+            "env": self.env,
+        }
+
+
+def _no_spaces(values: Mapping[str, str]) -> None:
+    for key, value in values.items():
+        if any(char.isspace() for char in value):
+            raise UsageError(
+                f"{key}={value!r} contains whitespace, which CMAKE_ARGS cannot carry "
+                "(vLLM's setup.py splits it on spaces)",
+                hint="use a cache and work directory whose path has no spaces",
+            )
+
+
+def cmake_overrides(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
+    """The -D options sparkbuild adds to CMAKE_ARGS."""
+    defines = dict(request.deps.cmake_defines)
+    if request.offline:
+        defines["FETCHCONTENT_FULLY_DISCONNECTED"] = "ON"
+    if PROVIDER.is_file():
+        defines["CMAKE_PROJECT_TOP_LEVEL_INCLUDES"] = str(PROVIDER)
+    if request.launcher:
+        for language in LAUNCHER_LANGUAGES:
+            defines[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher
+    _no_spaces(defines)
+    return defines
+
+
+def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
+    """The variables the build runs with, on top of the current environment."""
+    env = dict(request.recipe_env)
+    args = shlex.split(env.get("CMAKE_ARGS", ""))
+    overrides = cmake_overrides(request, fetch_log)
+    args += [f"-D{key}={value}" for key, value in sorted(overrides.items())]
+    env.update(request.deps.env)
+    env.update({
+        "TORCH_CUDA_ARCH_LIST": request.archs,
+        "MAX_JOBS": str(request.jobs),
+        "CMAKE_GENERATOR": "Ninja",
+        "CMAKE_ARGS": " ".join(args),
+        "SPARKBUILD_FETCH_LOG": str(fetch_log),
+        "CARGO_NET_OFFLINE": "true",
+        # pip: the cache is the only source, whatever the user's pip config says.
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_NO_INDEX": "1",
+        "PIP_FIND_LINKS": str(request.deps.wheel_dir or ""),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    })
+    if request.nvcc_threads:
+        env["NVCC_THREADS"] = str(request.nvcc_threads)
+    if request.offline:
+        env["SPARKBUILD_OFFLINE"] = "1"
+    if request.launcher:
+        for language in LAUNCHER_LANGUAGES:
+            env[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher
+        if Path(request.launcher).name == "ccache":
+            # Paths below the work directory hash as relative: a re-prepared tree hits.
+            env.setdefault("CCACHE_BASEDIR", str(request.work))
+            env.setdefault("CCACHE_NOHASHDIR", "true")
+    return env
+
+
+# -- the build environment -----------------------------------------------------------------
+
+
+def ensure_build_env(cache: Cache, deps: Materialized, key: str) -> Path:
+    """A venv holding the build requirements, installed from the cached wheels only.
+
+    Kept at ``CACHE/buildenv/KEY`` (KEY: the wheel set's hash) and reused: installing
+    torch takes most of a minute.  A venv cannot be moved (its scripts name their
+    interpreter), so it is created in place and marked complete last.
+    """
+    venv = cache.root / "buildenv" / key[:24]
+    marker = venv / ".sparkbuild-complete"
+    python = venv_python(venv)
+    if marker.is_file() and python.exists():
+        return python
+    with cache.locked():
+        if marker.is_file() and python.exists():
+            return python
+        step(f"creating the build environment {venv}")
+        shutil.rmtree(venv, ignore_errors=True)
+        run([sys.executable, "-m", "venv", venv], timeout=600)
+        if deps.requirements:
+            with tempfile.TemporaryDirectory() as scratch:
+                reqs = Path(scratch) / "build-requirements.txt"
+                reqs.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
+                run([python, "-m", "pip", "install", "--no-index", "--find-links",
+                     str(deps.wheel_dir), "-r", reqs],
+                    env={"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
+                         "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                    timeout=3600, log=venv.parent / f"{venv.name}.install.log")
+        marker.write_text(" ".join(deps.requirements) + "\n", encoding="utf-8")
+    return python
+
+
+# -- the build ---------------------------------------------------------------------------
+
+
+def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
+    """Build the wheel(s) of ``request.tree`` with ``python`` (the build environment)."""
+    logs = request.work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / "build.log"
+    fetch_log = logs / "fetchcontent.tsv"
+    fetch_log.write_text("", encoding="utf-8")
+    out = request.work / "dist"
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    env = build_environment(request, fetch_log)
+    env["PATH"] = f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    find_links = ["--find-links", str(request.deps.wheel_dir)] if request.deps.wheel_dir else []
+    command: list[str | os.PathLike[str]] = [
+        python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
+        *find_links, "-v", "--wheel-dir", out, request.tree,
+    ]
+    step(f"building {request.tree} for TORCH_CUDA_ARCH_LIST={request.archs} "
+         f"with MAX_JOBS={request.jobs} (log: {log})")
+    started = time.monotonic()
+    with count_progress("compiling") as update:
+        progress = NinjaProgress(update)
+        try:
+            run(command, cwd=request.tree, env=env, log=log, progress=progress,
+                timeout=BUILD_TIMEOUT)
+        except CommandFailed as failure:
+            raise CommandFailed(
+                f"the build of {request.tree} failed after "
+                f"{time.monotonic() - started:.0f} s\n{failure.what}",
+                where=failure.where, hint=failure.hint,
+            ) from failure
+    wheels = sorted(out.glob("*.whl"))
+    if not wheels:
+        raise CommandFailed("pip wheel succeeded but wrote no wheel", where=f"full log: {log}")
+    seconds = time.monotonic() - started
+    info(f"built {', '.join(w.name for w in wheels)} in {seconds:.0f} s "
+         f"({len(progress.units)} compiled units)")
+    changed = {k: v for k, v in env.items() if k != "PATH"}
+    return BuildOutcome(wheels, log, seconds, progress.units, changed, fetch_log, python)
+
+
+def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:
+    """The provider's record: dependency name -> {KEY: values}."""
+    recorded: dict[str, dict[str, tuple[str, ...]]] = {}
+    if not path.is_file():
+        return recorded
+    keys = {"GIT_REPOSITORY", "GIT_TAG", "URL", "URL_HASH", "SOURCE_DIR", "SOURCE_SUBDIR",
+            "GIT_SUBMODULES"}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        fields = line.split("\t")
+        if not fields or not fields[0]:
+            continue
+        options: dict[str, list[str]] = {}
+        key: str | None = None
+        for value in fields[1:]:
+            if value in keys:
+                key = value
+                options.setdefault(key, [])
+            elif key is not None:
+                options[key].append(value)
+        recorded[fields[0]] = {k: tuple(v) for k, v in options.items()}
+    return recorded

@@ -1,0 +1,326 @@
+"""``sparkbuild doctor``: is this machine ready to build, and how parallel may it go?
+
+Run on its own and before every build.  Only a missing nvcc, or one too old to target
+sm_121, is a hard failure: everything else (an old cmake, a torch that differs from the
+tree's pin, little disk) is a warning, because the user may know better.  The build
+plan -- MAX_JOBS and NVCC_THREADS -- is a pure function of memory and cores so that the
+choice for a 128 GB Spark can be tested on any machine; each number carries its reason.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from sparkbuild.errors import ToolchainError
+from sparkbuild.recipe import BuildSettings
+from sparkbuild.sources.requirements import exact_pin, read_requirements
+from sparkbuild.toolchain.tools import (
+    MIN_CMAKE,
+    MIN_NVCC_FOR_SM121,
+    Tool,
+    find_cmake,
+    find_host_compiler,
+    find_launcher,
+    find_ninja,
+    find_nvcc,
+    require_sm121,
+    torch_version,
+)
+
+GIB = 1024**3
+MIN_FREE_DISK_GIB = 30.0
+"""A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
+
+MAX_SYSTEM_RESERVE_GIB = 4.0
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    value: str
+    reason: str
+    hard: bool = False
+    """A failed hard check stops the build (nvcc missing or too old)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "value": self.value,
+                "reason": self.reason, "hard": self.hard}
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    max_jobs: int
+    nvcc_threads: int
+    launcher: str | None
+    reasons: tuple[str, ...]
+
+    def env(self) -> dict[str, str]:
+        """The variables vLLM's setup.py reads."""
+        return {"MAX_JOBS": str(self.max_jobs), "NVCC_THREADS": str(self.nvcc_threads)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
+                "launcher": self.launcher, "reasons": list(self.reasons)}
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _nvcc_threads(nvcc_threads: int | None, arch_count: int) -> tuple[int, str]:
+    if nvcc_threads is not None:
+        return max(1, nvcc_threads), f"NVCC_THREADS={nvcc_threads}: as requested"
+    if arch_count <= 1:
+        return 1, "NVCC_THREADS=1: one target arch, and nvcc --threads only splits work by arch"
+    return 1, "NVCC_THREADS=1: vLLM's default; parallelism comes from MAX_JOBS"
+
+
+def plan_build(
+    *,
+    total_memory_bytes: int,
+    available_memory_bytes: int,
+    cores: int,
+    job_memory_gib: float,
+    nvcc_threads: int | None = None,
+    arch_count: int = 1,
+    launcher: str | None = None,
+    requested_jobs: int | None = None,
+) -> BuildPlan:
+    """MAX_JOBS from memory and cores: the smaller of the two limits wins.
+
+    Each nvcc job may take ``job_memory_gib`` per thread (CUTLASS FP4 kernels take
+    3 to 8 GiB); 10% of the memory, at most 4 GiB, stays with the system.
+    """
+    threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count)
+    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
+    usable = max(0.0, available_memory_bytes - reserve)
+    per_job = job_memory_gib * GIB * threads
+    by_memory = math.floor(usable / per_job)
+    by_cores = max(1, cores // threads)
+    memory_reason = (
+        f"memory: {_gib(available_memory_bytes)} available of {_gib(total_memory_bytes)}, "
+        f"{_gib(reserve)} kept for the system, {job_memory_gib:g} GiB per job x {threads} "
+        f"thread(s) -> {by_memory} job(s)"
+    )
+    cores_reason = f"cores: {cores} / {threads} thread(s) per job -> {by_cores} job(s)"
+    reasons = [memory_reason, cores_reason, threads_reason]
+    jobs = max(1, min(by_memory, by_cores))
+    if requested_jobs is not None:
+        jobs = requested_jobs
+        reasons.append(f"MAX_JOBS={jobs}: as requested (doctor would pick "
+                       f"{max(1, min(by_memory, by_cores))})")
+    elif by_memory < 1:
+        reasons.append("MAX_JOBS=1: not even one job fits the budget; the build may swap")
+    else:
+        bound = "memory" if by_memory <= by_cores else "cores"
+        reasons.append(f"MAX_JOBS={jobs}: bounded by {bound}")
+    if launcher:
+        reasons.append(f"compiler launcher: {launcher} (rebuilds reuse unchanged objects)")
+    else:
+        reasons.append("compiler launcher: none found (install ccache for fast rebuilds)")
+    return BuildPlan(jobs, threads, launcher, tuple(reasons))
+
+
+def parse_meminfo(text: str) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes from /proc/meminfo."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"(\w+):\s+(\d+)\s*kB", line)
+        if match:
+            values[match.group(1)] = int(match.group(2)) * 1024
+    total = values.get("MemTotal", 0)
+    return total, values.get("MemAvailable", values.get("MemFree", total))
+
+
+def read_memory() -> tuple[int, int]:
+    try:
+        return parse_meminfo(Path("/proc/meminfo").read_text(encoding="ascii"))
+    except OSError:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return pages, pages
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check]
+    plan: BuildPlan
+    hard_failure: ToolchainError | None = None
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    @property
+    def error(self) -> ToolchainError | None:
+        return self.hard_failure
+
+    def warnings(self) -> list[Check]:
+        return [check for check in self.checks if not check.ok and not check.hard]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checks": [check.to_dict() for check in self.checks],
+            "plan": self.plan.to_dict(),
+            "tools": {name: tool.to_dict() for name, tool in self.tools.items()},
+        }
+
+    def summary(self) -> list[str]:
+        lines = []
+        for check in self.checks:
+            mark = "ok  " if check.ok else ("FAIL" if check.hard else "warn")
+            lines.append(f"[{mark}] {check.name}: {check.value} -- {check.reason}")
+        lines.append(f"build plan: MAX_JOBS={self.plan.max_jobs} "
+                     f"NVCC_THREADS={self.plan.nvcc_threads}")
+        lines.extend(f"  - {reason}" for reason in self.plan.reasons)
+        return lines
+
+
+# --- individual checks ------------------------------------------------------------------
+
+def _check_nvcc(tools: dict[str, Tool]) -> tuple[Check, ToolchainError | None]:
+    try:
+        nvcc = find_nvcc()
+        require_sm121(nvcc)
+    except ToolchainError as error:
+        return Check("nvcc", False, "unusable", error.what, hard=True), error
+    tools["nvcc"] = nvcc
+    reason = (f"found via {nvcc.source} at {nvcc.path}; "
+              f">= {MIN_NVCC_FOR_SM121} targets sm_121")
+    return Check("nvcc", True, str(nvcc.version), reason, hard=True), None
+
+
+def _check_tool(name: str, tool: Tool | None, minimum: Version | None) -> Check:
+    if tool is None:
+        return Check(name, False, "missing", f"install it: pip install {name}")
+    value = str(tool.version) if tool.version else "unknown version"
+    where = f"{tool.path} (from {tool.source})"
+    if minimum is not None and (tool.version is None or tool.version < minimum):
+        return Check(name, False, value, f"{where}; vLLM needs {name} >= {minimum}: "
+                     f"pip install '{name}>={minimum}'")
+    return Check(name, True, value, where)
+
+
+def tree_gcc_minimum(tree: Path) -> Version | None:
+    """The newest ``CMAKE_CXX_COMPILER_VERSION VERSION_LESS X`` the tree refuses below."""
+    try:
+        text = (tree / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.findall(r'CMAKE_CXX_COMPILER_VERSION\s+VERSION_LESS\s+"?(\d+(?:\.\d+)*)"?', text)
+    return max((Version(v) for v in found), default=None)
+
+
+def _check_gcc(tool: Tool | None, tree: Path | None) -> Check:
+    if tool is None:
+        return Check("gcc", False, "missing", "nvcc needs a host C++ compiler: apt-get install g++")
+    minimum = tree_gcc_minimum(tree) if tree else None
+    value = str(tool.version) if tool.version else "unknown version"
+    if minimum and tool.version and tool.version < minimum:
+        return Check("gcc", False, value, f"{tool.path}: the tree's CMakeLists.txt refuses "
+                     f"GCC < {minimum}; the full build will stop at configure")
+    return Check("gcc", True, value, f"{tool.path} (from {tool.source})")
+
+
+def tree_torch_pin(tree: Path) -> tuple[Version, str] | None:
+    """The ``torch==X`` a vLLM tree builds against, and the file that says so."""
+    pyproject = tree / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            requires = tomllib.loads(pyproject.read_text(encoding="utf-8")).get(
+                "build-system", {}).get("requires", [])
+        except tomllib.TOMLDecodeError:
+            requires = []
+        pin = exact_pin(requires, "torch")
+        if pin:
+            return pin, "pyproject.toml [build-system]"
+    for name in ("requirements/build/cuda.txt", "requirements/build.txt",
+                 "requirements/cuda.txt"):
+        path = tree / name
+        if path.is_file():
+            pin = exact_pin((line.text for line in read_requirements(path)), "torch")
+            if pin:
+                return pin, name
+    return None
+
+
+def _check_torch(tree: Path | None) -> Check:
+    installed = torch_version()
+    pin = tree_torch_pin(tree) if tree else None
+    if installed is None:
+        wanted = f"pip install torch=={pin[0]}" if pin else "pip install torch"
+        return Check("torch", False, "not installed", f"the build needs torch: {wanted}")
+    notes = []
+    if installed.local and "cpu" in installed.local:
+        notes.append("a CPU build: its headers serve `check`, a CUDA wheel build needs CUDA torch")
+    if pin is None:
+        reason = "; ".join(notes) or "no tree pin to compare"
+        return Check("torch", not notes, str(installed), reason)
+    pinned, where = pin
+    if installed.public != pinned.public:
+        notes.insert(0, f"the tree pins torch=={pinned} ({where}); the build's vendor step "
+                     "fetches that one")
+        return Check("torch", False, str(installed), "; ".join(notes))
+    return Check("torch", not notes, str(installed), "; ".join([f"matches {where}", *notes]))
+
+
+def _check_disk(where: Path) -> Check:
+    probe = where if where.exists() else Path.cwd()
+    free = shutil.disk_usage(probe).free
+    ok = free >= MIN_FREE_DISK_GIB * GIB
+    reason = f"free at {probe}" + ("" if ok else
+                                   f"; a vLLM build needs about {MIN_FREE_DISK_GIB:g} GiB")
+    return Check("disk", ok, _gib(free), reason)
+
+
+def _check_launcher(tool: Tool | None) -> Check:
+    if tool is None:
+        return Check("compiler launcher", True, "none",
+                     "neither sccache nor ccache found: every build compiles from scratch")
+    return Check("compiler launcher", True, tool.name,
+                 f"{tool.path}: used as CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++")
+
+
+def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) -> DoctorReport:
+    """Every check, then the build plan.  Raises nothing for a hard failure: the report
+    carries it as ``error`` so the user sees everything that is wrong at once."""
+    tools: dict[str, Tool] = {}
+    nvcc_check, failure = _check_nvcc(tools)
+    found = {"cmake": find_cmake(), "ninja": find_ninja(),
+             "gcc": find_host_compiler(), "launcher": find_launcher()}
+    tools.update({name: tool for name, tool in found.items() if tool is not None})
+    total, available = read_memory()
+    cores = os.cpu_count() or 1
+    budget = job_memory_gib if job_memory_gib is not None else BuildSettings.job_memory_gib
+    launcher = found["launcher"]
+    plan = plan_build(
+        total_memory_bytes=total, available_memory_bytes=available, cores=cores,
+        job_memory_gib=budget, nvcc_threads=_env_int("NVCC_THREADS"),
+        launcher=launcher.name if launcher else None, requested_jobs=_env_int("MAX_JOBS"),
+    )
+    checks = [
+        nvcc_check,
+        _check_tool("cmake", found["cmake"], MIN_CMAKE),
+        _check_tool("ninja", found["ninja"], None),
+        _check_gcc(found["gcc"], tree),
+        _check_torch(tree),
+        _check_disk(tree or Path.cwd()),
+        _check_launcher(launcher),
+        Check("memory", True, f"{_gib(available)} available of {_gib(total)}", "/proc/meminfo"),
+        Check("cores", True, str(cores), "os.cpu_count()"),
+        Check("MAX_JOBS", True, str(plan.max_jobs), "; ".join(
+            r for r in plan.reasons if not r.startswith(("NVCC_THREADS", "compiler launcher")))),
+        Check("NVCC_THREADS", True, str(plan.nvcc_threads), plan.reasons[2]),
+    ]
+    return DoctorReport(checks, plan, failure, tools)

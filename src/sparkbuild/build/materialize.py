@@ -1,0 +1,202 @@
+"""From the dependency cache to what an offline build points at.
+
+:func:`missing_entries` runs before anything compiles: every planned source, the
+build-requirement wheels and the crates must be in the cache, and each one that is not
+is named.  :func:`materialize` then unpacks the sources beside the build (once per
+blob: an unpacked copy is reused while its marker says it is complete), links the
+wheels into a find-links directory, and returns the variables that redirect the build:
+``FETCHCONTENT_SOURCE_DIR_<NAME>`` for FetchContent and the tree's own ``*_SRC_DIR``
+overrides (the only way to redirect vLLM's full-signature FetchContent_Populate calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.build.vendor_fetch import crates_entry, source_entry, wheelset_entry
+from sparkbuild.errors import CacheMissError, VerifyError
+from sparkbuild.sources.archive import extract_archive
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sparkbuild.build.vendor import SourcePlan, VendorPlan
+    from sparkbuild.store.cache import Cache
+
+COMPLETE_MARKER = ".sparkbuild-complete"
+
+
+@dataclass(frozen=True)
+class Missing:
+    kind: str
+    name: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.kind} {self.name}: {self.detail}"
+
+
+def _source_problem(cache: Cache, source: SourcePlan) -> Missing | None:
+    if source.method == "populate" and source.override is None:
+        return Missing("source", source.name, (
+            f"{source.where} fetches it with FetchContent_Populate's full signature and "
+            "offers no *_SRC_DIR override, so no build can be pointed at a local copy"
+        ))
+    if source_entry(cache, source) is None:
+        pin = f"@ {source.ref}" if source.kind == "git" else f"({source.url_hash or 'no hash'})"
+        return Missing("source", source.name, f"{source.url} {pin} is not in the cache")
+    return None
+
+
+def missing_entries(plan: VendorPlan, cache: Cache) -> list[Missing]:
+    """Everything ``plan`` needs that ``cache`` does not hold (cheap: nothing re-hashed)."""
+    missing = [m for m in (_source_problem(cache, s) for s in plan.sources) if m is not None]
+    if plan.wheels and wheelset_entry(cache, plan) is None:
+        missing.append(Missing("wheels", "build requirements", (
+            f"no vendored wheels for {', '.join(plan.requirements)} (Python/machine "
+            f"{plan.wheelset_key[:12]})"
+        )))
+    for crate in plan.crates:
+        if crate.count and crates_entry(cache, crate) is None:
+            missing.append(Missing("crates", crate.lockfile, f"{crate.count} crates not vendored"))
+    return missing
+
+
+def require_complete(plan: VendorPlan, cache: Cache) -> None:
+    """Raise one :class:`CacheMissError` naming every missing entry, or return."""
+    missing = missing_entries(plan, cache)
+    if missing:
+        raise CacheMissError(
+            f"the cache lacks {len(missing)} thing(s) the offline build needs:\n  "
+            + "\n  ".join(item.line() for item in missing),
+            where=str(cache.root),
+            hint="run the same command once without --offline (or `sparkbuild vendor "
+            "--tree TREE --cache DIR`) where the network is reachable",
+        )
+
+
+@dataclass
+class Materialized:
+    """Where the build finds its dependencies."""
+
+    sources: dict[str, Path] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    cmake_defines: dict[str, str] = field(default_factory=dict)
+    wheel_dir: Path | None = None
+    requirements: list[str] = field(default_factory=list)
+    cargo_home: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": {name: str(path) for name, path in self.sources.items()},
+            "env": dict(self.env),
+            "cmake_defines": dict(self.cmake_defines),
+            "wheel_dir": str(self.wheel_dir) if self.wheel_dir else None,
+        }
+
+
+def _verified(cache: Cache, digest: str, what: str) -> Path:
+    try:
+        return cache.path_of(digest)
+    except (CacheMissError, VerifyError) as exc:
+        raise CacheMissError(
+            f"the cache entry of {what} is missing or corrupted: {exc.what}",
+            where=exc.where,
+            hint="run once online to fetch it again",
+        ) from exc
+
+
+def _unpack(cache: Cache, digest: str, dest: Path, what: str, *, strip_top: bool) -> Path:
+    """The unpacked blob at ``dest`` (reused when complete); returns the source root."""
+    marker = dest / COMPLETE_MARKER
+    if not marker.is_file():
+        blob = _verified(cache, digest, what)
+        shutil.rmtree(dest, ignore_errors=True)
+        staging = dest.with_name(dest.name + f".partial-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        extracted = extract_archive(blob, staging, sha256=digest)
+        top = extracted.top_level
+        root_name = top[0] if strip_top and len(top) == 1 and (staging / top[0]).is_dir() else ""
+        (staging / COMPLETE_MARKER).write_text(root_name + "\n", encoding="utf-8")
+        staging.rename(dest)
+    root_name = marker.read_text(encoding="utf-8").strip()
+    return dest / root_name if root_name else dest
+
+
+def _materialize_source(cache: Cache, source: SourcePlan, deps: Path, out: Materialized) -> None:
+    entry = source_entry(cache, source)
+    assert entry is not None, "require_complete() runs first"
+    digest = str(entry["sha256"])
+    root = _unpack(cache, digest, deps / f"{source.name}-{digest[:12]}", source.name,
+                   strip_top=bool(entry.get("strip_top")))
+    out.sources[source.name] = root
+    if source.method == "declare":
+        out.cmake_defines[f"FETCHCONTENT_SOURCE_DIR_{source.name.upper()}"] = str(root)
+    if source.override:
+        target = root / source.override_subdir if source.override_subdir else root
+        out.env[source.override] = str(target)
+        out.cmake_defines[source.override] = str(target)
+
+
+def _link_wheels(cache: Cache, plan: VendorPlan, wheel_dir: Path) -> None:
+    entry = wheelset_entry(cache, plan)
+    assert entry is not None, "require_complete() runs first"
+    files = entry["files"]
+    assert isinstance(files, dict)
+    shutil.rmtree(wheel_dir, ignore_errors=True)
+    wheel_dir.mkdir(parents=True)
+    for filename, digest in sorted(files.items()):
+        # A symlink, not a hard link: a new link changes the blob's ctime, which the
+        # cache's "verified" marker includes (the next read would re-hash the blob).
+        (wheel_dir / filename).symlink_to(_verified(cache, str(digest), filename))
+
+
+def _cargo_home(cache: Cache, plan: VendorPlan, work: Path) -> Path | None:
+    """A CARGO_HOME whose config replaces crates.io with the vendored crates."""
+    vendored = [crate for crate in plan.crates if crate.count]
+    if not vendored:
+        return None
+    home = work / "cargo-home"
+    home.mkdir(parents=True, exist_ok=True)
+    directories = []
+    for crate in vendored:
+        entry = crates_entry(cache, crate)
+        assert entry is not None, "require_complete() runs first"
+        digest = str(entry["sha256"])
+        directories.append(_unpack(cache, digest, work / f"crates-{digest[:12]}",
+                                   crate.lockfile, strip_top=False))
+    config = [
+        "[source.crates-io]", 'replace-with = "sparkbuild-vendored"', "",
+        "[source.sparkbuild-vendored]", f'directory = "{directories[0]}"', "",
+        "[net]", "offline = true", "",
+    ]
+    (home / "config.toml").write_text("\n".join(config), encoding="utf-8")
+    return home
+
+
+def materialize(plan: VendorPlan, cache: Cache, work: Path) -> Materialized:
+    """Unpack the plan's dependencies under ``work`` for the build; cache must be complete."""
+    require_complete(plan, cache)
+    out = Materialized(requirements=plan.requirements)
+    deps = work / "deps"
+    deps.mkdir(parents=True, exist_ok=True)
+    for source in plan.sources:
+        _materialize_source(cache, source, deps, out)
+    if plan.wheels:
+        out.wheel_dir = work / "wheels"
+        _link_wheels(cache, plan, out.wheel_dir)
+    out.cargo_home = _cargo_home(cache, plan, work)
+    if out.cargo_home is not None:
+        out.env["CARGO_HOME"] = str(out.cargo_home)
+    out.env["CARGO_NET_OFFLINE"] = "true"
+    return out
+
+
+def remove_unpacked(work: Path) -> None:
+    """Forget unpacked copies (they are rebuilt from the cache on the next build)."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.rmtree(work / "deps")

@@ -1,0 +1,428 @@
+"""`sparkbuild vendor`: find everything a build would download, and store it in the cache.
+
+Three kinds of things break an air-gapped build of vLLM, often an hour in:
+
+* FetchContent sources (CUTLASS, flash-attention, FlashMLA, DeepGEMM, ...).  They are
+  found by reading the tree's CMake files with :mod:`sparkbuild.build.cmake_reader.scan`, which
+  resolves ``set()`` variables (``GIT_TAG ${CUTLASS_REVISION}``) and decides ``if()``
+  branches for a CUDA build.  Why a reader rather than a recorded configure: vLLM's
+  configure needs a CUDA build of torch and nvcc, and clones every dependency as it goes,
+  so it can neither run here nor before the sources are there.  CMake still has the last
+  word: every build runs with sparkbuild's dependency provider
+  (``build_tools/sparkbuild_provider.cmake``), which records each dependency the real
+  configure asks for; a dependency the reader missed is vendored from that record after
+  an online build, and an offline build stops at configure naming it.
+* Build requirements: ``[build-system] requires`` and ``requirements/build*`` of the
+  tree, as wheels (torch at the tree's pin).
+* Cargo crates, where the tree has a Cargo.lock (``cargo vendor``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shlex
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+
+from sparkbuild.build.cmake_reader.scan import Declaration, scan_tree
+from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
+from sparkbuild.sources.requirements import exact_pin, read_requirements
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+
+CUDA_BUILD_FACTS: dict[str, str] = {
+    "CUDA_FOUND": "TRUE",
+    "HIP_FOUND": "FALSE",
+    "PYTORCH_FOUND_HIP": "FALSE",
+}
+"""What find_package(Torch) reports for a CUDA build of torch: the reader cannot run
+find_package, and without these a CUDA build's ROCm branches would look possible too."""
+
+DISCOVERY = "cmake-reader"
+"""How sources are found; see the module docstring."""
+
+OTHER_DEVICES = frozenset({"cpu", "rocm", "rock", "tpu", "xpu", "hpu", "neuron", "openvino"})
+"""requirements/build files for these targets are not a CUDA build's."""
+
+_OVERRIDE_VAR = re.compile(r"\b([A-Z][A-Z0-9_]*_SRC_DIR)\b")
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """One external source the configure fetches."""
+
+    name: str
+    kind: str
+    """``git`` or ``url``."""
+    url: str
+    ref: str | None
+    """GIT_TAG for git sources; None for URL sources."""
+    url_hash: str | None = None
+    """``ALGO=hex`` from URL_HASH, for URL sources."""
+    method: str = "declare"
+    where: str = ""
+    certain: bool = True
+    override: str | None = None
+    """The tree's own ``*_SRC_DIR`` variable that points the build at a local copy."""
+    override_subdir: str | None = None
+    submodules: tuple[str, ...] | None = None
+    """None: all of them (FetchContent's default)."""
+    mirrors: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """The cache index key: git sources by URL and ref, URL sources by URL."""
+        return f"git:{self.url}@{self.ref}" if self.kind == "git" else f"url:{self.url}"
+
+    @property
+    def sha256(self) -> str | None:
+        if self.url_hash and self.url_hash.lower().startswith("sha256="):
+            return self.url_hash.split("=", 1)[1].lower()
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        # A URL source's pin is its hash: "ref" carries it so every source has one.
+        data: dict[str, Any] = {"name": self.name, "url": self.url,
+                                "ref": self.ref if self.kind == "git" else self.url_hash}
+        data.update(kind=self.kind, method=self.method, where=self.where, certain=self.certain)
+        if self.url_hash:
+            data["url_hash"] = self.url_hash
+        if self.override:
+            data["override"] = self.override
+        if self.submodules is not None:
+            data["submodules"] = list(self.submodules)
+        return data
+
+
+@dataclass(frozen=True)
+class WheelPlan:
+    requirement: str
+    origin: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"requirement": self.requirement, "from": self.origin}
+
+
+@dataclass(frozen=True)
+class CratePlan:
+    lockfile: str
+    """Relative to the tree."""
+    sha256: str
+    count: int
+    toolchain: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lockfile": self.lockfile, "crates": self.count, "toolchain": self.toolchain}
+
+
+@dataclass(frozen=True)
+class VendorPlan:
+    tree: Path
+    sources: tuple[SourcePlan, ...]
+    unreached: tuple[SourcePlan, ...]
+    wheels: tuple[WheelPlan, ...]
+    crates: tuple[CratePlan, ...]
+    torch: str | None
+
+    @property
+    def crate_count(self) -> int:
+        return sum(plan.count for plan in self.crates)
+
+    @property
+    def requirements(self) -> list[str]:
+        return [wheel.requirement for wheel in self.wheels]
+
+    @property
+    def wheelset_key(self) -> str:
+        """The cache key of the build-requirement wheels for this Python and machine."""
+        payload = json.dumps(
+            {"requirements": sorted(set(self.requirements)), "python": python_tag()},
+            sort_keys=True,
+        )
+        return sha256_bytes(payload.encode())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tree": str(self.tree),
+            "discovery": DISCOVERY,
+            "sources": [source.to_dict() for source in self.sources],
+            "wheels": [wheel.to_dict() for wheel in self.wheels],
+            "torch": self.torch,
+            "crates": self.crate_count,
+            "cargo": [plan.to_dict() for plan in self.crates],
+            "unreached": [source.to_dict() for source in self.unreached],
+        }
+
+
+def python_tag() -> str:
+    """The interpreter and machine the build requirements are for (the build's own)."""
+    return f"cp{sys.version_info.major}{sys.version_info.minor}-{platform.machine()}"
+
+
+# -- FetchContent sources ----------------------------------------------------------------
+
+
+def cmake_defines(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``-DNAME=VALUE`` entries of CMAKE_ARGS (how setup.py passes options to CMake)."""
+    defines: dict[str, str] = {}
+    for word in shlex.split(env.get("CMAKE_ARGS", "")):
+        match = re.fullmatch(r"-D([A-Za-z0-9_]+)(?::[A-Za-z]+)?=(.*)", word)
+        if match:
+            defines[match.group(1)] = match.group(2)
+    return defines
+
+
+def _override_of(declaration: Declaration) -> str | None:
+    """The innermost enclosing condition that tests a ``*_SRC_DIR`` override."""
+    for condition in reversed(declaration.conditions):
+        match = _OVERRIDE_VAR.search(condition)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _source_plan(declaration: Declaration, tree: Path, local_subdirs: dict[str, bool]) -> (
+    SourcePlan | None
+):
+    where = f"{declaration.file.relative_to(tree)}:{declaration.line}"
+    git = declaration.first("GIT_REPOSITORY")
+    urls = declaration.options.get("URL", ())
+    override = _override_of(declaration)
+    subdir = declaration.first("SOURCE_SUBDIR")
+    override_subdir = subdir if subdir and local_subdirs.get(declaration.name) is False else None
+    common: dict[str, Any] = dict(
+        name=declaration.name, method=declaration.method, where=where,
+        certain=declaration.certain, override=override, override_subdir=override_subdir,
+    )
+    if git:
+        submodules = declaration.options.get("GIT_SUBMODULES")
+        return SourcePlan(
+            kind="git", url=git, ref=declaration.first("GIT_TAG") or "HEAD",
+            submodules=None if submodules is None else tuple(s for s in submodules if s),
+            **common,
+        )
+    if urls:
+        return SourcePlan(
+            kind="url", url=urls[0], ref=None, url_hash=declaration.first("URL_HASH"),
+            mirrors=tuple(urls[1:]), **common,
+        )
+    return None  # SOURCE_DIR only: a local copy, nothing to fetch
+
+
+def plan_sources(
+    tree: Path, *, defines: Mapping[str, str], env: Mapping[str, str]
+) -> tuple[list[SourcePlan], list[SourcePlan]]:
+    """(sources the CUDA configure fetches, sources only in branches it does not take)."""
+    state = scan_tree(tree, defines={**CUDA_BUILD_FACTS, **defines}, env=dict(env))
+    # A local-copy declaration without SOURCE_SUBDIR means the override points at the
+    # subdirectory itself (triton_kernels: TRITON_KERNELS_SRC_DIR is the python package).
+    local_subdirs: dict[str, bool] = {}
+    for declaration in state.declarations:
+        if "SOURCE_DIR" in declaration.options and not (
+            declaration.first("GIT_REPOSITORY") or declaration.options.get("URL")
+        ):
+            local_subdirs[declaration.name] = "SOURCE_SUBDIR" in declaration.options
+    reached: dict[str, SourcePlan] = {}
+    unreached: dict[str, SourcePlan] = {}
+    for declaration in state.declarations:
+        plan = _source_plan(declaration, state.tree, local_subdirs)
+        if plan is None:
+            continue
+        bucket = reached if declaration.reached else unreached
+        bucket.setdefault(plan.key, plan)
+    return list(reached.values()), [p for k, p in unreached.items() if k not in reached]
+
+
+# -- build requirements ------------------------------------------------------------------
+
+
+def _requirement_files(tree: Path) -> list[Path]:
+    candidates = sorted(tree.glob("requirements/build*.txt")) + sorted(
+        tree.glob("requirements/build/*.txt")
+    )
+    chosen = []
+    for path in candidates:
+        words = set(re.split(r"[-_.]", path.stem.lower()))
+        if not words & OTHER_DEVICES:
+            chosen.append(path)
+    return chosen
+
+
+def _normalized(line: str, origin: str) -> str | None:
+    """The requirement without its marker, or None when the marker excludes this build."""
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement as exc:
+        raise RecipeError(
+            f"cannot read build requirement {line!r}: {exc}", where=origin,
+            hint="fix the line, or report the tree's requirement syntax to sparkbuild",
+        ) from exc
+    environment: dict[str, str] = {k: str(v) for k, v in default_environment().items()}
+    if requirement.marker is not None and not requirement.marker.evaluate(environment):
+        return None
+    requirement.marker = None
+    return str(requirement)
+
+
+def plan_wheels(tree: Path) -> tuple[list[WheelPlan], str | None]:
+    """Build requirements of a CUDA build of the tree, and its torch pin."""
+    found: list[tuple[str, str]] = []
+    pyproject = tree / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise RecipeError(
+                f"pyproject.toml is not valid TOML: {exc}", where=str(pyproject)
+            ) from exc
+        requires = data.get("build-system", {}).get("requires", [])
+        found += [(str(line), "pyproject.toml") for line in requires]
+    seen: set[Path] = set()
+    for path in _requirement_files(tree):
+        origin = str(path.relative_to(tree))
+        found += [(line.text, origin) for line in read_requirements(path, _seen=seen)]
+    wheels: dict[str, WheelPlan] = {}
+    for line, origin in found:
+        requirement = _normalized(line, origin)
+        if requirement is not None and requirement not in wheels:
+            wheels[requirement] = WheelPlan(requirement, origin)
+    torch = exact_pin(wheels, "torch")
+    return list(wheels.values()), str(torch) if torch else None
+
+
+# -- cargo ---------------------------------------------------------------------------------
+
+
+def plan_crates(tree: Path) -> list[CratePlan]:
+    plans = []
+    for lock in sorted(tree.rglob("Cargo.lock")):
+        relative = lock.relative_to(tree)
+        if any(part in ("target", "build", ".git", "tests") for part in relative.parts[:-1]):
+            continue
+        try:
+            data = tomllib.loads(lock.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise RecipeError(f"Cargo.lock is not valid TOML: {exc}", where=str(lock)) from exc
+        count = sum(
+            1 for package in data.get("package", [])
+            if str(package.get("source", "")).startswith(("registry+", "git+", "sparse+"))
+        )
+        plans.append(
+            CratePlan(str(relative), sha256_file(lock), count,
+                      _rust_toolchain(tree, lock.parent))
+        )
+    return plans
+
+
+def _rust_toolchain(tree: Path, start: Path) -> str | None:
+    """The channel of the nearest rust-toolchain(.toml) at or above ``start``."""
+    directory = start
+    while directory.is_relative_to(tree):
+        for name in ("rust-toolchain.toml", "rust-toolchain"):
+            path = directory / name
+            if path.is_file():
+                text = path.read_text(encoding="utf-8")
+                match = re.search(r'channel\s*=\s*"([^"]+)"', text)
+                return match.group(1) if match else text.strip() or None
+        if directory == tree:
+            break
+        directory = directory.parent
+    return None
+
+
+# -- the plan and the stage ----------------------------------------------------------------
+
+
+def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None) -> VendorPlan:
+    """Everything the build of ``tree`` would fetch; reads files only."""
+    tree = Path(tree).resolve()
+    if not (tree / "CMakeLists.txt").is_file() and not (tree / "pyproject.toml").is_file():
+        raise SourceError(
+            "not a source tree: no CMakeLists.txt or pyproject.toml", where=str(tree),
+            hint="point --tree at a prepared tree (`sparkbuild prepare --dest DIR`)",
+        )
+    environment = dict(os.environ if env is None else env)
+    sources, unreached = plan_sources(
+        tree, defines=cmake_defines(environment), env=environment
+    )
+    wheels, torch = plan_wheels(tree)
+    return VendorPlan(tree, tuple(sources), tuple(unreached), tuple(wheels),
+                      tuple(plan_crates(tree)), torch)
+
+
+@dataclass
+class VendorEntry:
+    kind: str
+    """``source``, ``wheels`` or ``crates``."""
+    name: str
+    status: str
+    """``planned``, ``cached`` (already there) or ``fetched``."""
+    detail: str = ""
+    sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "status": self.status,
+                "detail": self.detail, "sha256": self.sha256}
+
+
+@dataclass
+class VendorResult:
+    plan: VendorPlan
+    cache: Path
+    plan_only: bool
+    entries: list[VendorEntry] = field(default_factory=list)
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.plan.to_dict()
+        data.update(cache=str(self.cache), plan_only=self.plan_only)
+        if not self.plan_only:
+            data["entries"] = [entry.to_dict() for entry in self.entries]
+        return data
+
+    def summary(self) -> list[str]:
+        plan = self.plan
+        lines = [f"tree: {plan.tree}", f"sources ({DISCOVERY}): {len(plan.sources)}"]
+        for source in plan.sources:
+            ref = source.ref or source.url_hash or "(no pin)"
+            maybe = "" if source.certain else "  (in an undecided branch)"
+            lines.append(f"  {source.name}: {source.url} @ {ref}{maybe}")
+        lines.append(f"wheels: {len(plan.wheels)} requirements, torch pin: {plan.torch}")
+        lines += [f"  {wheel.requirement}  ({wheel.origin})" for wheel in plan.wheels]
+        lines.append(f"crates: {plan.crate_count}")
+        if plan.unreached:
+            names = ", ".join(sorted({source.name for source in plan.unreached}))
+            lines.append(f"not fetched by a CUDA build (other branches): {names}")
+        if not self.plan_only:
+            lines.append(f"cache: {self.cache}")
+            lines += [f"  {e.status:8} {e.kind} {e.name} {e.detail}".rstrip() for e in self.entries]
+        return lines
+
+
+def vendor_tree(
+    tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None
+) -> VendorResult:
+    """Plan, and unless ``plan_only`` fetch every planned item into ``cache``."""
+    plan = plan_tree(tree, env=env)
+    result = VendorResult(plan, Path(cache).expanduser().resolve(), plan_only)
+    if plan_only:
+        return result
+    from sparkbuild.build.vendor_fetch import fetch_plan
+
+    result.entries = fetch_plan(plan, result.cache)
+    return result

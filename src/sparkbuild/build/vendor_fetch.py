@@ -1,0 +1,333 @@
+"""Fetch what a :class:`~sparkbuild.build.vendor.VendorPlan` names into the dependency cache.
+
+Everything lands in the content-addressed :class:`~sparkbuild.store.cache.Cache` as one blob,
+with a small index entry that says what the blob is:
+
+* ``sources/git:URL@REF``: a deterministic ``.tar.gz`` of the checkout at REF with its
+  submodules (sorted entries, zero timestamps and owners, no ``.git``), plus the commit
+  REF resolved to.  A tarball rather than a bare mirror: a mirror does not hold the
+  submodules, which live in other repositories, and the build needs a plain tree.
+* ``sources/url:URL``: the downloaded archive itself, verified against URL_HASH.
+* ``wheelsets/KEY``: the build-requirement wheels (``pip wheel``, which copies wheels and
+  builds the odd sdist) for one requirement set, Python and machine.
+* ``crates/SHA256-OF-Cargo.lock``: a tarball of ``cargo vendor``'s output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import os
+import re
+import shutil
+import stat
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkbuild.build.vendor import CratePlan, SourcePlan, VendorEntry, VendorPlan
+from sparkbuild.console import step
+from sparkbuild.errors import (
+    CommandFailed,
+    HashMismatchError,
+    NetworkError,
+    SourceError,
+)
+from sparkbuild.proc import run
+from sparkbuild.store.cache import Cache
+from sparkbuild.store.download import fetch_to_cache
+from sparkbuild.store.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
+GIT_TIMEOUT = 3 * 3600.0
+_NETWORK_TROUBLE = re.compile(
+    r"Could not resolve host|unable to access|Connection (refused|timed out)|"
+    r"Network is unreachable|Failed to connect|Temporary failure in name resolution",
+    re.IGNORECASE,
+)
+
+
+# -- deterministic tarballs ----------------------------------------------------------------
+
+
+def _walk(root: Path) -> Iterator[Path]:
+    """Every path under ``root`` in sorted order, without .git directories or files."""
+    for directory, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d != ".git")
+        base = Path(directory)
+        if base != root:
+            yield base
+        for name in sorted(filenames):
+            if name != ".git":
+                yield base / name
+
+
+def _tar_info(path: Path, root: Path) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(path.relative_to(root).as_posix())
+    mode = path.lstat().st_mode
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    if stat.S_ISLNK(mode):
+        info.type = tarfile.SYMTYPE
+        info.linkname = str(path.readlink())
+        info.mode = 0o777
+    elif stat.S_ISDIR(mode):
+        info.type = tarfile.DIRTYPE
+        info.mode = 0o755
+    else:
+        info.size = path.stat().st_size
+        info.mode = 0o755 if mode & 0o111 else 0o644
+    return info
+
+
+def write_tree_tarball(root: Path, out: Path) -> None:
+    """A .tar.gz of ``root`` whose bytes depend only on the files' names, modes and data."""
+    with out.open("wb") as raw, gzip.GzipFile(
+        filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6
+    ) as gz, tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for path in _walk(root):
+            info = _tar_info(path, root)
+            if info.isreg():
+                with path.open("rb") as data:
+                    tar.addfile(info, data)
+            else:
+                tar.addfile(info)
+
+
+def _store_tarball(cache: Cache, root: Path) -> str:
+    partial = cache.new_partial_path()
+    try:
+        write_tree_tarball(root, partial)
+        return cache.adopt_file(partial, sha256=sha256_file(partial))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+
+
+# -- git ----------------------------------------------------------------------------------
+
+
+def _git(args: list[str], cwd: Path, *, check: bool = True) -> str:
+    result = run(["git", *args], cwd=cwd, env=GIT_ENV, timeout=GIT_TIMEOUT, check=False,
+                 echo=False)
+    if check and result.returncode != 0:
+        raise CommandFailed(
+            f"git {' '.join(args)} failed:\n{result.output.strip()[-2000:]}", where=str(cwd)
+        )
+    return result.output if result.returncode == 0 else ""
+
+
+def _fetch_ref(repo: Path, source: SourcePlan) -> str:
+    """Fetch ``source.ref`` (tag, branch or commit) into ``repo``; returns its commit."""
+    ref = source.ref or "HEAD"
+    shallow = run(["git", "fetch", "-q", "--depth", "1", "origin", ref], cwd=repo, env=GIT_ENV,
+                  timeout=GIT_TIMEOUT, check=False, echo=False)
+    if shallow.returncode == 0:
+        return _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).strip()
+    if _NETWORK_TROUBLE.search(shallow.output):
+        raise NetworkError(
+            f"cannot reach the git remote of {source.name}", where=source.url,
+            hint="check the network; `sparkbuild vendor` needs it once, the build never",
+        )
+    # Servers that refuse a shallow fetch of a commit: fetch everything, then resolve.
+    _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo)
+    for candidate in (ref, f"origin/{ref}", f"refs/tags/{ref}"):
+        commit = _git(["rev-parse", "--verify", "-q", f"{candidate}^{{commit}}"], repo,
+                      check=False).strip()
+        if commit:
+            return commit
+    raise SourceError(
+        f"{source.name}: ref {ref!r} does not exist in {source.url}",
+        where=source.where, hint="the tree pins a ref its upstream does not have",
+    )
+
+
+def checkout_git(source: SourcePlan, dest: Path) -> str:
+    """A working tree of ``source`` at its ref, with its submodules, in ``dest``."""
+    dest.mkdir(parents=True)
+    _git(["init", "-q"], dest)
+    _git(["remote", "add", "origin", source.url], dest)
+    commit = _fetch_ref(dest, source)
+    _git(["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit], dest)
+    if (dest / ".gitmodules").is_file() and source.submodules != ():
+        paths = list(source.submodules or ())
+        _git(["submodule", "update", "--init", "--recursive", "--", *paths], dest)
+    return commit
+
+
+def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path) -> VendorEntry:
+    step(f"vendoring {source.name}: {source.url} @ {source.ref}")
+    checkout = scratch / source.name
+    commit = checkout_git(source, checkout)
+    digest = _store_tarball(cache, checkout)
+    shutil.rmtree(checkout, ignore_errors=True)
+    cache.record("sources", source.key, {
+        "kind": "git", "name": source.name, "url": source.url, "ref": source.ref,
+        "commit": commit, "sha256": digest, "strip_top": False,
+        "submodules": None if source.submodules is None else list(source.submodules),
+    })
+    return VendorEntry("source", source.name, "fetched", f"{source.ref} = {commit}", digest)
+
+
+# -- URLs ---------------------------------------------------------------------------------
+
+
+def _check_url_hash(source: SourcePlan, path: Path) -> None:
+    """URL_HASH in another algorithm than sha256 (MD5, SHA1, SHA512...)."""
+    if not source.url_hash or source.sha256:
+        return
+    algorithm, _, expected = source.url_hash.partition("=")
+    digest = hashlib.new(algorithm.lower().replace("_", ""))
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    if digest.hexdigest() != expected.lower():
+        raise HashMismatchError(
+            f"{source.name}: {algorithm} mismatch for {source.url}", where=source.where,
+            hint="the file changed upstream or the tree's URL_HASH is wrong",
+        )
+
+
+def _fetch_url(cache: Cache, source: SourcePlan) -> VendorEntry:
+    step(f"vendoring {source.name}: {source.url}")
+    last: NetworkError | None = None
+    for url in (source.url, *source.mirrors):
+        try:
+            path = fetch_to_cache(cache, url, source.sha256)
+            break
+        except NetworkError as exc:
+            last = exc
+    else:
+        assert last is not None
+        raise last
+    _check_url_hash(source, path)
+    cache.record("sources", source.key, {
+        "kind": "url", "name": source.name, "url": source.url, "sha256": path.name,
+        "strip_top": True, "filename": source.url.rstrip("/").rsplit("/", 1)[-1],
+    })
+    return VendorEntry("source", source.name, "fetched", source.url, path.name)
+
+
+def source_entry(cache: Cache, source: SourcePlan) -> dict[str, object] | None:
+    """The index entry of a vendored source whose blob is present, else None."""
+    entry = cache.lookup("sources", source.key)
+    digest = entry.get("sha256") if entry else None
+    if entry is None or not isinstance(digest, str) or not cache.has(digest):
+        return None
+    return entry
+
+
+def fetch_source(cache: Cache, source: SourcePlan, scratch: Path) -> VendorEntry:
+    entry = source_entry(cache, source)
+    if entry is not None:
+        detail = str(entry.get("commit") or source.url)
+        return VendorEntry("source", source.name, "cached", detail, str(entry["sha256"]))
+    if source.kind == "git":
+        return _fetch_git(cache, source, scratch)
+    return _fetch_url(cache, source)
+
+
+# -- wheels -------------------------------------------------------------------------------
+
+
+def wheelset_entry(cache: Cache, plan: VendorPlan) -> dict[str, object] | None:
+    entry = cache.lookup("wheelsets", plan.wheelset_key)
+    files = entry.get("files") if entry else None
+    if not isinstance(files, dict) or not all(cache.has(str(sha)) for sha in files.values()):
+        return None
+    return entry
+
+
+def _unavailable(output: str) -> str | None:
+    match = re.search(r"No matching distribution found for (\S+)", output)
+    return match.group(1) if match else None
+
+
+def fetch_wheels(cache: Cache, plan: VendorPlan, scratch: Path) -> VendorEntry:
+    names = ", ".join(plan.requirements)
+    if not plan.wheels:
+        return VendorEntry("wheels", "build requirements", "cached", "none declared")
+    if wheelset_entry(cache, plan) is not None:
+        return VendorEntry("wheels", "build requirements", "cached", names)
+    step(f"vendoring build requirements: {names}")
+    requirements = scratch / "build-requirements.txt"
+    requirements.write_text("\n".join(plan.requirements) + "\n", encoding="utf-8")
+    wheel_dir = scratch / "wheels"
+    result = run(
+        [sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "--wheel-dir",
+         wheel_dir, "-r", requirements],
+        log=scratch / "pip-wheel.log", check=False, timeout=3 * 3600,
+    )
+    if result.returncode != 0:
+        missing = _unavailable(result.output)
+        if missing:
+            raise SourceError(
+                f"build requirement {missing} cannot be had from the configured package index",
+                where=str(plan.tree),
+                hint="a torch pin needs its wheel for this Python and machine on the index "
+                "(pip config: index-url / find-links); `pip download` it by hand to see why",
+            )
+        raise CommandFailed(
+            "pip wheel of the build requirements failed:\n" + result.output.strip()[-3000:],
+            where=str(scratch / "pip-wheel.log"),
+        )
+    files = {path.name: cache.put_file(path) for path in sorted(wheel_dir.glob("*.whl"))}
+    cache.record("wheelsets", plan.wheelset_key, {
+        "requirements": plan.requirements, "files": files, "tree": str(plan.tree),
+    })
+    return VendorEntry("wheels", "build requirements", "fetched", f"{len(files)} wheels")
+
+
+# -- crates -------------------------------------------------------------------------------
+
+
+def crates_entry(cache: Cache, crate: CratePlan) -> dict[str, object] | None:
+    entry = cache.lookup("crates", crate.sha256)
+    digest = entry.get("sha256") if entry else None
+    return entry if isinstance(digest, str) and cache.has(digest) else None
+
+
+def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> VendorEntry:
+    if crate.count == 0:
+        return VendorEntry("crates", crate.lockfile, "cached", "no registry or git crates")
+    if crates_entry(cache, crate) is not None:
+        return VendorEntry("crates", crate.lockfile, "cached", f"{crate.count} crates")
+    step(f"vendoring {crate.count} crates of {crate.lockfile}")
+    manifest = (tree / crate.lockfile).parent / "Cargo.toml"
+    out = scratch / "cargo-vendor"
+    run(["cargo", "vendor", "--locked", "--manifest-path", manifest, out],
+        cwd=manifest.parent, env={"CARGO_TERM_COLOR": "never"}, timeout=3 * 3600,
+        log=scratch / "cargo-vendor.log")
+    digest = _store_tarball(cache, out)
+    cache.record("crates", crate.sha256, {
+        "sha256": digest, "count": crate.count, "lockfile": crate.lockfile,
+    })
+    return VendorEntry("crates", crate.lockfile, "fetched", f"{crate.count} crates", digest)
+
+
+# -- all of it ----------------------------------------------------------------------------
+
+
+def fetch_plan(plan: VendorPlan, cache_root: Path) -> list[VendorEntry]:
+    """Fetch every item of ``plan`` missing from the cache; holds the cache lock."""
+    cache = Cache(cache_root)
+    entries: list[VendorEntry] = []
+    with cache.locked():
+        cache.sweep_partials()
+        scratch_root = cache.root / "tmp"
+        scratch_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="vendor-", dir=scratch_root) as scratch_dir:
+            scratch = Path(scratch_dir)
+            for source in plan.sources:
+                entries.append(fetch_source(cache, source, scratch))
+            entries.append(fetch_wheels(cache, plan, scratch))
+            for crate in plan.crates:
+                entries.append(fetch_crates(cache, plan.tree, crate, scratch))
+    return entries

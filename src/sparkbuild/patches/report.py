@@ -1,0 +1,143 @@
+"""What a patch run reports: each patch's outcome, the series report, raw-instruction uses.
+
+Split from :mod:`sparkbuild.patches.engine` so the report types and the read-only scans (git
+apply's complaint turned into file and hunk, the raw E2M1 instruction left in the tree) sit
+apart from the engine that changes the tree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.errors import PatchError, SparkbuildError
+from sparkbuild.patches.edits.inline_asm import INSTRUCTION, instruction_lines
+from sparkbuild.patches.journal import Recovery
+from sparkbuild.patches.series import FileDiff
+from sparkbuild.store.files import walk_files
+
+APPLIED = "applied"
+ALREADY = "already-applied"
+FAILED = "failed"
+NOT_APPLIED = "not-applied"
+STATUSES = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
+REVERTED = "reverted"
+
+SKIP_DIRS = frozenset({".git", ".sparkbuild", "node_modules", "__pycache__"})
+C_SUFFIXES = frozenset({".cu", ".cuh", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".inl"})
+OWN_HEADER = ("e2m1.cuh", "SPARKBUILD_E2M1_HW")
+"""sparkbuild's own header uses the instruction only where the target has it: not a raw use."""
+
+
+@dataclass(frozen=True)
+class PatchOutcome:
+    name: str
+    status: str
+    detail: str
+    sha256: str
+    """sha256 of the patch file, so a report names exactly which patch text was used."""
+    where: str | None = None
+    """For ``failed``: the file and hunk (or file and line) that did not match."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "detail": self.detail,
+                "sha256": self.sha256}
+
+
+@dataclass
+class SeriesReport:
+    tree: Path
+    patches: list[PatchOutcome]
+    raw_instruction_uses: list[tuple[Path, int]]
+    """Raw ``cvt.rn.satfinite.e2m1x2.f32`` left in the tree: (path relative to it, line)."""
+    source: dict[str, Any] = field(default_factory=dict)
+    """What the tree came from; empty means the tree itself.  prepare fills it in."""
+    interrupted_run: Recovery | None = None
+    """A killed earlier run whose half-done changes this run found and undid first (said on
+    stderr when found, so not repeated in :meth:`summary`)."""
+
+    def source_dict(self) -> dict[str, Any]:
+        return self.source or {"kind": "tree", "path": str(self.tree)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tree": str(self.tree),
+            "source": self.source_dict(),
+            "patches": [outcome.to_dict() for outcome in self.patches],
+            "raw_instruction_uses": [
+                {"file": path.as_posix(), "line": line} for path, line in self.raw_instruction_uses
+            ],
+            "interrupted_run": self.interrupted_run and self.interrupted_run.to_dict(),
+        }
+
+    def summary(self) -> list[str]:
+        width = max((len(p.name) for p in self.patches), default=0)
+        lines = [f"patch series on {self.tree}"]
+        lines += [f"  {p.status:<15} {p.name:<{width}}  {p.detail}" for p in self.patches]
+        if self.raw_instruction_uses:
+            lines.append(f"raw {INSTRUCTION} in the tree (a plain sm_121 build trips on "
+                         "each one that is not behind an arch guard):")
+            lines += [f"  {path.as_posix()}:{line}" for path, line in self.raw_instruction_uses]
+        return lines
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        failed = next((p for p in self.patches if p.status == FAILED), None)
+        if failed is None:
+            return None
+        return PatchError(
+            f"patch {failed.name} failed: {failed.detail}",
+            where=failed.where,
+            hint="the tree was left as it was before; update the patch for this source",
+        )
+
+
+_HUNK_FAILED = re.compile(r"error: patch failed: (.+):(\d+)")
+_ERROR = re.compile(r"error: (.+)")
+
+
+def describe_failure(files: list[FileDiff], output: str) -> tuple[str, str | None]:
+    """(detail, where) from git apply's complaint: the file and the hunk that did not match."""
+    match = _HUNK_FAILED.search(output)
+    if match:
+        path, line = match.group(1), int(match.group(2))
+        file = next((f for f in files if f.path == path), None)
+        found = file.hunk_at(line) if file is not None else None
+        if found is not None:
+            number, hunk = found
+            return (
+                f"{path}: hunk #{number} ({hunk.ranges}) does not match",
+                f"{path}:{line} (hunk #{number})",
+            )
+        return f"{path}: the hunk at line {line} does not match", f"{path}:{line}"
+    errors = _ERROR.findall(output)
+    if errors:
+        path = errors[0].split(":", 1)[0]
+        return errors[0], path if any(f.path == path for f in files) else None
+    return f"git apply failed: {output.strip() or 'no message'}", None
+
+
+def _source_files(tree: Path) -> list[Path]:
+    return [path for path in walk_files(tree, SKIP_DIRS)
+            if path.suffix in C_SUFFIXES or path.suffix == ".py"]
+
+
+def raw_instruction_uses(tree: Path) -> list[tuple[Path, int]]:
+    """Code (not comments) in the tree that issues the raw E2M1 instruction: (file, line).
+
+    Reported, never fatal: a use behind an arch-specific guard builds fine, but each one is
+    a place a plain sm_121 build can trip.  sparkbuild's own e2m1.cuh is not counted.
+    """
+    uses = []
+    for path in _source_files(tree):
+        data = path.read_bytes()
+        if INSTRUCTION.encode() not in data:
+            continue
+        text = data.decode("utf-8", errors="replace")
+        if path.name == OWN_HEADER[0] and OWN_HEADER[1] in text:
+            continue
+        relative = path.relative_to(tree)
+        uses += [(relative, n) for n in instruction_lines(text, python=path.suffix == ".py")]
+    return uses

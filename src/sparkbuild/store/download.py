@@ -1,0 +1,201 @@
+"""Downloads: http, https and file URLs, hashed on the way in, never half-written.
+
+A download streams into a ``.partial-<pid>-*`` file beside its destination and is renamed
+only once complete and, when a sha256 is pinned, matching.  Every network failure becomes
+a :class:`NetworkError` that names the URL and says how to build without the network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import http.client
+import os
+import secrets
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from sparkbuild import __version__
+from sparkbuild.console import byte_progress, info, warn
+from sparkbuild.errors import (
+    CacheMissError,
+    DiskFullError,
+    HashMismatchError,
+    NetworkError,
+    VerifyError,
+)
+from sparkbuild.store.files import DISK_FULL, discarded, replacing
+from sparkbuild.store.hashing import CHUNK
+from sparkbuild.store.lock import seconds_from_env
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sparkbuild.store.cache import Cache
+
+OFFLINE_HINT = (
+    "check the network (or the index URL); to build without a network, fill the cache "
+    "once online (`sparkbuild vendor`) and run with --offline"
+)
+USER_AGENT = f"sparkbuild/{__version__}"
+
+
+def timeout_seconds() -> float:
+    """Seconds a stalled connection may stay silent ($SPARKBUILD_NET_TIMEOUT, default 60)."""
+    return seconds_from_env("SPARKBUILD_NET_TIMEOUT", 60.0)
+
+
+def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
+    """Open ``url`` for reading; network trouble becomes :class:`NetworkError`."""
+    headers = {"User-Agent": USER_AGENT}
+    if accept:
+        headers["Accept"] = accept
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        response: IO[bytes] = urllib.request.urlopen(request, timeout=timeout_seconds())
+    except urllib.error.HTTPError as exc:
+        raise NetworkError(
+            f"the server answered HTTP {exc.code} {exc.reason}", where=url, hint=OFFLINE_HINT
+        ) from exc
+    except urllib.error.URLError as exc:
+        raise NetworkError(f"cannot open URL: {exc.reason}", where=url, hint=OFFLINE_HINT) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise NetworkError(f"cannot open URL: {exc}", where=url, hint=OFFLINE_HINT) from exc
+    return response
+
+
+def _expected_length(response: IO[bytes]) -> int | None:
+    length = getattr(response, "headers", {}).get("Content-Length")
+    return int(length) if length and length.isdigit() else None
+
+
+def _stream_to(response: IO[bytes], out: IO[bytes], url: str, label: str) -> str:
+    """Copy the body, returning its sha256; a short body is a :class:`NetworkError`."""
+    digest = hashlib.sha256()
+    expected = _expected_length(response)
+    received = 0
+    with byte_progress(label, expected) as advance:
+        try:
+            for chunk in iter(lambda: response.read(CHUNK), b""):
+                digest.update(chunk)
+                out.write(chunk)
+                received += len(chunk)
+                advance(len(chunk))
+        except (TimeoutError, ConnectionError, http.client.HTTPException) as exc:
+            raise NetworkError(
+                f"the download broke off after {received} bytes: {exc}",
+                where=url,
+                hint=OFFLINE_HINT,
+            ) from exc
+    if expected is not None and received != expected:
+        raise NetworkError(
+            f"the download ended after {received} of {expected} bytes",
+            where=url,
+            hint="run again; " + OFFLINE_HINT,
+        )
+    return digest.hexdigest()
+
+
+def _partial_beside(dest: Path) -> Path:
+    return dest.with_name(f".partial-{os.getpid()}-{secrets.token_hex(6)}-{dest.name}")
+
+
+def download(
+    url: str, dest: Path, *, sha256: str | None = None, description: str | None = None
+) -> Path:
+    """Fetch ``url`` to ``dest`` atomically; with ``sha256`` the bytes must match it."""
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    label = description or f"downloading {dest.name}"
+    with replacing(dest, _partial_beside(dest)) as partial:
+        with open_url(url) as response, _disk_full_guard(dest.parent), partial.open("wb") as out:
+            actual = _stream_to(response, out, url, label)
+            out.flush()
+            os.fsync(out.fileno())
+        check_sha256(url, sha256, actual)
+    return dest
+
+
+def check_sha256(url: str, expected: str | None, actual: str) -> None:
+    if expected is not None and expected.lower() != actual:
+        raise HashMismatchError(
+            f"sha256 mismatch for {url}: expected {expected.lower()}, got {actual}",
+            where=url,
+            hint="the file changed upstream or the pin is wrong; nothing was kept",
+        )
+
+
+@contextlib.contextmanager
+def _disk_full_guard(where: Path) -> Iterator[None]:
+    """ENOSPC while writing becomes :class:`DiskFullError` naming ``where``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in DISK_FULL:
+            raise
+        raise DiskFullError(
+            "the disk filled up during a download; the partial file was removed",
+            where=str(where),
+            hint="free some space and run again",
+        ) from exc
+
+
+def fetch_to_cache(cache: Cache, url: str, sha256: str | None, *, offline: bool = False) -> Path:
+    """The verified cache entry for ``url``, downloading it only when needed.
+
+    A corrupted entry is removed and fetched again (online) or reported as a
+    :class:`CacheMissError` (offline).  Without ``sha256`` the hash recorded for the URL
+    by an earlier download is used, and a fresh download's hash is recorded.
+    """
+    known = sha256 or _recorded_sha256(cache, url)
+    with cache.locked():
+        if known is not None:
+            cached = _cached_entry(cache, url, known, offline=offline)
+            if cached is not None:
+                return cached
+        if offline:
+            raise CacheMissError(
+                f"not in the cache and --offline forbids downloading: {url}",
+                where=str(cache.root),
+                hint="run once online (`sparkbuild vendor`) to fill the cache",
+            )
+        return _download_into(cache, url, known)
+
+
+def _recorded_sha256(cache: Cache, url: str) -> str | None:
+    entry = cache.lookup("urls", url)
+    value = entry.get("sha256") if entry else None
+    return value if isinstance(value, str) else None
+
+
+def _cached_entry(cache: Cache, url: str, sha256: str, *, offline: bool) -> Path | None:
+    try:
+        return cache.path_of(sha256)
+    except CacheMissError:
+        return None
+    except VerifyError as exc:
+        if offline:
+            raise CacheMissError(
+                f"the cache entry for {url} was corrupted and has been removed; "
+                "--offline forbids fetching it again",
+                where=exc.where,
+                hint="run once online to fetch it again",
+            ) from exc
+        warn(f"{exc.what}; fetching it again from {url}")
+        return None
+
+
+def _download_into(cache: Cache, url: str, sha256: str | None) -> Path:
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    info(f"downloading {url}")
+    with discarded(cache.new_partial_path()) as partial:
+        with open_url(url) as response, _disk_full_guard(cache.root), partial.open("wb") as out:
+            actual = _stream_to(response, out, url, f"downloading {name}")
+            out.flush()
+            os.fsync(out.fileno())
+        check_sha256(url, sha256, actual)
+        digest = cache.adopt_file(partial, sha256=actual)
+    cache.record("urls", url, {"sha256": digest, "name": name})
+    return cache.path_of(digest)

@@ -1,0 +1,8 @@
+"""The toolchain: the programs a build runs and what they say, beneath every stage.
+
+Finding nvcc, cmake, ninja, the host compiler and torch (:mod:`.tools`); running a tree's
+own CMake in script mode and recording what it declares (:mod:`.cmake_recorder`); the
+tree's CUDA arch arithmetic (:mod:`.archs`); the nvcc command line CMake would generate
+(:mod:`.compile_flags`); reading machine code with cuobjdump (:mod:`.sass`).  It hands
+the stages facts about tools and binaries; it never changes a tree.
+"""

@@ -1,0 +1,325 @@
+"""Read NVIDIA machine code (SASS) with cuobjdump.
+
+Which GPU architectures an object, cubin, fatbin, executable or shared library carries
+(:func:`list_cuda_archs`), and which instructions its kernels use (:func:`read_sass`):
+counts, FP64 instructions, the E2M1 conversion.  cuobjdump comes from the
+``nvidia-cuda-cuobjdump`` wheel (``nvidia/cu13/bin/cuobjdump`` in site-packages), a CUDA
+toolkit, or ``PATH``; ``cuobjdump -sass`` also needs nvdisasm (``nvidia-cuda-nvdisasm``).
+Parsing is pure and separate from running, so it is unit-tested on captured text.
+
+:func:`summarize` judges the code for one architecture the way a person reading the SASS
+would: how many block-scaled MMA instructions the FP4 GEMMs got (``OMMA.SF...`` on SM12x),
+and which kernels are *trap-only*.  CUTLASS and vLLM guard arch-specific kernel bodies with
+feature macros and compile, for any other target, a body that prints an error and traps;
+nvcc exits 0 either way, so only the machine code shows that a kernel is empty.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from sparkbuild.errors import CommandFailed, ToolchainError
+from sparkbuild.proc import run
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+
+FP64_OPCODES = frozenset({"DADD", "DMUL", "DFMA", "DSETP", "DSET", "DMNMX", "DMMA"})
+"""Opcodes that are FP64 arithmetic by themselves."""
+
+CONVERSION_OPCODES = frozenset({"F2F", "F2I", "I2F", "FRND", "F2IP", "I2FP"})
+"""Opcodes that are FP64 when one of their type modifiers is F64."""
+
+MEMORY_OPCODES = frozenset({
+    "LD", "ST", "LDG", "STG", "LDS", "STS", "LDSM", "STSM", "LDGSTS", "ATOM", "ATOMG",
+    "ATOMS", "RED", "UTMALDG", "UTMASTG", "UTMAREDG", "UTMAPF", "UBLKCP", "UBLKRED", "TLD",
+    "TEX", "TLDS", "TLD4", "SULD", "SUST", "SUATOM", "SURED",
+})
+"""Opcodes that read or write global, shared or texture memory: a kernel's real work.
+Local memory (``LDL``/``STL``) and constants (``LDC``) are not here: printf's arguments
+pass through them."""
+
+_FUNCTION = re.compile(r"^\s*Function\s*:\s*(\S+)")
+_ARCH_HEADER = re.compile(r"^\s*arch\s*=\s*(sm_\w+)")
+_CODE_FOR = re.compile(r"^\s*code for\s+(sm_\w+)")
+_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-fA-F]+)\*/\s+([^;]*?)\s*;")
+_ELF_ENTRY = re.compile(r"^ELF file\s+\d+:\s+(\S+)", re.MULTILINE)
+_PTX_ENTRY = re.compile(r"^PTX file\s+\d+:\s+(\S+)", re.MULTILINE)
+_ARCH_IN_NAME = re.compile(r"\.(sm_\d+[a-z]?)\.(?:cubin|ptx)$")
+_NO_DEVICE_CODE = "does not contain device code"
+
+
+@dataclass(frozen=True)
+class Instruction:
+    address: int
+    opcode: str
+    """The base opcode: ``F2FP`` of ``F2FP.SATFINITE.E2M1.F32.PACK_AB_MERGE_C``."""
+    modifiers: tuple[str, ...]
+    operands: str
+    predicate: str | None = None
+
+    @property
+    def mnemonic(self) -> str:
+        return ".".join((self.opcode, *self.modifiers))
+
+    @property
+    def is_fp64(self) -> bool:
+        if self.opcode in FP64_OPCODES:
+            return True
+        if self.opcode in CONVERSION_OPCODES and "F64" in self.modifiers:
+            return True
+        return self.opcode == "MUFU" and any(m.endswith("64H") for m in self.modifiers)
+
+    @property
+    def is_e2m1_conversion(self) -> bool:
+        """A hardware conversion to or from FP4 E2M1 (``F2FP...E2M1``, ``F2F...E2M1``)."""
+        return "E2M1" in self.modifiers
+
+    @property
+    def is_padding(self) -> bool:
+        return self.opcode == "NOP"
+
+    def is_self_branch(self) -> bool:
+        """``BRA`` to its own address: the loop ptxas puts after a kernel's last ``EXIT``."""
+        return self.opcode == "BRA" and _branch_target(self.operands) == self.address
+
+
+def _branch_target(operands: str) -> int | None:
+    match = re.fullmatch(r"\s*(0x[0-9a-fA-F]+)\s*", operands)
+    return int(match.group(1), 16) if match else None
+
+
+@dataclass(frozen=True)
+class SassFunction:
+    name: str
+    arch: str | None
+    instructions: tuple[Instruction, ...]
+
+    @property
+    def body(self) -> tuple[Instruction, ...]:
+        """The instructions without the closing self-branch and the NOP padding."""
+        end = len(self.instructions)
+        while end and (
+            self.instructions[end - 1].is_padding or self.instructions[end - 1].is_self_branch()
+        ):
+            end -= 1
+        return self.instructions[:end]
+
+    @property
+    def count(self) -> int:
+        return len(self.body)
+
+    def opcode_counts(self) -> Counter[str]:
+        return Counter(instruction.opcode for instruction in self.body)
+
+    def fp64_instructions(self) -> list[Instruction]:
+        return [instruction for instruction in self.body if instruction.is_fp64]
+
+    def e2m1_instructions(self) -> list[Instruction]:
+        return [instruction for instruction in self.body if instruction.is_e2m1_conversion]
+
+    def block_scaled_mma(self) -> int:
+        """Block-scaled MMA instructions (``OMMA.SF...``, ``QMMA.SF...``): FP4/FP8 GEMM work."""
+        return sum(1 for i in self.body if i.opcode.endswith("MMA") and "SF" in i.modifiers)
+
+    @property
+    def is_trap_only(self) -> bool:
+        """It traps (``BPT.TRAP``) and touches no global, shared or texture memory and no
+        tensor core: the body a feature guard leaves for a target without the feature
+        (printf's call and the trap are all there is)."""
+        traps = any(i.opcode == "BPT" and "TRAP" in i.modifiers for i in self.body)
+        return traps and not any(
+            i.opcode in MEMORY_OPCODES or i.opcode.endswith("MMA") for i in self.body
+        )
+
+
+@dataclass(frozen=True)
+class SassSummary:
+    """What the machine code for one architecture holds (``check`` and ``verify`` report it)."""
+
+    arch: str
+    functions: int
+    instructions: int
+    block_scaled_mma: int
+    trap_only_kernels: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {"arch": self.arch, "functions": self.functions,
+                "instructions": self.instructions, "block_scaled_mma": self.block_scaled_mma,
+                "trap_only_kernels": list(self.trap_only_kernels)}
+
+
+def summarize(functions: Iterable[SassFunction], arch: str) -> SassSummary:
+    """Counts over the functions compiled for ``arch``, as cuobjdump names it (``sm_121a``
+    and plain ``sm_121`` are different targets)."""
+    chosen = [function for function in functions if function.arch == arch]
+    return SassSummary(
+        arch=arch,
+        functions=len(chosen),
+        instructions=sum(function.count for function in chosen),
+        block_scaled_mma=sum(function.block_scaled_mma() for function in chosen),
+        trap_only_kernels=tuple(sorted({f.name for f in chosen if f.is_trap_only})),
+    )
+
+
+def parse_instruction(address: int, text: str) -> Instruction:
+    """``@!P0 FMNMX R1, |R2|, 1, !PT`` -> predicate, opcode, modifiers and operands."""
+    predicate = None
+    words = text.split(None, 1)
+    if words and words[0].startswith("@"):
+        predicate = words[0][1:]
+        words = words[1].split(None, 1) if len(words) > 1 else []
+    if not words:
+        return Instruction(address, "", (), "", predicate)
+    opcode, *modifiers = words[0].split(".")
+    operands = words[1] if len(words) > 1 else ""
+    return Instruction(address, opcode, tuple(modifiers), operands.strip(), predicate)
+
+
+def parse_sass(text: str) -> list[SassFunction]:
+    """The kernels and device functions of ``cuobjdump -sass`` output, in order."""
+    functions: list[SassFunction] = []
+    arch: str | None = None
+    current: tuple[str, str | None] | None = None  # name and arch of the function being read
+    body: list[Instruction] = []
+    for line in text.splitlines():
+        if header := _ARCH_HEADER.match(line):
+            arch = header.group(1)  # "arch = sm_120f": the fatbin's name, with its suffix
+        elif code_for := _CODE_FOR.match(line):
+            if arch is None or not arch.startswith(code_for.group(1)):
+                arch = code_for.group(1)  # a lone cubin names its target only here
+        elif function_match := _FUNCTION.match(line):
+            if current is not None:
+                functions.append(SassFunction(*current, tuple(body)))
+            current, body = (function_match.group(1), arch), []
+        elif current is not None and (instruction := _INSTRUCTION.match(line)):
+            body.append(parse_instruction(int(instruction.group(1), 16), instruction.group(2)))
+    if current is not None:
+        functions.append(SassFunction(*current, tuple(body)))
+    return functions
+
+
+def _sorted_unique(archs: Iterable[str]) -> list[str]:
+    def key(arch: str) -> tuple[int, str]:
+        digits = re.search(r"\d+", arch)
+        return (int(digits.group()) if digits else 0, arch)
+
+    return sorted(set(archs), key=key)
+
+
+def parse_arch_listing(text: str) -> tuple[list[str], list[str]]:
+    """``cuobjdump -lelf -lptx`` output -> (SASS architectures, PTX architectures).
+
+    Entries read ``ELF file 1: name.1.sm_121a.cubin`` and ``PTX file 1: name.1.sm_90.ptx``;
+    a family target (sm_120f) is listed under its base name (sm_120), as cuobjdump names it.
+    """
+    elf = [m.group(1) for n in _ELF_ENTRY.findall(text) if (m := _ARCH_IN_NAME.search(n))]
+    ptx = [m.group(1) for n in _PTX_ENTRY.findall(text) if (m := _ARCH_IN_NAME.search(n))]
+    return _sorted_unique(elf), _sorted_unique(ptx)
+
+
+def _wheel_bin_dirs() -> Iterator[Path]:
+    """``bin`` folders of the ``nvidia`` namespace package: cu13/bin, cuda_cuobjdump/bin, ..."""
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    roots = list(spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        yield from sorted(Path(root).glob("*/bin"))
+
+
+def _find_tool(name: str, env_var: str) -> Path | None:
+    override = os.environ.get(env_var)
+    if override:
+        return Path(override)
+    candidates = [*_wheel_bin_dirs(), Path(sys.executable).parent]
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    for directory in candidates:
+        if (directory / name).is_file():
+            return directory / name
+    on_path = shutil.which(name)
+    if on_path:
+        return Path(on_path)
+    for root in (cuda_home, "/usr/local/cuda"):
+        if root and (Path(root) / "bin" / name).is_file():
+            return Path(root) / "bin" / name
+    return None
+
+
+def find_cuobjdump() -> Path:
+    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA."""
+    found = _find_tool("cuobjdump", "SPARKBUILD_CUOBJDUMP")
+    if found is None:
+        raise ToolchainError(
+            "cuobjdump not found",
+            where="looked in SPARKBUILD_CUOBJDUMP, the nvidia wheels, PATH, CUDA_HOME/bin "
+            "and /usr/local/cuda/bin",
+            hint="pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm",
+        )
+    return found
+
+
+def find_nvdisasm() -> Path | None:
+    """nvdisasm, which ``cuobjdump -sass`` runs; None when it is nowhere to be found."""
+    return _find_tool("nvdisasm", "SPARKBUILD_NVDISASM")
+
+
+def _sass_env() -> dict[str, str]:
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        raise ToolchainError(
+            "nvdisasm not found (cuobjdump needs it to print SASS)",
+            hint="pip install nvidia-cuda-nvdisasm",
+        )
+    path = os.environ.get("PATH", "")
+    return {"PATH": f"{nvdisasm.parent}{os.pathsep}{path}" if path else str(nvdisasm.parent)}
+
+
+def dump_sass(binary: Path, *, log: Path | None = None) -> str:
+    """``cuobjdump -sass binary``: the SASS of every kernel of every architecture in it."""
+    result = run([find_cuobjdump(), "-sass", binary], env=_sass_env(), log=log, echo=False)
+    return result.output
+
+
+def read_sass(binary: Path, *, log: Path | None = None) -> list[SassFunction]:
+    return parse_sass(dump_sass(binary, log=log))
+
+
+def _list_entries(binary: Path) -> str:
+    """``cuobjdump -lelf -lptx``; empty for a file with no device code (cuobjdump exits 255)."""
+    argv: list[str | os.PathLike[str]] = [find_cuobjdump(), "-lelf", "-lptx", binary]
+    result = run(argv, check=False, echo=False)
+    if result.returncode == 0 or _NO_DEVICE_CODE in result.output:
+        return result.output
+    raise CommandFailed(
+        f"cuobjdump cannot read {binary}: {result.output.strip()}",
+        where=str(binary),
+        hint="pass an object, cubin, fatbin, executable or shared library that exists",
+    )
+
+
+def list_cuda_archs(binary: Path) -> list[str]:
+    """The SM architectures whose machine code ``binary`` holds, e.g. ``["sm_120", "sm_121a"]``.
+
+    Works on objects, cubins, fatbins, executables and shared libraries; an empty list when
+    it holds no GPU code.  PTX is not machine code: see :func:`list_ptx_archs`.
+    """
+    return parse_arch_listing(_list_entries(binary))[0]
+
+
+def list_ptx_archs(binary: Path) -> list[str]:
+    """The virtual architectures whose PTX ``binary`` embeds (JIT-compiled at load time)."""
+    return parse_arch_listing(_list_entries(binary))[1]
+
+
+def functions_named(functions: Iterable[SassFunction], name: str) -> list[SassFunction]:
+    return [function for function in functions if function.name == name]

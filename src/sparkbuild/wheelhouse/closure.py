@@ -1,0 +1,262 @@
+"""What a wheelhouse takes from the package index: the recipe's pins and the runtime closure.
+
+A pin is fetched byte-identical to the index's file (its sha256 checked); the runtime
+closure (every dependency of the built wheels, for the target platform) is resolved with
+the pins as overrides, downloaded, and checked against the hashes of the resolution.  Both
+pass through the content-addressed cache: a resolution is cached under its inputs, so a
+second run (``--offline`` too) takes the same files from there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from packaging.utils import canonicalize_name, parse_wheel_filename
+
+from sparkbuild.errors import CacheMissError, HashMismatchError, SourceError, VerifyError
+from sparkbuild.recipe import refuse_known_bad
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.wheelhouse.lock import (
+    ClosureTarget,
+    LockedRequirement,
+    apply_pins,
+    restrict_to_pins,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from sparkbuild.recipe import Pin
+    from sparkbuild.sources.index import IndexFile
+    from sparkbuild.store.cache import Cache
+
+
+# -- the outside world, replaceable in tests ---------------------------------------------
+
+
+class Outside(Protocol):
+    """What the wheelhouse needs from the network and the machine."""
+
+    def index_url(self) -> str: ...
+
+    def list_files(self, name: str) -> list[IndexFile]: ...
+
+    def fetch(self, cache: Cache, url: str, sha256: str | None, *, offline: bool) -> Path: ...
+
+    def resolve(self, requirements: Sequence[str], overrides: Sequence[str],
+                target: ClosureTarget, index: str) -> list[LockedRequirement]: ...
+
+    def download(self, locked: Sequence[LockedRequirement], dest: Path,
+                 target: ClosureTarget, index: str) -> list[Path]: ...
+
+    def toolchain(self) -> dict[str, str | None]: ...
+
+
+class RealOutside:
+    """The package index, uv and pip, and the toolchain on PATH."""
+
+    def index_url(self) -> str:
+        from sparkbuild.sources.index import index_url
+
+        return index_url()
+
+    def list_files(self, name: str) -> list[IndexFile]:
+        from sparkbuild.sources.index import list_files
+
+        return list_files(self.index_url(), name) or []
+
+    def fetch(self, cache: Cache, url: str, sha256: str | None, *, offline: bool) -> Path:
+        from sparkbuild.store.download import fetch_to_cache
+
+        return fetch_to_cache(cache, url, sha256, offline=offline)
+
+    def resolve(self, requirements: Sequence[str], overrides: Sequence[str],
+                target: ClosureTarget, index: str) -> list[LockedRequirement]:
+        from sparkbuild.wheelhouse.lock import resolve_closure
+
+        return resolve_closure(requirements, overrides, target=target, index=index)
+
+    def download(self, locked: Sequence[LockedRequirement], dest: Path,
+                 target: ClosureTarget, index: str) -> list[Path]:
+        from sparkbuild.wheelhouse.lock import download_locked
+
+        return download_locked(locked, dest, target=target, index=index)
+
+    def toolchain(self) -> dict[str, str | None]:
+        from sparkbuild.toolchain.tools import describe_toolchain
+
+        return describe_toolchain()
+
+# -- the files -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WheelhouseFile:
+    file: str
+    name: str
+    version: str
+    sha256: str
+    size: int
+    role: str
+    """``built`` (this build), ``pin`` (a recipe pin) or ``closure`` (a dependency)."""
+    replaced: tuple[str, ...] = ()
+    """Built wheels: their requirements that a recipe pin replaced."""
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+    def to_dict(self) -> dict[str, Any]:
+        entry: dict[str, Any] = {"file": self.file, "name": self.name, "version": self.version,
+                                 "sha256": self.sha256, "size": self.size, "role": self.role}
+        if self.replaced:
+            entry["replaced_by_pins"] = list(self.replaced)
+        return entry
+
+
+def _place(source: Path, staging: Path, filename: str, role: str) -> WheelhouseFile:
+    """Copy ``source`` into the staging directory under ``filename``, and describe it."""
+    target = staging / filename
+    if source.resolve() != target.resolve():
+        shutil.copyfile(source, target)
+    name, version, _build, _tags = parse_wheel_filename(filename)
+    return WheelhouseFile(filename, str(name), str(version), sha256_file(target),
+                          target.stat().st_size, role)
+
+
+# -- pins ------------------------------------------------------------------------------
+
+
+def _pin_file(pin: Pin, outside: Outside) -> IndexFile:
+    """The index's file for ``pin``: the one with the pinned sha256, when it has one."""
+    from sparkbuild.sources.index import choose_file
+
+    files = outside.list_files(pin.name)
+    if pin.sha256 is None:
+        chosen = choose_file(files, pin.name, pin.version, kind="wheel", filename=None)
+        if chosen is None:
+            raise SourceError(f"the package index has no wheel of {pin.requirement}",
+                              hint="check the pin's name and version")
+        return chosen
+    for file in files:
+        if file.sha256 == pin.sha256.lower() and file.filename.endswith(".whl"):
+            return file
+        if file.sha256 == pin.sha256.lower():
+            raise SourceError(f"the pinned sha256 of {pin.requirement} is its sdist's",
+                              where=file.filename,
+                              hint="pin the sha256 of the wheel: a wheelhouse holds wheels")
+    raise HashMismatchError(
+        f"the package index has no file of {pin.requirement} with the pinned sha256 "
+        f"{pin.sha256}",
+        where=", ".join(f"{f.filename} {f.sha256}" for f in files if pin.version in f.filename)
+        or None,
+        hint="the release was re-uploaded or the pin is wrong; check the recipe's [[pins]]",
+    )
+
+
+def fetch_pin(pin: Pin, cache: Cache, staging: Path, outside: Outside, *,
+              offline: bool) -> WheelhouseFile:
+    """Bring one pinned wheel, byte-identical to the index's, into the staging directory."""
+    refuse_known_bad(pin)
+    key = f"{canonicalize_name(pin.name)}=={pin.version}"
+    known = cache.lookup("pins", key)
+    if known and pin.sha256 not in (None, known.get("sha256")):
+        known = None
+    if known is None and offline:
+        raise CacheMissError(
+            f"the pinned wheel {pin.requirement} is not in the cache and --offline forbids "
+            "the index", where=str(cache.root), hint="run `sparkbuild wheel` once online")
+    if known is None:
+        found = _pin_file(pin, outside)
+        known = {"url": found.url, "filename": found.filename,
+                 "sha256": pin.sha256 or found.sha256}
+    sha = known.get("sha256")
+    path = outside.fetch(cache, str(known["url"]), sha if isinstance(sha, str) else None,
+                         offline=offline)
+    cache.record("pins", key, {**known, "sha256": path.name})
+    return _place(path, staging, str(known["filename"]), "pin")
+
+
+# -- the runtime closure ---------------------------------------------------------------
+
+
+def closure_key(requirements: Sequence[str], overrides: Sequence[str],
+                target: ClosureTarget, index: str) -> str:
+    """The cache key of one resolution: its inputs, hashed."""
+    inputs = {"requirements": sorted(requirements), "overrides": sorted(overrides),
+              "index": index, **target.key()}
+    return sha256_bytes(json.dumps(inputs, sort_keys=True).encode())
+
+
+def _cached_closure(cache: Cache, key: str, staging: Path) -> list[WheelhouseFile] | None:
+    record = cache.lookup("closures", key)
+    if record is None:
+        return None
+    placed = []
+    for entry in record.get("files", []):
+        try:
+            path = cache.path_of(str(entry["sha256"]))
+        except (CacheMissError, VerifyError) as exc:
+            raise CacheMissError(f"the cache lost {entry['file']} of the runtime closure",
+                                 where=str(cache.root),
+                                 hint="run `sparkbuild wheel` once online to fetch it again",
+                                 ) from exc
+        placed.append(_place(path, staging, str(entry["file"]), "closure"))
+    return placed
+
+
+def _download_closure(locked: Sequence[LockedRequirement], cache: Cache, staging: Path,
+                      target: ClosureTarget, index: str, outside: Outside
+                      ) -> list[WheelhouseFile]:
+    incoming = staging / ".incoming"
+    placed = []
+    for path in outside.download(locked, incoming, target, index):
+        cache.put_file(path, name=path.name)
+        placed.append(_place(path, staging, path.name, "closure"))
+        path.unlink()
+    shutil.rmtree(incoming, ignore_errors=True)
+    allowed = {digest for item in locked for digest in item.hashes}
+    for item in placed:
+        if item.sha256 not in allowed:
+            raise HashMismatchError(f"{item.file} is not a file the lock allows",
+                                    where=str(staging / item.file))
+    missing = {r.key for r in locked} - {f.key for f in placed}
+    if missing:
+        raise CacheMissError(f"no wheel was downloaded for: {', '.join(sorted(missing))}",
+                             hint="the index lacks a wheel for the target platform")
+    return placed
+
+
+def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[str],
+                  cache: Cache, staging: Path, target: ClosureTarget, outside: Outside, *,
+                  offline: bool) -> list[WheelhouseFile]:
+    """The runtime closure's wheels, except the projects in ``skip`` (built and pinned).
+
+    A resolution is cached under its inputs and reused, online too: the same inputs give
+    the same wheelhouse until the recipe or the built wheels' requirements change.
+    """
+    merged, _replaced = apply_pins(requirements, pins)
+    if not merged:
+        return []
+    overrides = [pin.requirement for pin in pins]
+    index = outside.index_url()
+    key = closure_key(merged, overrides, target, index)
+    cached = _cached_closure(cache, key, staging)
+    if cached is not None:
+        return cached
+    if offline:
+        raise CacheMissError(
+            f"the runtime closure for {target.describe()} is not in the cache "
+            f"({len(merged)} requirements: {', '.join(sorted(merged))})",
+            where=str(cache.root),
+            hint="run `sparkbuild wheel` once online with the same recipe and --platform")
+    locked = restrict_to_pins(outside.resolve(merged, overrides, target, index), pins)
+    wanted = [item for item in locked if item.key not in skip]
+    placed = _download_closure(wanted, cache, staging, target, index, outside)
+    cache.record("closures", key, {"target": target.key(), "requirements": sorted(merged),
+                                   "files": [f.to_dict() for f in placed]})
+    return placed

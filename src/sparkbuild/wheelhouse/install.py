@@ -1,0 +1,133 @@
+"""Install a wheelhouse into a venv with no network: the wheelhouse alone, hashes required.
+
+pip runs with ``--no-index --find-links DIR --require-hashes -r DIR/requirements.lock``
+and isolated from the machine's pip configuration (``--isolated``,
+``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
+file cannot add or swap a single file.  ``pip check`` then proves the set is consistent,
+and importing the built package proves it loads (its compiled extension included).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.console import step
+from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
+from sparkbuild.proc import run
+from sparkbuild.store.files import venv_python
+from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
+from sparkbuild.wheelhouse.verify import read_manifest
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+PIP_TIMEOUT = 3600.0
+_ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+
+
+@dataclass
+class InstallResult:
+    venv: Path
+    created: bool
+    installed: list[str]
+    imported: list[str]
+    pip_check: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
+                "imported": self.imported, "pip_check": self.pip_check}
+
+    def summary(self) -> list[str]:
+        made = "created" if self.created else "existing"
+        return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
+                f"  pip check: {self.pip_check or 'ok'}",
+                f"  imported: {', '.join(self.imported) or 'nothing to import'}"]
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        return None
+
+
+def python_for(version: str | None) -> str:
+    """An interpreter of the wheelhouse's Python version: this one, or ``pythonX.Y``."""
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if not version or version == here:
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    if found is None:
+        raise ToolchainError(f"the wheelhouse is for Python {version}; python{version} is not "
+                             "on PATH", hint=f"install Python {version} or pass a venv of it")
+    return found
+
+
+def ensure_venv(venv: Path, version: str | None) -> bool:
+    """Create ``venv`` unless it is one already; True when it was created."""
+    if venv_python(venv).exists():
+        return False
+    if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
+        raise DestinationError("the path is neither a venv nor an empty directory",
+                               where=str(venv), hint="choose a new --venv path")
+    step(f"creating the venv {venv}")
+    run([python_for(version), "-m", "venv", venv], timeout=PIP_TIMEOUT)
+    return True
+
+
+def import_names(wheel: Path) -> list[str]:
+    """The top-level modules a wheel installs: top_level.txt, else its file list."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        top_level = [n for n in names if n.count("/") == 1 and
+                     n.endswith(".dist-info/top_level.txt")]
+        if top_level:
+            text = archive.read(top_level[0]).decode("utf-8")
+            return sorted({line.strip() for line in text.splitlines() if line.strip()})
+    found = set()
+    for name in names:
+        head, _, rest = name.partition("/")
+        if head.endswith((".dist-info", ".data")):
+            continue
+        if rest == "__init__.py":
+            found.add(head)
+        elif not rest and head.endswith((".py", ".so")):
+            found.add(head.split(".", 1)[0])
+    return sorted(found)
+
+
+def built_wheels(directory: Path, manifest: dict[str, Any]) -> list[Path]:
+    return [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
+
+
+def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
+    return run([python, "-m", "pip", "--isolated", *args], env=_ISOLATED,
+               timeout=PIP_TIMEOUT).output
+
+
+def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
+    """Install everything ``directory/requirements.lock`` names into ``venv``, offline."""
+    directory, venv = directory.resolve(), venv.absolute()
+    manifest = read_manifest(directory)
+    lock = directory / LOCK_NAME
+    if not lock.is_file():
+        raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
+    locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
+    created = ensure_venv(venv, manifest.get("target", {}).get("python"))
+    python = venv_python(venv)
+    step(f"installing {len(locked)} projects from {directory} (no index, hashes required)")
+    _pip(python, "install", "--no-index", "--find-links", directory, "--require-hashes",
+         "--only-binary", ":all:", "--no-cache-dir", "--requirement", lock)
+    check = _pip(python, "check").strip()
+    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
+    if modules:
+        with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
+            run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
+                timeout=PIP_TIMEOUT)
+    return InstallResult(venv, created, [f"{r.name}=={r.version}" for r in locked], modules,
+                         check)
+

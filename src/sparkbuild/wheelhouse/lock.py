@@ -1,0 +1,387 @@
+"""Hashed lock files of a runtime closure, resolved for a platform other than this one.
+
+The Spark is manylinux aarch64 with its own Python; the build machine may be x86_64 with
+another.  pip cannot resolve for such a target: even with ``--platform`` and
+``--python-version`` it evaluates environment markers (``platform_machine``,
+``python_version``) against the machine it runs on, so a lock for Python 3.12 made on 3.11
+silently drops ``six; python_version > '3.11'``.  ``uv pip compile --python-platform``
+evaluates markers for the target, so it resolves; pip then downloads the exact files of
+that resolution in hash-checking mode.
+
+Both run isolated from the local pip configuration (``--no-config``; ``--isolated`` with
+``PIP_CONFIG_FILE=/dev/null``): a machine's constraint file or local find-links must not
+leak into a lock meant for another machine.  The index is the one pip is configured with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import sysconfig
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from sparkbuild import __version__
+from sparkbuild.errors import (
+    HashMismatchError,
+    RecipeError,
+    ToolchainError,
+    UsageError,
+    VerifyError,
+)
+from sparkbuild.proc import run
+from sparkbuild.recipe import Pin, refuse_known_bad
+from sparkbuild.sources.requirements import logical_lines, parse_requirement, read_requirements
+from sparkbuild.store.files import write_text_atomic
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sparkbuild.recipe import Recipe
+
+LOCK_NAME = "requirements.lock"
+REQUIREMENT_FILES = ("requirements/cuda.txt", "requirements.txt")
+"""Where a tree lists its runtime requirements: vLLM's CUDA set, then the usual file."""
+RESOLVE_TIMEOUT = 1800.0
+
+_MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_([a-z0-9_]+)")
+_LEGACY = {"manylinux1": 5, "manylinux2010": 12, "manylinux2014": 17}
+_OLDEST_GLIBC = {"x86_64": 5, "i686": 5}
+"""The oldest manylinux glibc per arch; others (aarch64, ...) start at manylinux2014."""
+_UV_GLIBC = (17, 28, *range(31, 41))
+"""The manylinux glibc versions ``uv --python-platform`` names (uv 0.13)."""
+_HASH = re.compile(r"--hash[= ]sha256:([0-9a-f]{64})")
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClosureTarget:
+    """Where the closure will be installed; ``platform`` None means this machine."""
+
+    platform: str | None = None
+    python: str | None = None
+
+    def describe(self) -> str:
+        platform = self.platform or sysconfig.get_platform()
+        return f"{platform}, Python {self.python or host_python()}"
+
+    def key(self) -> dict[str, str]:
+        return {"platform": self.platform or sysconfig.get_platform(),
+                "python": self.python or host_python()}
+
+
+def host_python() -> str:
+    return f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def parse_platform(platform: str) -> tuple[int, str]:
+    """(glibc minor, arch) of a manylinux platform tag, either spelling."""
+    match = _MANYLINUX.fullmatch(platform)
+    if match and match.group(1) == "2":
+        return int(match.group(2)), match.group(3)
+    legacy, _, arch = platform.partition("_")
+    if legacy in _LEGACY and arch:
+        return _LEGACY[legacy], arch
+    raise UsageError(
+        f"unsupported platform {platform!r}",
+        hint="give a manylinux tag such as manylinux_2_39_aarch64 (the Spark) or "
+        "manylinux_2_28_x86_64",
+    )
+
+
+def pip_platforms(platform: str) -> list[str]:
+    """Every tag a ``platform`` machine accepts: pip's ``--platform`` takes them one by one."""
+    minor, arch = parse_platform(platform)
+    oldest = _OLDEST_GLIBC.get(arch, 17)
+    tags = [f"manylinux_2_{m}_{arch}" for m in range(minor, oldest - 1, -1)]
+    tags += [f"{legacy}_{arch}" for legacy, m in _LEGACY.items() if oldest <= m <= minor]
+    return tags
+
+
+def uv_platform(platform: str) -> str:
+    """The ``--python-platform`` of uv for ``platform`` (the newest it knows, not newer)."""
+    minor, arch = parse_platform(platform)
+    known = [m for m in _UV_GLIBC if m <= minor]
+    if arch not in ("x86_64", "aarch64") or not known:
+        raise UsageError(f"uv cannot resolve for platform {platform!r}",
+                         hint="use a manylinux_2_17 (or newer) x86_64 or aarch64 tag")
+    return f"{arch}-manylinux_2_{known[-1]}"
+
+
+def check_python(python: str) -> str:
+    if not re.fullmatch(r"3\.\d+", python):
+        raise UsageError(f"bad Python version {python!r}", hint="give X.Y, such as 3.12")
+    return python
+
+
+# -- the lock format -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LockedRequirement:
+    name: str
+    version: str
+    hashes: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+    def render(self) -> str:
+        lines = [f"{self.name}=={self.version}"]
+        lines += [f"    --hash=sha256:{digest}" for digest in self.hashes]
+        return " \\\n".join(lines) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "sha256": list(self.hashes)}
+
+
+def render_lock(locked: Sequence[LockedRequirement], comments: Sequence[str]) -> str:
+    header = "".join(f"# {line}\n" for line in comments)
+    return header + "".join(r.render() for r in sorted(locked, key=lambda r: r.key))
+
+
+def parse_lock(text: str, *, where: str) -> list[LockedRequirement]:
+    """Read a hashed lock; a line without ``==`` or without a hash is an error."""
+    locked = []
+    for number, line in logical_lines(text):
+        requirement = line.split("--hash")[0].strip()
+        name, sep, version = requirement.partition("==")
+        hashes = tuple(_HASH.findall(line))
+        if not sep or not name.strip() or not version.strip() or not hashes:
+            raise VerifyError(
+                "a lock line needs NAME==VERSION and at least one --hash=sha256:",
+                where=f"{where}:{number}",
+            )
+        locked.append(LockedRequirement(name.strip(), version.strip(), hashes))
+    return locked
+
+
+# -- what to resolve -------------------------------------------------------------------
+
+
+def checked_requirement(text: str, where: str) -> str:
+    parse_requirement(text, where)
+    return text
+
+
+def _pyproject_dependencies(path: Path) -> list[str]:
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    if "dependencies" in project.get("dynamic", []):
+        raise RecipeError("the tree's dependencies are dynamic; sparkbuild cannot read them "
+                          "without building", where=str(path),
+                          hint="give the tree a requirements.txt")
+    return [checked_requirement(str(d), str(path)) for d in project.get("dependencies", [])]
+
+
+def tree_requirements(tree: Path) -> list[str]:
+    """The runtime requirements a source tree declares, without building it."""
+    for relative in REQUIREMENT_FILES:
+        if (tree / relative).is_file():
+            return [line.text for line in read_requirements(tree / relative)]
+    if (tree / "pyproject.toml").is_file():
+        return _pyproject_dependencies(tree / "pyproject.toml")
+    raise RecipeError(
+        "the source tree lists no runtime requirements",
+        where=str(tree),
+        hint=f"expected one of {', '.join(REQUIREMENT_FILES)} or pyproject.toml",
+    )
+
+
+def apply_pins(requirements: Sequence[str], pins: Sequence[Pin]) -> tuple[list[str], list[str]]:
+    """The requirements with each pinned project replaced by its pin; and what was replaced."""
+    for pin in pins:
+        refuse_known_bad(pin)
+    pinned = {canonicalize_name(pin.name) for pin in pins}
+    kept, replaced = [], []
+    for text in requirements:
+        if canonicalize_name(Requirement(text).name) in pinned:
+            replaced.append(text)
+        else:
+            kept.append(text)
+    return kept + [pin.requirement for pin in pins], replaced
+
+
+def restrict_to_pins(
+    locked: Sequence[LockedRequirement], pins: Sequence[Pin]
+) -> list[LockedRequirement]:
+    """A pin with a sha256 allows that one file only, and the index must have it."""
+    by_key: dict[str, Pin] = {canonicalize_name(pin.name): pin for pin in pins if pin.sha256}
+    result = []
+    for item in locked:
+        pin = by_key.get(item.key)
+        if pin is None or pin.sha256 is None:
+            result.append(item)
+            continue
+        if pin.sha256.lower() not in item.hashes:
+            raise HashMismatchError(
+                f"the index has no file of {pin.requirement} with the pinned sha256 "
+                f"{pin.sha256}",
+                where=f"index files: {', '.join(item.hashes)}",
+                hint="the release was re-uploaded or the pin is wrong; check the recipe",
+            )
+        result.append(LockedRequirement(item.name, item.version, (pin.sha256.lower(),)))
+    return result
+
+
+# -- resolving and downloading ---------------------------------------------------------
+
+
+def find_uv() -> Path:
+    """uv from the running environment (the ``uv`` wheel), else from PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    found = beside if beside.is_file() else shutil.which("uv")
+    if not found:
+        raise ToolchainError("uv is not installed; it resolves closures for other platforms",
+                             hint="pip install uv (it is one of sparkbuild's dependencies)")
+    return Path(found)
+
+
+def _uv_target_args(target: ClosureTarget) -> list[str]:
+    args = ["--python", sys.executable]
+    if target.python:
+        args += ["--python-version", check_python(target.python)]
+    if target.platform:
+        args += ["--python-platform", uv_platform(target.platform)]
+    return args
+
+
+def resolve_closure(
+    requirements: Sequence[str], overrides: Sequence[str], *, target: ClosureTarget, index: str
+) -> list[LockedRequirement]:
+    """Resolve ``requirements`` for ``target`` (binary wheels only), with every file's hash.
+
+    ``overrides`` replace any requirement on the same project, also deep in the graph:
+    the recipe's pins win over what a dependency asks for.
+    """
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as tmp:
+        work = Path(tmp)
+        (work / "requirements.in").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+        (work / "overrides.txt").write_text("\n".join(overrides) + "\n", encoding="utf-8")
+        cmd: list[str | os.PathLike[str]] = [find_uv(), "pip", "compile", work / "requirements.in",
+               "--override", work / "overrides.txt", "--output-file", work / "resolved.txt",
+               "--generate-hashes", "--only-binary", ":all:", "--index-url", index,
+               "--no-config", "--no-header", "--no-annotate", "--quiet",
+               *_uv_target_args(target)]
+        run(cmd, env={"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"},
+            timeout=RESOLVE_TIMEOUT)
+        resolved = work / "resolved.txt"
+        return parse_lock(resolved.read_text(encoding="utf-8"), where="uv pip compile output")
+
+
+def _pip_target_args(target: ClosureTarget) -> list[str]:
+    if not target.platform:
+        return []
+    args = ["--python-version", check_python(target.python or host_python()),
+            "--implementation", "cp"]
+    for tag in pip_platforms(target.platform):
+        args += ["--platform", tag]
+    return args
+
+
+def download_locked(
+    locked: Sequence[LockedRequirement], dest: Path, *, target: ClosureTarget, index: str
+) -> list[Path]:
+    """Download the one wheel of each locked requirement for ``target``, hashes checked."""
+    if not locked:
+        return []
+    dest.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-dl-") as tmp:
+        requirements = Path(tmp) / LOCK_NAME
+        requirements.write_text(render_lock(locked, []), encoding="utf-8")
+        before = set(dest.iterdir())
+        run([sys.executable, "-m", "pip", "download", "--isolated", "--no-deps",
+             "--require-hashes", "--only-binary", ":all:", "--index-url", index,
+             "--dest", dest, "--requirement", requirements, "--progress-bar", "off",
+             *_pip_target_args(target)],
+            env={"PIP_CONFIG_FILE": os.devnull}, timeout=RESOLVE_TIMEOUT)
+    return sorted(set(dest.iterdir()) - before)
+
+
+# -- the lock stage --------------------------------------------------------------------
+
+
+@dataclass
+class LockResult:
+    path: Path
+    target: ClosureTarget
+    index: str
+    package: str
+    locked: list[LockedRequirement]
+    replaced: list[str] = field(default_factory=list)
+    """Requirements of the source that a recipe pin replaced."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "lock": str(self.path),
+            "platform": self.target.platform,
+            "python": self.target.python,
+            "index": self.index,
+            "package": self.package,
+            "replaced_by_pins": self.replaced,
+            "requirements": [r.to_dict() for r in sorted(self.locked, key=lambda r: r.key)],
+        }
+
+    def summary(self) -> list[str]:
+        lines = [f"locked the runtime closure of {self.package} for {self.target.describe()}: "
+                 f"{len(self.locked)} projects, every one hashed", f"  wrote {self.path}"]
+        lines += [f"  recipe pin replaced: {text}" for text in self.replaced]
+        return lines
+
+    @property
+    def error(self) -> None:
+        return None
+
+
+def _source_tree_requirements(recipe: Recipe) -> list[str]:
+    from sparkbuild.sources.fetch import fetch_source
+
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-src-") as tmp:
+        source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe)
+        return tree_requirements(source.tree)
+
+
+def lock_comments(package: str, target: ClosureTarget, index: str) -> list[str]:
+    return [
+        f"written by sparkbuild {__version__}: the runtime closure of {package}",
+        f"for {target.describe()}; index {index}",
+        "resolved without this machine's pip configuration (no local constraint caps)",
+        "install with: pip install --require-hashes -r requirements.lock",
+    ]
+
+
+def lock_closure(
+    recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None
+) -> LockResult:
+    """Write ``out/requirements.lock``: the closure of the recipe's package, built or not.
+
+    The requirements come from ``tree`` (a prepared tree) or else from the recipe's source
+    (an sdist's requirement files: nothing is built); the recipe's pins replace any
+    requirement on the same project.  Nothing is installed.
+    """
+    from sparkbuild.sources.index import index_url
+
+    target = ClosureTarget(platform, check_python(python))
+    parse_platform(platform)
+    declared = tree_requirements(tree) if tree else _source_tree_requirements(recipe)
+    requirements, replaced = apply_pins(declared, recipe.pins)
+    index = index_url()
+    pins = [pin.requirement for pin in recipe.pins]
+    locked: list[LockedRequirement] = []
+    if requirements:  # a package without requirements and a recipe without pins: empty
+        resolved = resolve_closure(requirements, pins, target=target, index=index)
+        locked = restrict_to_pins(resolved, recipe.pins)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
+    write_text_atomic(path, render_lock(locked, lock_comments(recipe.package, target, index)))
+    return LockResult(path, target, index, recipe.package, locked, replaced)

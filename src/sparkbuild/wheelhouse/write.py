@@ -1,0 +1,314 @@
+"""The pinned wheelhouse: everything an air-gapped Spark needs to install the build.
+
+``out/`` holds the built wheels (deterministic, relabelled ``+sm121.<series hash>``), the
+recipe's pins byte-identical to the index's, the runtime closure for the target platform,
+``requirements.lock`` with one exact ``--hash`` per file, a PEP 503 ``simple/`` index of
+the same files, and ``manifest.json`` saying where every byte came from.
+
+Everything is written into a staging directory beside ``out`` and renamed into place at
+the end, manifest last: a run killed at any point leaves no directory that looks like a
+complete wheelhouse.  Pins and closure files pass through the content-addressed cache, so
+a second run (``--offline``) takes them from there (:mod:`sparkbuild.wheelhouse.closure`
+fetches them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import json
+import os
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from sparkbuild import __version__
+from sparkbuild.console import step, warn
+from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError
+from sparkbuild.store.cache import Cache
+from sparkbuild.store.files import DISK_FULL, write_text_atomic, writer_gone
+from sparkbuild.store.hashing import sha256_file
+from sparkbuild.wheelhouse.closure import (
+    Outside,
+    RealOutside,
+    WheelhouseFile,
+    fetch_closure,
+    fetch_pin,
+)
+from sparkbuild.wheelhouse.lock import LOCK_NAME, ClosureTarget, LockedRequirement, render_lock
+from sparkbuild.wheelhouse.verify import MANIFEST_NAME
+from sparkbuild.wheelhouse.wheel_rewrite import (
+    local_label,
+    metadata_field,
+    normalize_wheel,
+    source_date_epoch,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
+
+    from sparkbuild.recipe import Pin, Recipe
+
+SIMPLE_DIR = "simple"
+MANIFEST_SCHEMA = 1
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+@dataclass
+class WheelhouseResult:
+    out: Path
+    files: list[WheelhouseFile]
+    target: ClosureTarget
+    label: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"wheelhouse": str(self.out), "local_label": self.label,
+                "target": self.target.key(), "wheels": [f.to_dict() for f in self.files]}
+
+    def summary(self) -> list[str]:
+        counts = {role: sum(f.role == role for f in self.files)
+                  for role in ("built", "pin", "closure")}
+        lines = [f"wheelhouse {self.out} for {self.target.describe()}: {counts['built']} built, "
+                 f"{counts['pin']} pinned, {counts['closure']} dependencies"]
+        lines += [f"  {f.role:<7} {f.file}  sha256:{f.sha256}" for f in self.files
+                  if f.role != "closure"]
+        lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
+        return lines
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        return None
+
+
+# -- small helpers ---------------------------------------------------------------------
+
+
+def _built_file(wheel: Path, staging: Path, label: str, epoch: int,
+                pins: Sequence[Pin]) -> WheelhouseFile:
+    """The built wheel, rewritten: deterministic, relabelled, its requirements pinned."""
+    pinned: dict[str, str] = {canonicalize_name(p.name): p.requirement for p in pins}
+    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch, pins=pinned)
+    for requirement in normalized.replaced:
+        warn(f"{normalized.path.name}: requirement {requirement} replaced by the recipe's pin")
+    return WheelhouseFile(normalized.path.name, normalized.name, normalized.version,
+                          normalized.sha256, normalized.size, "built", normalized.replaced)
+
+
+def wheel_metadata(path: Path) -> bytes:
+    with zipfile.ZipFile(path) as archive:
+        names = [n for n in archive.namelist()
+                 if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
+        return archive.read(names[0]) if names else b""
+
+
+def runtime_requirements(wheel: Path) -> list[str]:
+    """The wheel's Requires-Dist without extras: what installing it pulls in."""
+    found = []
+    for line in wheel_metadata(wheel).decode("utf-8").split("\n\n", 1)[0].splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() != "requires-dist":
+            continue
+        requirement = Requirement(value.strip())
+        if requirement.marker is None or "extra" not in str(requirement.marker):
+            found.append(value.strip())
+    return found
+
+
+# -- index, lock and manifest ----------------------------------------------------------
+
+
+def _page(title: str, links: Sequence[str]) -> str:
+    body = "\n".join(links)
+    return (f'<!DOCTYPE html>\n<html><head><meta name="pypi:repository-version" '
+            f'content="1.0"><title>{html.escape(title)}</title></head><body>\n'
+            f"{body}\n</body></html>\n")
+
+
+def write_simple_index(staging: Path, files: Sequence[WheelhouseFile]) -> list[Path]:
+    """A PEP 503 index of the wheelhouse: ``pip --index-url file://DIR/simple`` works."""
+    root = staging / SIMPLE_DIR
+    projects: dict[str, list[WheelhouseFile]] = {}
+    for item in files:
+        projects.setdefault(item.key, []).append(item)
+    written = [root / "index.html"]
+    root.mkdir(parents=True, exist_ok=True)
+    links = [f'<a href="{html.escape(p)}/">{html.escape(p)}</a>' for p in sorted(projects)]
+    written[0].write_text(_page("Simple index", links), encoding="utf-8")
+    for project, items in sorted(projects.items()):
+        (root / project).mkdir()
+        anchors = [_anchor(staging / item.file, item) for item in sorted(items, key=_by_file)]
+        page = root / project / "index.html"
+        page.write_text(_page(f"Links for {project}", anchors), encoding="utf-8")
+        written.append(page)
+    return written
+
+
+def _by_file(item: WheelhouseFile) -> str:
+    return item.file
+
+
+def _anchor(path: Path, item: WheelhouseFile) -> str:
+    requires = metadata_field(wheel_metadata(path), "Requires-Python")
+    attribute = f' data-requires-python="{html.escape(requires)}"' if requires else ""
+    href = html.escape(f"../../{item.file}#sha256={item.sha256}")
+    return f'<a href="{href}"{attribute}>{html.escape(item.file)}</a>'
+
+
+def wheelhouse_lock(files: Sequence[WheelhouseFile]) -> list[LockedRequirement]:
+    """One requirement per project, with the exact hash of each of its files here."""
+    merged: dict[tuple[str, str], list[str]] = {}
+    names: dict[str, str] = {}
+    for item in files:
+        merged.setdefault((item.key, item.version), []).append(item.sha256)
+        names.setdefault(item.key, item.name)
+    return [LockedRequirement(names[key], version, tuple(sorted(hashes)))
+            for (key, version), hashes in sorted(merged.items())]
+
+
+def build_manifest(recipe: Recipe, source: dict[str, Any], patches: Sequence[dict[str, Any]],
+                   build_settings: dict[str, Any], toolchain: dict[str, str | None],
+                   result: WheelhouseResult, epoch: int, extra: dict[str, str]
+                   ) -> dict[str, Any]:
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "generator": f"sparkbuild {__version__}",
+        "recipe": {"name": recipe.name, "package": recipe.package},
+        "target": {**result.target.key(), "cuda_archs": list(recipe.target.cuda_archs)},
+        "local_label": result.label,
+        "source_date_epoch": epoch,
+        "source": source,
+        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in patches],
+        "toolchain": toolchain,
+        "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
+        "wheels": [f.to_dict() for f in result.files],
+        "files": extra,
+    }
+
+
+# -- staging and the swap --------------------------------------------------------------
+
+
+def sweep_stale(out: Path) -> None:
+    """Remove staging and old directories that killed runs left beside ``out``."""
+    for path in out.parent.glob(f".{out.name}.*-*"):
+        kind, _, pid = path.name.rpartition("-")
+        if kind.endswith((".tmp", ".old")) and pid.isdigit() and writer_gone(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def check_destination(out: Path) -> None:
+    """``out`` may be missing, empty or an earlier wheelhouse; nothing else is replaced."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise DestinationError("the wheelhouse path exists and is not a directory",
+                               where=str(out), hint="choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+        raise DestinationError(
+            "refusing to replace a non-empty directory that is not a sparkbuild wheelhouse",
+            where=str(out), hint="choose an empty or new --out directory")
+
+
+def swap_into_place(staging: Path, out: Path) -> None:
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        out.rename(old)
+    staging.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staging_dir(out: Path) -> Iterator[Path]:
+    """A fresh directory beside ``out``, removed unless the caller renamed it away."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(out)
+    staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    try:
+        yield staging
+    except OSError as exc:
+        if exc.errno in DISK_FULL:
+            raise DiskFullError("the disk filled up while writing the wheelhouse",
+                                where=str(staging), hint="free some space and run again"
+                                ) from exc
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# -- the stage -------------------------------------------------------------------------
+
+
+def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> None:
+    """A built wheel for another machine than the closure's cannot install beside it."""
+    if not target.platform:
+        return
+    arch = target.platform.rsplit("_", 1)[-1]
+    for item in files:
+        platform_tag = item.file.removesuffix(".whl").rsplit("-", 1)[-1]
+        if platform_tag != "any" and not platform_tag.endswith(arch):
+            warn(f"{item.file} is built for {platform_tag}, the closure for {target.platform}")
+
+
+def write_wheelhouse(
+    out: Path,
+    *,
+    recipe: Recipe,
+    source: dict[str, Any],
+    patches: list[dict[str, Any]],
+    built_wheels: list[Path],
+    build_settings: dict[str, Any],
+    cache_root: Path,
+    offline: bool,
+    platform: str | None,
+    toolchain: dict[str, str | None] | None = None,
+    outside: Outside | None = None,
+) -> WheelhouseResult:
+    """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
+
+    ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None.
+    """
+    outside = outside or RealOutside()
+    check_destination(out)
+    target = ClosureTarget(platform, recipe.target.python if platform else None)
+    label = local_label(recipe.target.cuda_archs, patches)
+    epoch = source_date_epoch(source)
+    cache = Cache(cache_root)
+    with staging_dir(out) as staging:
+        step(f"writing the wheelhouse {out} (label +{label})")
+        built = [_built_file(wheel, staging, label, epoch, recipe.pins)
+                 for wheel in built_wheels]
+        _warn_foreign(built, target)
+        with cache.locked():
+            pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
+            requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
+            skip = {f.key for f in (*built, *pins)}
+            closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
+                                    outside, offline=offline)
+        files = sorted((*built, *pins, *closure), key=_by_file)
+        result = WheelhouseResult(out, files, target, label)
+        extra = _write_lock_and_index(staging, files, recipe, target)
+        result.manifest = build_manifest(recipe, source, patches, build_settings,
+                                         toolchain or outside.toolchain(), result, epoch, extra)
+        write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
+        swap_into_place(staging, out)
+    return result
+
+
+def _write_lock_and_index(staging: Path, files: Sequence[WheelhouseFile], recipe: Recipe,
+                          target: ClosureTarget) -> dict[str, str]:
+    comments = [f"written by sparkbuild {__version__}: the wheelhouse of {recipe.package} "
+                f"for {target.describe()}",
+                "install with: pip install --no-index --find-links DIR --require-hashes "
+                f"-r DIR/{LOCK_NAME}"]
+    lock = staging / LOCK_NAME
+    write_text_atomic(lock, render_lock(wheelhouse_lock(files), comments))
+    written = [lock, *write_simple_index(staging, files)]
+    return {p.relative_to(staging).as_posix(): sha256_file(p) for p in written}

@@ -1,0 +1,131 @@
+"""The package's shape: four stages over two shared layers, and imports that only run down.
+
+Read from the source with :mod:`ast` (no module is imported): every ``import`` and
+``from ... import`` of a ``sparkbuild`` module, at any depth (a function's lazy import
+counts too, and so does one under ``TYPE_CHECKING``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbuild"
+
+TOP_LEVEL = frozenset({
+    "__init__", "__main__", "cli", "pipeline", "errors", "proc", "console", "recipe",
+    "resources",
+})
+"""The only modules allowed at the top of the package."""
+
+FOUNDATION = frozenset({"errors", "proc", "console", "recipe", "resources", "__init__"})
+"""Top-level modules every room may use."""
+
+RANK = {
+    "foundation": 0,
+    "store": 1,
+    "toolchain": 2,
+    "sources": 3,
+    "patches": 4,
+    "build": 5,
+    "wheelhouse": 6,
+    "pipeline": 7,
+    "cli": 8,
+    "__main__": 9,
+}
+"""A room may import from its own rank or a lower one, never a higher one."""
+
+
+def room_of(module: str) -> str:
+    """``sparkbuild.build.check`` -> ``build``; ``sparkbuild.errors`` -> ``foundation``."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "foundation"
+    head = parts[1]
+    if head in FOUNDATION:
+        return "foundation"
+    return head
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path, own: str) -> list[tuple[int, str]]:
+    """(line, module) of every sparkbuild import in ``path``, the module named ``own``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names
+                      if alias.name.split(".")[0] == "sparkbuild"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "sparkbuild":
+                continue
+            if target == "sparkbuild":  # `from sparkbuild import errors` (or `__version__`)
+                found += [(node.lineno, "sparkbuild" if alias.name.startswith("_")
+                           else f"sparkbuild.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, target))
+    return found
+
+
+def upward_imports(modules: dict[Path, str]) -> list[str]:
+    """Each import of a room ranked above the importing module's room."""
+    upward = []
+    for path, own in sorted(modules.items()):
+        here = room_of(own)
+        for line, target in imported_modules(path, own):
+            if RANK[room_of(target)] > RANK[here]:
+                upward.append(f"{path.name}:{line}: {own} ({here}) imports {target}")
+    return upward
+
+
+def test_only_the_named_modules_stay_at_the_top() -> None:
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    assert top <= TOP_LEVEL, f"modules at the top of sparkbuild: {sorted(top - TOP_LEVEL)}"
+    rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
+    assert rooms == {"store", "toolchain", "sources", "patches", "build", "wheelhouse"}
+
+
+@pytest.mark.parametrize("room", ["store", "toolchain", "sources", "patches", "build",
+                                  "wheelhouse"])
+def test_each_room_says_what_it_does(room: str) -> None:
+    init = PACKAGE / room / "__init__.py"
+    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+    assert docstring and len(docstring.split()) > 20, f"{init} needs a docstring"
+
+
+def test_no_import_runs_back_up() -> None:
+    modules = {path: module_name(path) for path in PACKAGE.rglob("*.py")}
+    upward = upward_imports(modules)
+    assert not upward, "imports that run back up:\n" + "\n".join(upward)
+
+
+def test_the_checker_sees_upward_imports(tmp_path: Path) -> None:
+    """The rule must be able to fail: a lazy, a relative and a plain upward import."""
+    lazy = tmp_path / "cache.py"
+    lazy.write_text("def f() -> None:\n"
+                    "    from sparkbuild.wheelhouse.verify import verify_wheelhouse\n")
+    relative = tmp_path / "fetch.py"
+    relative.write_text("from ..patches import engine\nfrom . import git\n")
+    plain = tmp_path / "check.py"
+    plain.write_text("import sparkbuild.cli\nfrom sparkbuild import pipeline\n")
+    found = upward_imports({lazy: "sparkbuild.store.cache", relative: "sparkbuild.sources.fetch",
+                            plain: "sparkbuild.build.check"})
+    assert [line.split(" imports ")[1] for line in found] == [
+        "sparkbuild.wheelhouse.verify", "sparkbuild.cli", "sparkbuild.pipeline",
+        "sparkbuild.patches"]
