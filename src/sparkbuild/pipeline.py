@@ -13,8 +13,8 @@ lock keeps two runs of one recipe out of each other's way.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
-import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -217,13 +217,14 @@ def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
     )
 
 
-def _build_torch(outcome: BuildOutcome, requirements: list[str]) -> str | None:
-    """The torch version in the build environment (its wheel's name), for the manifest."""
-    wheel_dir = Path(outcome.env.get("PIP_FIND_LINKS", ""))
-    for wheel in sorted(wheel_dir.glob("torch-*.whl")) if wheel_dir.is_dir() else []:
-        return wheel.name.split("-")[1]
-    pins = [re.sub(r"^torch\s*==\s*", "", r) for r in requirements if r.startswith("torch")]
-    return pins[0] if pins else None
+def _build_torch(outcome: BuildOutcome) -> str | None:
+    """The torch installed in the build environment: the one the extension was compiled
+    against (read from its dist-info, not from a requirement), for the manifest."""
+    venv = outcome.python.parent.parent
+    for site in sorted(venv.glob("lib*/python*/site-packages")):
+        for dist in importlib.metadata.distributions(name="torch", path=[str(site)]):
+            return str(dist.version)
+    return None
 
 
 # -- the stage -----------------------------------------------------------------------------
@@ -255,13 +256,13 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, cache: Cache, requirements: list[str]) -> WheelhouseResult:
+                outcome: BuildOutcome, cache: Cache) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
     toolchain = describe_toolchain()
-    toolchain["torch"] = _build_torch(outcome, requirements)
+    toolchain["torch"] = _build_torch(outcome)
     keep = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS", "CMAKE_GENERATOR")
     settings = {
         "archs": list(recipe.target.cuda_archs),
@@ -306,7 +307,6 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache,
-                                     vendored.plan.requirements)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds)
