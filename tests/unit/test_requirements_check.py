@@ -104,6 +104,11 @@ def test_uv_finding_no_solution_names_the_contradicted_pin() -> None:
     failure = _uv_failure(output, ["uv", "pip", "compile"], 1)
     assert isinstance(failure, Unsatisfiable)
     assert failure.explanation.startswith("Because dep-one==1.2 depends on tiny-pin>=3")
+    plain = _uv_failure("error: No solution found when resolving dependencies\n  cause: "
+                        "Because all versions of alpha depend on beta>=2 and you require "
+                        "alpha, we can conclude that you require beta>=2.\n", ["uv"], 1)
+    assert isinstance(plain, Unsatisfiable)
+    assert plain.explanation.startswith("Because all versions of alpha depend on beta>=2")
     assert not isinstance(_uv_failure("network down\n", ["uv"], 2), Unsatisfiable)
     assert isinstance(_uv_failure("network down\n", ["uv"], 2), CommandFailed)
     seen: list[list[str]] = []

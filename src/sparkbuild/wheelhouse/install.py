@@ -7,8 +7,8 @@ file cannot add or swap a single file.  ``pip check`` then proves the set is con
 (a conflict an override in the manifest records is reported, any other fails the install:
 :mod:`sparkbuild.wheelhouse.pip_check`), and importing the built package proves it loads
 (its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
-lists.  A wheelhouse with overrides installs with ``--no-deps`` (its lock is the whole
-closure; pip's resolver would refuse the override that pip check then reports).
+lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
+the one judge of consistency (pip's resolver would refuse a recorded override outright).
 """
 
 from __future__ import annotations
@@ -128,9 +128,8 @@ def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
     created = ensure_venv(venv, manifest.get("target", {}).get("python"))
     python = venv_python(venv)
     step(f"installing {len(locked)} projects from {directory} (no index, hashes required)")
-    no_deps = ["--no-deps"] if manifest.get("overrides") else []
     _pip(python, "install", "--no-index", "--find-links", directory, "--require-hashes",
-         "--only-binary", ":all:", "--no-cache-dir", *no_deps, "--requirement", lock)
+         "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
     check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
                                 timeout=PIP_TIMEOUT, check=False).output, manifest)
     modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)

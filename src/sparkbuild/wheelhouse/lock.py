@@ -280,8 +280,9 @@ def _uv_failure(output: str, cmd: Sequence[str | os.PathLike[str]], code: int) -
     marker = "No solution found"
     if marker in output:
         lines = output[output.index(marker):].splitlines()[1:]
-        explanation = "\n".join(re.sub(r"^[\s\u2570\u2500\u25b6\u00d7\u2502]+", "", line)
-                                 for line in lines if line.strip())
+        explanation = "\n".join(
+            re.sub(r"^[\s\u2570\u2500\u25b6\u00d7\u2502]*(?:cause:\s*)?", "", line)
+            for line in lines if line.strip())
         return Unsatisfiable(explanation or output.strip())
     tail = "\n".join(output.strip().splitlines()[-40:])
     return CommandFailed(f"uv exited with status {code}: {format_command(cmd)}\n"
