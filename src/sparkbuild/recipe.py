@@ -180,7 +180,7 @@ class Recipe:
         if not isinstance(requirements, dict):
             return None
         return TreeRequirements(
-            str(recorded["commit"]), str(recorded.get("from", "")),
+            str(recorded.get("commit", "")), str(recorded.get("from", "")),
             {str(k): tuple(str(line) for line in v) for k, v in requirements.items()
              if isinstance(v, list)})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbuild.errors import CommandFailed, PinRefusedError, UsageError
+from sparkbuild.errors import CommandFailed, PinRefusedError, UsageError, VerifyError
 from sparkbuild.recipe import Pin
 from sparkbuild.wheelhouse.lock import _uv_failure
 from sparkbuild.wheelhouse.overrides import (
@@ -22,6 +22,7 @@ from sparkbuild.wheelhouse.requirements_check import (
     Dist,
     check_torch,
     covered,
+    settle_wheelhouse,
     unmet_requirements,
 )
 
@@ -63,10 +64,13 @@ def test_unmet_requirements_follow_markers_for_the_target_and_requested_extras()
     ]
     on_311 = target_environment("manylinux_2_39_aarch64", "3.11")
     assert len(unmet_requirements(dists, versions, on_311)) == 2  # the setuptools cap is gone
-    override = Override("flashinfer-python==0.6.18", "GB10", ())
     flashinfer = next(u for u in unmet if u.project == "flashinfer-python")
+    override = Override("flashinfer-python==0.6.18", "GB10", (flashinfer.demand,))
     assert covered(flashinfer, [override]) is override
-    assert covered(flashinfer, [Override("flashinfer-python==0.6.17", "x", ())]) is None
+    assert covered(flashinfer, [Override("flashinfer-python==0.6.17", "x", (flashinfer.demand,)
+                                         )]) is None
+    other_asker = Demand("sglang 1.0", "flashinfer-python>=0.7", "sglang")
+    assert covered(flashinfer, [Override(override.pin, "GB10", (other_asker,))]) is None
 
 
 def test_a_local_label_still_meets_an_exact_requirement() -> None:
@@ -160,3 +164,16 @@ def test_pip_check_lines_an_override_explains_are_reported_not_fatal() -> None:
         PIP_CHECK.splitlines()[0]]
     clean = judge_pip_check("No broken requirements found.\n", manifest)
     assert clean.to_dict() == {"ok": True, "overrides": [], "problems": []}
+
+
+def test_wheel_refuses_a_pin_contradicted_only_through_an_extra() -> None:
+    dists = [dist("app", "1.0", "lib[fast]>=1"),
+             dist("lib", "1.0", "tiny-pin>=3; extra == 'fast'"), dist("tiny-pin", "2.0")]
+    with pytest.raises(PinRefusedError, match=r"pins tiny-pin==2\.0, but lib 1\.0 requires "
+                       r"tiny-pin>=3; extra == \"fast\""):
+        settle_wheelhouse(dists, [Pin("tiny-pin", "2.0")], SPARK, where=None)
+    (override,) = settle_wheelhouse(dists, [Pin("tiny-pin", "2.0", override="why")], SPARK,
+                                    where=None)
+    assert [d.project for d in override.replaced] == ["lib"]
+    with pytest.raises(VerifyError, match="has no missing"):
+        settle_wheelhouse([dist("app", "1.0", "missing")], [], SPARK, where=None)

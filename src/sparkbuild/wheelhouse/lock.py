@@ -410,10 +410,10 @@ def lock_closure(
 
         locked = restrict_to_pins(resolve_pinned(resolve, requirements, recipe.pins),
                                   recipe.pins)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / LOCK_NAME
     for item in locked:
         check_known_bad(item.name, item.version, role="locked requirement")
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / LOCK_NAME
     comments = lock_comments(recipe.package, target, index) + override_comments(overrides)
     write_text_atomic(path, render_lock(locked, comments))
     return LockResult(path, target, index, recipe.package, locked, overrides)

@@ -29,7 +29,6 @@ from sparkbuild.wheelhouse.overrides import (
     Override,
     allows,
     applies,
-    pin_conflicts,
     settle,
     target_environment,
 )
@@ -140,9 +139,12 @@ def unmet_requirements(dists: Sequence[Dist], versions: Mapping[str, str],
 
 
 def covered(unmet: Unmet, overrides: Sequence[Override]) -> Override | None:
-    """The recorded override that replaced this requirement on purpose, if any."""
+    """The recorded override that replaced this requirement on purpose: same pinned
+    version, and the asking project among those the override says it replaced."""
     for item in overrides:
-        if item.key == unmet.project and unmet.found is not None:
+        askers = {d.project for d in item.replaced}
+        if item.key == unmet.project and unmet.found is not None and (
+                unmet.demand.project in askers):
             try:
                 if Version(unmet.found) == Version(item.version):
                     return item
@@ -164,8 +166,11 @@ def settle_wheelhouse(dists: Sequence[Dist], pins: Sequence[Pin], env: dict[str,
     versions = {dist.key: dist.version for dist in dists}
     unmet = unmet_requirements(dists, versions, env)
     pinned = {pin.key for pin in pins}
-    on_pins = [item.demand for item in unmet if item.project in pinned]
-    overrides = settle(pins, pin_conflicts(pins, on_pins, env), where=where)
+    conflicts: dict[str, list[Demand]] = {}
+    for item in unmet:  # markers and extras were evaluated for the target already
+        if item.project in pinned and item.demand not in conflicts.get(item.project, []):
+            conflicts.setdefault(item.project, []).append(item.demand)
+    overrides = settle(pins, conflicts, where=where)
     other = [item for item in unmet if item.project not in pinned]
     if other:
         raise VerifyError(
