@@ -227,6 +227,25 @@ def _build_torch(outcome: BuildOutcome) -> str | None:
     return None
 
 
+def _refuse_contradicted_pins(options: WheelOptions, tree: Path) -> None:
+    """A pin the tree's own requirements contradict (without ``override``) fails before
+    the build, not hours later; the wheelhouse checks every shipped wheel again."""
+    from sparkbuild.errors import RecipeError
+    from sparkbuild.sources.declared import declared_requirements
+    from sparkbuild.wheelhouse.lock import tree_demands
+    from sparkbuild.wheelhouse.overrides import pin_conflicts, settle, target_environment
+
+    recipe = options.recipe
+    try:
+        declared = declared_requirements(tree)
+    except RecipeError:
+        declared = []  # a tree without requirement files: the built wheel's metadata decides
+    env = target_environment(options.platform,
+                             recipe.target.python if options.platform else None)
+    settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
+           where=str(recipe.path))
+
+
 # -- the stage -----------------------------------------------------------------------------
 
 
@@ -290,6 +309,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         with _timed(seconds, "prepare"):
             prepared = _prepare(options, work)
         tree = prepared.tree
+        _refuse_contradicted_pins(options, tree)
         with _timed(seconds, "vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")

@@ -262,3 +262,16 @@ def test_a_known_bad_version_is_refused_by_lock_and_install(tmp_path: Path) -> N
     assert code == 14, output
     assert "refusing wheelhouse file flashinfer-python==0.6.17" in output
     assert not (tmp_path / "venv").exists()
+
+
+def test_wheel_refuses_a_contradicted_pin_before_building(index: str, tmp_path: Path) -> None:
+    """`wheel` on the stand-in branch: the pin is refused right after the fetch, no build."""
+    repo = branch_repo(tmp_path, "gamma\nbeta==2.0\n")
+    recipe = recipe_file(tmp_path, f"git+file://{repo}@{BRANCH}")
+    code, output = sparkbuild("wheel", "--recipe", recipe, "--cache", tmp_path / "cache",
+                              "--out", tmp_path / "wheelhouse")
+    assert code == 14, output
+    assert "the recipe pins beta==1.0, but app (requirements.txt:2) requires beta==2.0" in output
+    assert "building" not in output and not (tmp_path / "wheelhouse").exists()
+    recorded = json.loads((tmp_path / "recipes" / "branch.lock.json").read_text())
+    assert recorded["tree_requirements"]["requirements"] == {"beta": ["beta==2.0"]}
