@@ -13,8 +13,8 @@ lock keeps two runs of one recipe out of each other's way.
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import os
-import re
 import shutil
 import time
 from contextlib import contextmanager
@@ -217,13 +217,33 @@ def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
     )
 
 
-def _build_torch(outcome: BuildOutcome, requirements: list[str]) -> str | None:
-    """The torch version in the build environment (its wheel's name), for the manifest."""
-    wheel_dir = Path(outcome.env.get("PIP_FIND_LINKS", ""))
-    for wheel in sorted(wheel_dir.glob("torch-*.whl")) if wheel_dir.is_dir() else []:
-        return wheel.name.split("-")[1]
-    pins = [re.sub(r"^torch\s*==\s*", "", r) for r in requirements if r.startswith("torch")]
-    return pins[0] if pins else None
+def _build_torch(outcome: BuildOutcome) -> str | None:
+    """The torch installed in the build environment: the one the extension was compiled
+    against (read from its dist-info, not from a requirement), for the manifest."""
+    venv = outcome.python.parent.parent
+    for site in sorted(venv.glob("lib*/python*/site-packages")):
+        for dist in importlib.metadata.distributions(name="torch", path=[str(site)]):
+            return str(dist.version)
+    return None
+
+
+def _refuse_contradicted_pins(options: WheelOptions, tree: Path) -> None:
+    """A pin the tree's own requirements contradict (without ``override``) fails before
+    the build, not hours later; the wheelhouse checks every shipped wheel again."""
+    from sparkbuild.errors import RecipeError
+    from sparkbuild.sources.declared import declared_requirements
+    from sparkbuild.wheelhouse.lock import tree_demands
+    from sparkbuild.wheelhouse.overrides import pin_conflicts, settle, target_environment
+
+    recipe = options.recipe
+    try:
+        declared = declared_requirements(tree)
+    except RecipeError:
+        declared = []  # a tree without requirement files: the built wheel's metadata decides
+    env = target_environment(options.platform,
+                             recipe.target.python if options.platform else None)
+    settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
+           where=str(recipe.path))
 
 
 # -- the stage -----------------------------------------------------------------------------
@@ -255,13 +275,13 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, cache: Cache, requirements: list[str]) -> WheelhouseResult:
+                outcome: BuildOutcome, cache: Cache) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
     toolchain = describe_toolchain()
-    toolchain["torch"] = _build_torch(outcome, requirements)
+    toolchain["torch"] = _build_torch(outcome)
     keep = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS", "CMAKE_GENERATOR")
     settings = {
         "archs": list(recipe.target.cuda_archs),
@@ -289,6 +309,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         with _timed(seconds, "prepare"):
             prepared = _prepare(options, work)
         tree = prepared.tree
+        _refuse_contradicted_pins(options, tree)
         with _timed(seconds, "vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")
@@ -306,7 +327,6 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache,
-                                     vendored.plan.requirements)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds)

@@ -3,7 +3,13 @@
 A recipe names the source (and its commit or sha256), the patch series, the target
 architectures and platform, build settings and the wheel pins.  Unknown keys and wrong
 types are errors that name the key and its line.  A branch ref is resolved to a commit
-once and recorded in a lock file beside the recipe (``NAME.lock.json``).
+once and recorded in a lock file beside the recipe (``NAME.lock.json``), together with what
+the fetched tree itself requires of each pinned project.
+
+A pin that contradicts a requirement of the wheels it ships beside must say so:
+``override = "REASON"`` in its ``[[pins]]`` table.  Versions that must never ship are data,
+``recipes/known_bad.toml`` (each with a reason and a source), checked here for the pins and
+by ``lock``, ``wheel`` and ``install`` for every file.
 """
 
 from __future__ import annotations
@@ -16,20 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
 from sparkbuild.errors import PinRefusedError, RecipeError
 from sparkbuild.resources import recipes_dir, resource_root
 
 REPO_ROOT = resource_root()
 """The checkout's root, or the installed wheel's resource tree (see sparkbuild.resources)."""
 DEFAULT_RECIPE = recipes_dir() / "qwen38next.toml"
-
-# Pins known to be broken on the target, with the reason shown to the user.
-REFUSED_PINS: dict[tuple[str, str], str] = {
-    ("flashinfer-python", "0.6.17"): (
-        "flashinfer-python 0.6.17 crashes the NVFP4 MoE fallback kernel on GB10 (sm_121); "
-        "use 0.6.18"
-    ),
-}
+KNOWN_BAD_NAME = "known_bad.toml"
+"""The list of versions that must never ship, in ``recipes/`` (shipped with sparkbuild)."""
 
 
 @dataclass(frozen=True)
@@ -37,10 +40,27 @@ class Pin:
     name: str
     version: str
     sha256: str | None = None
+    override: str | None = None
+    """Why this pin may contradict a requirement of the wheels it ships beside."""
 
     @property
     def requirement(self) -> str:
         return f"{self.name}=={self.version}"
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+
+@dataclass(frozen=True)
+class TreeRequirements:
+    """What a fetched source tree itself requires of each pinned project (the lock file's)."""
+
+    commit: str
+    origin: str
+    """The requirement files read, relative to the tree."""
+    requirements: dict[str, tuple[str, ...]]
+    """Pinned project (canonical name) -> the tree's requirement lines on it (maybe none)."""
 
 
 @dataclass(frozen=True)
@@ -101,10 +121,10 @@ class Recipe:
         config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
         return config / "sparkbuild" / "locks" / beside.name
 
-    def locked_commit(self) -> str | None:
-        """The commit recorded for the source's ref on first fetch, if any."""
+    def _read_lock(self) -> dict[str, Any]:
+        """The lock file's data for this recipe's source spec; {} when none is recorded."""
         if not self.lock_path.is_file():
-            return None
+            return {}
         try:
             data = json.loads(self.lock_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
@@ -113,13 +133,9 @@ class Recipe:
                 where=str(self.lock_path),
                 hint="delete it to record the commit again",
             ) from exc
-        if data.get("spec") != self.source.spec:
-            return None
-        commit = data.get("commit")
-        return commit if isinstance(commit, str) else None
+        return data if isinstance(data, dict) and data.get("spec") == self.source.spec else {}
 
-    def record_commit(self, commit: str) -> None:
-        payload = {"spec": self.source.spec, "commit": commit}
+    def _write_lock(self, payload: dict[str, Any]) -> None:
         tmp = self.lock_path.with_name(self.lock_path.name + ".tmp")
         try:
             tmp.parent.mkdir(parents=True, exist_ok=True)
@@ -132,6 +148,42 @@ class Recipe:
                 hint="copy the recipe somewhere writable and pass it with --recipe",
             ) from exc
 
+    def locked_commit(self) -> str | None:
+        """The commit recorded for the source's ref on first fetch, if any."""
+        commit = self._read_lock().get("commit")
+        return commit if isinstance(commit, str) else None
+
+    def record_commit(self, commit: str) -> None:
+        payload: dict[str, Any] = {"spec": self.source.spec, "commit": commit}
+        recorded = self._read_lock().get("tree_requirements")
+        if isinstance(recorded, dict) and recorded.get("commit") == commit:
+            payload["tree_requirements"] = recorded
+        self._write_lock(payload)
+
+    def record_tree_requirements(self, found: TreeRequirements) -> None:
+        """Record what the tree at ``found.commit`` requires of each pinned project."""
+        payload = self._read_lock() or {"spec": self.source.spec}
+        payload["tree_requirements"] = {
+            "commit": found.commit, "from": found.origin,
+            "requirements": {k: list(v) for k, v in sorted(found.requirements.items())}}
+        self._write_lock(payload)
+
+    def tree_requirements(self) -> TreeRequirements | None:
+        """The recorded requirements of the tree at the locked commit, if recorded."""
+        data = self._read_lock()
+        recorded = data.get("tree_requirements")
+        if not isinstance(recorded, dict):
+            return None
+        if data.get("commit") not in (None, recorded.get("commit")):
+            return None  # recorded for another commit than the locked one
+        requirements = recorded.get("requirements")
+        if not isinstance(requirements, dict):
+            return None
+        return TreeRequirements(
+            str(recorded.get("commit", "")), str(recorded.get("from", "")),
+            {str(k): tuple(str(line) for line in v) for k, v in requirements.items()
+             if isinstance(v, list)})
+
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "recipe": {"name": str, "description": str, "package": str},
@@ -141,7 +193,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
-_PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str}
+_PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
 
 
 def _line_of(text: str, table: str | None, key: str) -> int | None:
@@ -204,19 +256,85 @@ def _parse_pins(path: Path, text: str, raw: Any) -> tuple[Pin, ...]:
         for key in ("name", "version"):
             if key not in table:
                 raise RecipeError(f"a [[pins]] entry lacks `{key}`", where=str(path))
-        pin = Pin(table["name"], table["version"], table.get("sha256"))
-        refuse_known_bad(pin)
+        override = table.get("override")
+        if override is not None and not override.strip():
+            raise RecipeError(f"the override of pin {table['name']} gives no reason",
+                              where=_where(path, text, "pins", "override"),
+                              hint='say why the pin may contradict: override = "REASON"')
+        pin = Pin(table["name"], table["version"], table.get("sha256"), override)
+        refuse_known_bad(pin, where=_where(path, text, "pins", "version"))
         pins.append(pin)
     return tuple(pins)
 
 
-def refuse_known_bad(pin: Pin) -> None:
-    reason = REFUSED_PINS.get((pin.name.lower(), pin.version))
-    if reason:
-        raise PinRefusedError(
-            f"refusing pin {pin.requirement}: {reason}",
-            hint="change the pin in the recipe's [[pins]] table",
-        )
+# -- known-bad versions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KnownBad:
+    """A version that must never ship: ``recipes/known_bad.toml``."""
+
+    name: str
+    version: str
+    reason: str
+    source: str
+
+    def matches(self, name: str, version: str) -> bool:
+        if canonicalize_name(name) != canonicalize_name(self.name):
+            return False
+        try:
+            return Version(version) == Version(self.version)
+        except InvalidVersion:
+            return version == self.version
+
+
+_KNOWN_BAD_KEYS = {"name": str, "version": str, "reason": str, "source": str}
+
+
+def known_bad_path() -> Path:
+    return recipes_dir() / KNOWN_BAD_NAME
+
+
+def load_known_bad(path: Path) -> tuple[KnownBad, ...]:
+    """Every entry of a known-bad list; each names its project, version, reason and source."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RecipeError(f"cannot read the known-bad list: {exc}", where=str(path),
+                          hint="reinstall sparkbuild, or fix the file") from exc
+    unknown = set(data) - {"known_bad"}
+    if unknown:
+        raise RecipeError(f"unknown key `{sorted(unknown)[0]}` in the known-bad list",
+                          where=str(path), hint="entries are [[known_bad]] tables")
+    entries = []
+    for entry in data.get("known_bad", []):
+        _check_table(path, text, "known_bad", entry, dict(_KNOWN_BAD_KEYS))
+        missing = [key for key in _KNOWN_BAD_KEYS if not str(entry.get(key, "")).strip()]
+        if missing:
+            raise RecipeError(f"a [[known_bad]] entry lacks `{missing[0]}`", where=str(path),
+                              hint="each entry needs name, version, reason and source")
+        entries.append(KnownBad(entry["name"], entry["version"], entry["reason"],
+                                entry["source"]))
+    return tuple(entries)
+
+
+def check_known_bad(name: str, version: str, *, role: str = "pin",
+                    where: str | None = None) -> None:
+    """Refuse ``name==version`` when the known-bad list names it (PinRefusedError)."""
+    path = known_bad_path()
+    for entry in load_known_bad(path):
+        if entry.matches(name, version):
+            raise PinRefusedError(
+                f"refusing {role} {name}=={version}: {entry.reason}",
+                where=where,
+                hint=f"{name} {version} is listed in {path} (source: {entry.source}); "
+                "pin another version in the recipe's [[pins]]",
+            )
+
+
+def refuse_known_bad(pin: Pin, *, where: str | None = None) -> None:
+    check_known_bad(pin.name, pin.version, role="pin", where=where)
 
 
 def _parse_jobs(path: Path, text: str, value: Any) -> int | None:

@@ -30,14 +30,17 @@ NAMED = (
     "build_tools/arch_eval.cmake",
     "build_tools/sparkbuild_provider.cmake",
     "recipes/qwen38next.toml",
+    "recipes/known_bad.toml",
 )
 PROBE = """
 import json, sparkbuild
 from sparkbuild import resources
-from sparkbuild.recipe import DEFAULT_RECIPE, load_recipe
+from sparkbuild.recipe import DEFAULT_RECIPE, known_bad_path, load_known_bad, load_recipe
 recipe = load_recipe(DEFAULT_RECIPE)
 print(json.dumps({"package": sparkbuild.__file__, "root": str(resources.resource_root()),
-                  "recipe": str(recipe.path), "series": str(recipe.series)}))
+                  "recipe": str(recipe.path), "series": str(recipe.series),
+                  "known_bad": str(known_bad_path()),
+                  "bad": [[e.name, e.version] for e in load_known_bad(known_bad_path())]}))
 """
 
 
@@ -120,6 +123,8 @@ def test_installed_wheel_uses_its_own_resources(wheel: Path, tmp_path: Path) -> 
     assert Path(found["root"]) == root
     assert Path(found["recipe"]) == root / "recipes" / "qwen38next.toml"
     assert Path(found["series"]) == root / "patches" / "series"
+    assert Path(found["known_bad"]) == root / "recipes" / "known_bad.toml"
+    assert ["flashinfer-python", "0.6.17"] in found["bad"]
 
     # The whole series through the installed copy: the arch edit runs the wheel's
     # build_tools/arch_eval.cmake, the E2M1 edit copies the wheel's csrc/e2m1.cuh.

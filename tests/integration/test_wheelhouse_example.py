@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import zipfile
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 FLASHINFER_0_6_18 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
+FLASHINFER_0_7_2_POST1 = "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"
 INICONFIG_2_3_0 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fbf12"
 RECIPE = f"""
 [recipe]
@@ -75,6 +76,13 @@ def build_wheel(project: Path, dist: Path) -> Path:
          "--no-index", "--wheel-dir", dist, project], env=env, cwd=project, timeout=300)
     (wheel,) = dist.glob("tinyproj-*.whl")
     return wheel
+
+
+def install_report(output: str) -> dict[str, Any]:
+    """``install --json``'s object: stdout's JSON after stderr's command echoes."""
+    report, _end = json.JSONDecoder().raw_decode(output[output.index("\n{") + 1:])
+    assert isinstance(report, dict)
+    return report
 
 
 def wheelhouse(tmp_path: Path, wheel: Path, out: Path, *, offline: bool) -> None:
@@ -124,8 +132,10 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
 
     venv = tmp_path / "venv"
     installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
-                     "--venv", venv], check=False, timeout=600)
+                     "--venv", venv, "--json"], check=False, timeout=600)
     assert installed.returncode == 0, installed.output
+    assert install_report(installed.output)["pip_check"] == {
+        "ok": True, "overrides": [], "problems": []}
     probe = run([venv / "bin" / "python", "-c",
                  "import importlib.metadata as m, tinyproj, iniconfig; "
                  "print(m.version('tinyproj'))"], cwd=tmp_path)
@@ -155,13 +165,23 @@ def test_closure_for_the_spark_platform(tmp_path: Path) -> None:
 
 
 @pytest.mark.network
-def test_flashinfer_0_6_18_pin_lands_byte_identical(tmp_path: Path) -> None:
-    """The real recipes' pin, through the cache (~/.cache/sparkbuild), checked byte for byte."""
-    recipe = load_recipe(REPO_ROOT / "recipes" / "vllm-0.33.0.toml")
+@pytest.mark.parametrize(("recipe_name", "filename", "sha256"), [
+    ("qwen38next.toml", "flashinfer_python-0.6.18-py3-none-any.whl", FLASHINFER_0_6_18),
+    ("vllm-0.33.0.toml", "flashinfer_python-0.7.2.post1-py3-none-any.whl",
+     FLASHINFER_0_7_2_POST1),
+])
+def test_the_recipes_flashinfer_pin_lands_byte_identical(
+    tmp_path: Path, recipe_name: str, filename: str, sha256: str
+) -> None:
+    """The real recipes' pins, through the cache (~/.cache/sparkbuild), checked byte for byte.
+
+    Both are py3-none-any wheels: they install on the Spark (manylinux_2_39_aarch64, 3.12).
+    """
+    recipe = load_recipe(REPO_ROOT / "recipes" / recipe_name)
     (pin,) = [p for p in recipe.pins if p.name == "flashinfer-python"]
     placed = fetch_pin(pin, Cache(default_cache_root()), tmp_path, RealOutside(), offline=False)
-    assert placed.file == "flashinfer_python-0.6.18-py3-none-any.whl"
-    assert placed.sha256 == FLASHINFER_0_6_18 == sha256_file(tmp_path / placed.file)
+    assert placed.file == filename
+    assert placed.sha256 == sha256 == sha256_file(tmp_path / placed.file)
 
 
 EXAMPLE_RECIPE = f"""
@@ -222,5 +242,8 @@ def test_example_two_builds_verify_and_install_offline(
 
     venv = tmp_path / "venv"
     installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
-                     "--venv", venv], check=False, timeout=600)
+                     "--venv", venv, "--json"], check=False, timeout=600)
     assert installed.returncode == 0, installed.output
+    report = install_report(installed.output)
+    assert report["pip_check"]["ok"] is True, report["pip_check"]
+    assert report["pip_check"]["problems"] == [] and "mini_vllm" in report["imported"]

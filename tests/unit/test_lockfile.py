@@ -13,7 +13,7 @@ from sparkbuild.errors import (
     UsageError,
     VerifyError,
 )
-from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
+from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target, TreeRequirements
 from sparkbuild.wheelhouse import lock as lockfile
 from sparkbuild.wheelhouse.lock import (
     ClosureTarget,
@@ -89,9 +89,8 @@ def test_tree_requirements_from_pyproject(tmp_path: Path) -> None:
 
 
 def test_pins_replace_the_trees_requirement_and_bad_pins_are_refused() -> None:
-    merged, replaced = apply_pins(["torch==2.14.0", "flashinfer_python==0.7.2.post1"], [PIN])
+    merged = apply_pins(["torch==2.14.0", "flashinfer_python==0.7.2.post1"], [PIN])
     assert merged == ["torch==2.14.0", "flashinfer-python==0.6.18"]
-    assert replaced == ["flashinfer_python==0.7.2.post1"]
     with pytest.raises(PinRefusedError, match="NVFP4 MoE fallback"):
         apply_pins([], [Pin("flashinfer-python", "0.6.17")])
 
@@ -103,11 +102,11 @@ def test_a_hashed_pin_allows_its_one_file() -> None:
         restrict_to_pins([LockedRequirement("flashinfer-python", "0.6.18", ("e" * 64,))], [PIN])
 
 
-def test_lock_closure_from_a_tree_writes_the_lock(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _tree_and_fake_resolve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                           ) -> dict[str, object]:
     (tmp_path / "tree").mkdir()
-    (tmp_path / "tree" / "requirements.txt").write_text("flashinfer-python==0.7.2.post1\nsix\n")
+    (tmp_path / "tree" / "requirements.txt").write_text(
+        "flashinfer-python==0.7.2.post1\nsix\n")
     seen: dict[str, object] = {}
 
     def fake_resolve(requirements: list[str], overrides: list[str], *,
@@ -117,17 +116,102 @@ def test_lock_closure_from_a_tree_writes_the_lock(
                 LockedRequirement("flashinfer-python", "0.6.18", ("e" * 64, "d" * 64))]
 
     monkeypatch.setattr(lockfile, "resolve_closure", fake_resolve)
-    recipe = Recipe(path=tmp_path / "r.toml", name="r", source=SourcePin("."),
-                    series=tmp_path / "s", target=Target(), build=BuildSettings(), pins=(PIN,))
-    result = lock_closure(recipe, platform="manylinux_2_39_aarch64", python="3.12",
-                          out=tmp_path / "out", tree=tmp_path / "tree")
-    assert seen["requirements"] == ["six", "flashinfer-python==0.6.18"]
-    assert seen["overrides"] == ["flashinfer-python==0.6.18"]
+    return seen
+
+
+def _recipe(tmp_path: Path, *pins: Pin) -> Recipe:
+    return Recipe(path=tmp_path / "r.toml", name="r", source=SourcePin("."),
+                  series=tmp_path / "s", target=Target(), build=BuildSettings(), pins=pins)
+
+
+def test_a_pin_contradicting_the_tree_is_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _tree_and_fake_resolve(tmp_path, monkeypatch)
+    with pytest.raises(PinRefusedError) as refused:
+        lock_closure(_recipe(tmp_path, PIN), platform="manylinux_2_39_aarch64",
+                     python="3.12", out=tmp_path / "out", tree=tmp_path / "tree")
+    what = refused.value.what
+    assert "flashinfer-python==0.6.18" in what and "flashinfer-python==0.7.2.post1" in what
+    assert "requirements.txt:1" in what and 'override = "REASON"' in str(refused.value.hint)
+    assert seen == {} and not (tmp_path / "out").exists()  # refused before resolving
+
+
+def test_an_override_pin_locks_and_the_header_records_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen = _tree_and_fake_resolve(tmp_path, monkeypatch)
+    pin = Pin("flashinfer-python", "0.6.18", "d" * 64, override="GB10 runs 0.6.18")
+    agreeing = Pin("six", "1.17.0")  # agrees with the tree: an ordinary requirement
+    result = lock_closure(_recipe(tmp_path, pin, agreeing), platform="manylinux_2_39_aarch64",
+                          python="3.12", out=tmp_path / "out", tree=tmp_path / "tree")
+    assert seen["requirements"] == ["flashinfer-python==0.6.18", "six==1.17.0"]
+    assert seen["overrides"] == ["flashinfer-python==0.6.18"]  # only the override pin
     assert seen["target"] == ClosureTarget("manylinux_2_39_aarch64", "3.12")
-    locked = parse_lock((tmp_path / "out" / "requirements.lock").read_text(), where="x")
+    text = (tmp_path / "out" / "requirements.lock").read_text()
+    locked = parse_lock(text, where="x")
     assert [(r.name, r.hashes) for r in locked] == [("flashinfer-python", ("d" * 64,)),
                                                     ("six", ("f" * 64,))]
-    assert "recipe pin replaced: flashinfer-python==0.7.2.post1" in result.summary()[-1]
+    assert "# override: flashinfer-python==0.6.18 (reason: GB10 runs 0.6.18)\n" in text
+    assert "#   replaces: vllm (requirements.txt:1) requires flashinfer-python==0.7.2.post1" in text
+    (override,) = result.to_dict()["overrides"]
+    assert override["pin"] == "flashinfer-python==0.6.18"
+    assert override["replaced"][0]["requirement"] == "flashinfer-python==0.7.2.post1"
+    assert any("OVERRIDE flashinfer-python==0.6.18" in line for line in result.summary())
     with pytest.raises(UsageError, match=r"3\.12\.1"):
-        lock_closure(recipe, platform="manylinux_2_39_aarch64", python="3.12.1",
-                     out=tmp_path, tree=tmp_path / "tree")
+        lock_closure(_recipe(tmp_path, pin), platform="manylinux_2_39_aarch64",
+                     python="3.12.1", out=tmp_path, tree=tmp_path / "tree")
+
+
+def test_a_requirement_for_another_machine_does_not_contradict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Markers are the Spark's (aarch64, 3.12), not this machine's."""
+    seen = _tree_and_fake_resolve(tmp_path, monkeypatch)
+    (tmp_path / "tree" / "requirements.txt").write_text(
+        "flashinfer-python==0.7.2.post1; platform_machine == 'x86_64'\n"
+        "flashinfer-python==0.6.18; python_version >= '3.12'\nsix\n")
+    result = lock_closure(_recipe(tmp_path, PIN), platform="manylinux_2_39_aarch64",
+                          python="3.12", out=tmp_path / "out", tree=tmp_path / "tree")
+    assert result.overrides == [] and seen["overrides"] == []
+    with pytest.raises(PinRefusedError, match=r"0\.7\.2\.post1"):
+        lock_closure(_recipe(tmp_path, PIN), platform="manylinux_2_39_x86_64",
+                     python="3.12", out=tmp_path / "out", tree=tmp_path / "tree")
+
+
+def test_a_locked_known_bad_version_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "tree").mkdir()
+    (tmp_path / "tree" / "requirements.txt").write_text("flashinfer-python>=0.6\n")
+
+    def resolves_to_the_bad_one(requirements: list[str], overrides: list[str], *,
+                                target: ClosureTarget, index: str) -> list[LockedRequirement]:
+        return [LockedRequirement("flashinfer_python", "0.6.17", ("a" * 64,))]
+
+    monkeypatch.setattr(lockfile, "resolve_closure", resolves_to_the_bad_one)
+    with pytest.raises(PinRefusedError, match=r"locked requirement flashinfer_python==0\.6\.17: "
+                       "crashes the NVFP4 MoE fallback kernel"):
+        lock_closure(_recipe(tmp_path), platform="manylinux_2_39_aarch64", python="3.12",
+                     out=tmp_path / "out", tree=tmp_path / "tree")
+    assert not (tmp_path / "out" / "requirements.lock").exists()
+
+
+def test_what_the_branch_recorded_is_compared_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe's lock file says what the fetched branch asked for: a pin must agree."""
+    _tree_and_fake_resolve(tmp_path, monkeypatch)
+    (tmp_path / "tree" / "requirements.txt").write_text("six\n")
+    recipe = _recipe(tmp_path, PIN)
+    recipe.record_commit("c" * 40)
+    recipe.record_tree_requirements(TreeRequirements(
+        "c" * 40, "requirements/cuda.txt", {"flashinfer-python": ("flashinfer-python==0.7.0",)}))
+    with pytest.raises(PinRefusedError, match=r"vllm at cccccccccccc \(requirements/cuda.txt\) "
+                       r"requires flashinfer-python==0\.7\.0"):
+        lock_closure(recipe, platform="manylinux_2_39_aarch64", python="3.12",
+                     out=tmp_path / "out", tree=tmp_path / "tree")
+    recipe.record_commit("d" * 40)  # the branch moved: the old record no longer applies
+    assert recipe.tree_requirements() is None
+    lock_closure(recipe, platform="manylinux_2_39_aarch64", python="3.12",
+                 out=tmp_path / "out", tree=tmp_path / "tree")

@@ -1,11 +1,21 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from sparkbuild import recipe as recipe_module
 from sparkbuild.errors import PinRefusedError, RecipeError
-from sparkbuild.recipe import DEFAULT_RECIPE, load_recipe, require_spark_target
+from sparkbuild.recipe import (
+    DEFAULT_RECIPE,
+    TreeRequirements,
+    check_known_bad,
+    known_bad_path,
+    load_known_bad,
+    load_recipe,
+    require_spark_target,
+)
 from sparkbuild.resources import recipes_dir
 
 MINIMAL = """\
@@ -30,9 +40,14 @@ def test_the_shipped_recipes_load() -> None:
     flashinfer = {pin.name: pin for pin in default.pins}["flashinfer-python"]
     assert flashinfer.version == "0.6.18"
     assert flashinfer.sha256 == "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
+    assert flashinfer.override is None  # the branch's own requirement decides (its lock)
     release = load_recipe(recipes_dir() / "vllm-0.33.0.toml")
     assert release.source.spec == "pypi:vllm==0.33.0"
     assert release.series == default.series
+    # what vllm 0.33.0 itself requires (requirements/cuda.txt), by the wheel's sha256
+    (pin,) = release.pins
+    assert (pin.name, pin.version, pin.override) == ("flashinfer-python", "0.7.2.post1", None)
+    assert pin.sha256 == "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"
 
 
 def test_defaults_and_relative_series(tmp_path: Path) -> None:
@@ -64,10 +79,48 @@ def test_missing_table_and_key(tmp_path: Path) -> None:
         load_recipe(write(tmp_path, '[source]\nbranch = "x"\n[series]\npath = "s"\n'))
 
 
-def test_flashinfer_0_6_17_is_refused_with_the_reason(tmp_path: Path) -> None:
-    text = MINIMAL + '\n[[pins]]\nname = "flashinfer-python"\nversion = "0.6.17"\n'
-    with pytest.raises(PinRefusedError, match=r"crashes the NVFP4 MoE fallback kernel on GB10"):
-        load_recipe(write(tmp_path, text))
+def test_flashinfer_0_6_17_is_refused_with_the_reason_from_the_list(tmp_path: Path) -> None:
+    (entry,) = [e for e in load_known_bad(known_bad_path()) if e.name == "flashinfer-python"]
+    assert entry.version == "0.6.17" and "NVFP4 MoE fallback kernel on GB10" in entry.reason
+    assert "forum post" in entry.source and "0.6.17 crashes" in entry.source
+    text = MINIMAL + '\n[[pins]]\nname = "flashinfer_python"\nversion = "0.6.17.0"\n'
+    path = write(tmp_path, text)
+    with pytest.raises(PinRefusedError) as refused:
+        load_recipe(path)
+    assert refused.value.what == f"refusing pin flashinfer_python==0.6.17.0: {entry.reason}"
+    assert refused.value.exit_code == 14 and refused.value.where == f"{path}:9"
+    assert entry.source in str(refused.value.hint)
+    # the override of a contradiction does not reach a known-bad version
+    with pytest.raises(PinRefusedError):
+        load_recipe(write(tmp_path, text + 'override = "I know"\n'))
+
+
+def test_the_known_bad_list_is_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    listed = tmp_path / "known_bad.toml"
+    listed.write_text('[[known_bad]]\nname = "six"\nversion = "1.16.0"\n'
+                      'reason = "breaks the test"\nsource = "this test"\n')
+    monkeypatch.setattr(recipe_module, "known_bad_path", lambda: listed)
+    with pytest.raises(PinRefusedError, match=r"refusing wheel Six==1\.16: breaks the test"):
+        check_known_bad("Six", "1.16", role="wheel")
+    check_known_bad("six", "1.17.0")
+    check_known_bad("flashinfer-python", "0.6.17")  # not on this list
+    listed.write_text('[[known_bad]]\nname = "six"\nversion = "1.16.0"\nreason = "r"\n')
+    with pytest.raises(RecipeError, match="lacks `source`"):
+        load_known_bad(listed)
+    listed.write_text('[[known_bad]]\nname = "six"\nversions = ["1"]\n')
+    with pytest.raises(RecipeError, match=r"unknown key known_bad\.versions") as caught:
+        load_known_bad(listed)
+    assert caught.value.where == f"{listed}:3"
+
+
+def test_override_needs_a_reason(tmp_path: Path) -> None:
+    pin = '\n[[pins]]\nname = "six"\nversion = "1.17.0"\n'
+    recipe = load_recipe(write(tmp_path, MINIMAL + pin + 'override = "vLLM asks 1.16"\n'))
+    assert recipe.pins[0].override == "vLLM asks 1.16"
+    with pytest.raises(RecipeError, match="gives no reason"):
+        load_recipe(write(tmp_path, MINIMAL + pin + 'override = "  "\n'))
+    with pytest.raises(RecipeError, match=r"pins\.override must be str"):
+        load_recipe(write(tmp_path, MINIMAL + pin + "override = true\n"))
 
 
 def test_jobs_must_be_positive_or_auto(tmp_path: Path) -> None:
@@ -84,6 +137,22 @@ def test_the_lock_records_the_commit_for_this_spec_only(tmp_path: Path) -> None:
     assert recipe.locked_commit() == "a" * 40
     other = load_recipe(write(tmp_path, MINIMAL.replace("0.33.0", "0.11.0")))
     assert other.locked_commit() is None
+
+
+def test_the_lock_records_what_the_tree_requires_of_the_pins(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, MINIMAL + '[[pins]]\nname = "six"\nversion = "1"\n'))
+    assert recipe.tree_requirements() is None
+    recipe.record_commit("a" * 40)
+    found = TreeRequirements("a" * 40, "requirements/cuda.txt", {"six": ("six>=2",)})
+    recipe.record_tree_requirements(found)
+    assert recipe.tree_requirements() == found
+    recipe.record_commit("a" * 40)  # the same commit again keeps the record
+    assert recipe.tree_requirements() == found
+    assert json.loads(recipe.lock_path.read_text())["tree_requirements"]["requirements"] == {
+        "six": ["six>=2"]}
+    recipe.record_commit("b" * 40)  # another commit: the record was the old tree's
+    assert recipe.tree_requirements() is None
+    assert "tree_requirements" not in json.loads(recipe.lock_path.read_text())
 
 
 def _target_recipe(tmp_path: Path, target: str) -> Path:

@@ -19,10 +19,12 @@ from sparkbuild.errors import (
     HashMismatchError,
     NetworkError,
     PinRefusedError,
+    VerifyError,
 )
 from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
 from sparkbuild.sources.index import IndexFile
 from sparkbuild.wheelhouse.lock import LockedRequirement, parse_lock
+from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:
@@ -65,8 +67,9 @@ DEP_FILE = "dep_one-1.2-py3-none-any.whl"
 class FakeOutside:
     """The index holds tiny-pin 2.0; resolving the demo gives dep-one 1.2 and the pin."""
 
-    def __init__(self, *, network: bool = True) -> None:
+    def __init__(self, *, network: bool = True, dep_wheel: bytes = DEP_WHEEL) -> None:
         self.network = network
+        self.dep_wheel = dep_wheel
         self.calls: list[str] = []
         self.resolved: tuple[list[str], list[str]] = ([], [])
 
@@ -97,7 +100,7 @@ class FakeOutside:
         self._online("resolve")
         self.resolved = (list(requirements), list(overrides))
         names = {Requirement(r).name for r in requirements}
-        every = [LockedRequirement("dep-one", "1.2", (sha(DEP_WHEEL), "f" * 64)),
+        every = [LockedRequirement("dep-one", "1.2", (sha(self.dep_wheel), "f" * 64)),
                  LockedRequirement("tiny-pin", "2.0", (sha(PIN_WHEEL), "e" * 64))]
         return [item for item in every if item.name in names]
 
@@ -106,7 +109,7 @@ class FakeOutside:
         self._online("download")
         assert [item.name for item in locked] == ["dep-one"]
         dest.mkdir(parents=True, exist_ok=True)
-        (dest / DEP_FILE).write_bytes(DEP_WHEEL)
+        (dest / DEP_FILE).write_bytes(self.dep_wheel)
         return [dest / DEP_FILE]
 
     def toolchain(self) -> dict[str, str | None]:
@@ -120,18 +123,21 @@ def make_recipe(tmp_path: Path, pins: tuple[Pin, ...] | None = None) -> Recipe:
                   pins=default if pins is None else pins, package="demo")
 
 
-def built_wheel(tmp_path: Path) -> Path:
+BUILT_REQUIRES = ("dep-one>=1", "extra-only; extra == 'x'")
+
+
+def built_wheel(tmp_path: Path, requires: Sequence[str] = BUILT_REQUIRES) -> Path:
     path = tmp_path / "dist" / "demo-1.0-py3-none-any.whl"
     path.parent.mkdir(exist_ok=True)
-    path.write_bytes(wheel_bytes("demo", "1.0", ["dep-one>=1", "extra-only; extra == 'x'"]))
+    path.write_bytes(wheel_bytes("demo", "1.0", requires))
     return path
 
 
 def build(tmp_path: Path, out: Path, outside: FakeOutside, *, offline: bool = False,
-          recipe: Recipe | None = None) -> Any:
+          recipe: Recipe | None = None, requires: Sequence[str] = BUILT_REQUIRES) -> Any:
     return write_wheelhouse(
         out, recipe=recipe or make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
-        built_wheels=[built_wheel(tmp_path)], build_settings=SETTINGS,
+        built_wheels=[built_wheel(tmp_path, requires)], build_settings=SETTINGS,
         cache_root=tmp_path / "cache", offline=offline, platform=None, toolchain=TOOLCHAIN,
         outside=outside)
 
@@ -140,8 +146,9 @@ def test_layout(tmp_path: Path) -> None:
     out = tmp_path / "wheelhouse"
     outside = FakeOutside()
     result = build(tmp_path, out, outside)
-    # the built wheel's requirements (not its extras) and the pins, which also override
-    assert outside.resolved == (["dep-one>=1", "tiny-pin==2.0"], ["tiny-pin==2.0"])
+    # the built wheel's requirements (not its extras) and the pins; none overrides
+    assert outside.resolved == (["dep-one>=1", "tiny-pin==2.0"], [])
+    assert result.overrides == []
     built = f"demo-1.0+{result.label}-py3-none-any.whl"
     assert re.fullmatch(r"sm121a\.[0-9a-f]{8}", result.label)
     top = sorted(p.name for p in out.iterdir())
@@ -259,3 +266,130 @@ def test_refuses_to_replace_a_directory_that_is_not_a_wheelhouse(tmp_path: Path)
     with pytest.raises(DestinationError, match="not a sparkbuild wheelhouse"):
         build(tmp_path, out, FakeOutside())
     assert (out / "thesis.tex").read_text() == "do not delete"
+
+
+# -- pins against what they ship beside ------------------------------------------------
+
+
+def test_a_pin_the_built_wheel_contradicts_is_refused_before_any_download(
+    tmp_path: Path,
+) -> None:
+    outside = FakeOutside()
+    with pytest.raises(PinRefusedError) as refused:
+        build(tmp_path, tmp_path / "out", outside, requires=["dep-one>=1", "tiny-pin<2"])
+    assert refused.value.what.startswith("the recipe pins tiny-pin==2.0, but demo 1.0+")
+    assert refused.value.what.endswith("requires tiny-pin<2")
+    assert outside.calls == [] and not (tmp_path / "out").exists()
+
+
+def override_recipe(tmp_path: Path) -> Recipe:
+    return make_recipe(tmp_path, pins=(Pin("tiny-pin", "2.0", sha(PIN_WHEEL),
+                                           override="2.0 is the one that runs on GB10"),))
+
+
+def test_an_override_is_recorded_in_the_manifest_and_the_lock(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    outside = FakeOutside()
+    result = build(tmp_path, out, outside, recipe=override_recipe(tmp_path),
+                   requires=["dep-one>=1", "tiny-pin<2"])
+    assert outside.resolved[1] == ["tiny-pin==2.0"]  # uv overrides: the override pin only
+    manifest = json.loads((out / "manifest.json").read_text())
+    (override,) = manifest["overrides"]
+    assert override["pin"] == "tiny-pin==2.0"
+    assert override["reason"] == "2.0 is the one that runs on GB10"
+    assert override["replaced"] == [{"required_by": f"demo 1.0+{result.label}",
+                                     "requirement": "tiny-pin<2", "project": "demo"}]
+    lock = (out / "requirements.lock").read_text()
+    assert "# override: tiny-pin==2.0 (reason: 2.0 is the one that runs on GB10)" in lock
+    # the built wheel still says what it requires: the override is recorded, not hidden
+    with zipfile.ZipFile(out / f"demo-1.0+{result.label}-py3-none-any.whl") as archive:
+        metadata = archive.read("demo-1.0+" + result.label + ".dist-info/METADATA").decode()
+    assert "Requires-Dist: tiny-pin<2" in metadata
+
+    verified = verify_wheelhouse(out, list_archs=lambda path: [])
+    assert verified.error is None, verified.summary()
+    (listed,) = verified.requirements["overrides"]
+    assert listed["requirement"] == "tiny-pin<2" and listed["override"] == "tiny-pin==2.0"
+
+    manifest["overrides"] = []  # the manifest is not hashed: verify must catch this itself
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    verified = verify_wheelhouse(out, list_archs=lambda path: [])
+    assert verified.error is not None
+    assert [m.problem for m in verified.mismatches] == [
+        f"demo 1.0+{result.label} requires tiny-pin<2, but the wheelhouse has tiny-pin 2.0"]
+
+
+def test_a_closure_wheel_contradicting_a_pin_is_refused_naming_it(tmp_path: Path) -> None:
+    deep = FakeOutside(dep_wheel=wheel_bytes("dep-one", "1.2", ["tiny-pin>=3"]))
+    with pytest.raises(PinRefusedError, match=r"the recipe pins tiny-pin==2\.0, but dep-one "
+                       r"1\.2 requires tiny-pin>=3"):
+        build(tmp_path, tmp_path / "out", deep)
+    assert not (tmp_path / "out").exists()
+    deep = FakeOutside(dep_wheel=wheel_bytes("dep-one", "1.2", ["tiny-pin>=3"]))
+    result = build(tmp_path, tmp_path / "out", deep, recipe=override_recipe(tmp_path))
+    (override,) = result.overrides
+    assert [d.describe() for d in override.replaced] == ["dep-one 1.2 requires tiny-pin>=3"]
+
+
+def test_a_missing_requirement_of_a_closure_wheel_fails_the_wheelhouse(tmp_path: Path) -> None:
+    deep = FakeOutside(dep_wheel=wheel_bytes("dep-one", "1.2", ["not-here>=1"]))
+    with pytest.raises(VerifyError, match=r"dep-one 1\.2 requires not-here>=1, but the "
+                       "wheelhouse has no not-here"):
+        build(tmp_path, tmp_path / "out", deep)
+
+
+def test_a_known_bad_closure_wheel_is_refused(tmp_path: Path) -> None:
+    bad = FakeOutside(dep_wheel=wheel_bytes("dep-one", "1.2"))
+    bad_file = "flashinfer_python-0.6.17-py3-none-any.whl"
+    bad_wheel = wheel_bytes("flashinfer-python", "0.6.17")
+
+    def resolve(requirements: Sequence[str], overrides: Sequence[str],
+                target: ClosureTarget, index: str) -> list[LockedRequirement]:
+        return [LockedRequirement("flashinfer-python", "0.6.17", (sha(bad_wheel),))]
+
+    def download(locked: Sequence[LockedRequirement], dest: Path,
+                 target: ClosureTarget, index: str) -> list[Path]:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / bad_file).write_bytes(bad_wheel)
+        return [dest / bad_file]
+
+    bad.resolve = resolve  # type: ignore[method-assign]
+    bad.download = download  # type: ignore[method-assign]
+    with pytest.raises(PinRefusedError, match=r"closure wheel flashinfer-python==0\.6\.17: "
+                       "crashes the NVFP4 MoE"):
+        build(tmp_path, tmp_path / "out", bad, recipe=make_recipe(tmp_path, pins=()),
+              requires=["flashinfer-python>=0.6"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_verify_checks_the_shipped_torch_against_the_build(tmp_path: Path) -> None:
+    torch = wheel_bytes("torch", "2.14.0")
+    torch_file = "torch-2.14.0-py3-none-any.whl"
+
+    class WithTorch(FakeOutside):
+        def resolve(self, requirements: Sequence[str], overrides: Sequence[str],
+                    target: ClosureTarget, index: str) -> list[LockedRequirement]:
+            return [*super().resolve(requirements, overrides, target, index),
+                    LockedRequirement("torch", "2.14.0", (sha(torch),))]
+
+        def download(self, locked: Sequence[LockedRequirement], dest: Path,
+                     target: ClosureTarget, index: str) -> list[Path]:
+            placed = super().download([i for i in locked if i.name != "torch"], dest,
+                                      target, index)
+            (dest / torch_file).write_bytes(torch)
+            return [*placed, dest / torch_file]
+
+    out = tmp_path / "out"
+    build(tmp_path, out, WithTorch(), requires=["dep-one>=1", "torch==2.14.0"])
+    verified = verify_wheelhouse(out, list_archs=lambda path: [])  # TOOLCHAIN: torch 2.13.0
+    assert verified.error is not None
+    assert verified.requirements["torch"] == {
+        "built_against": "2.13.0", "shipped": "2.14.0", "ok": False,
+        "note": verified.mismatches[0].problem}
+    assert "compiled against torch 2.13.0, but the wheelhouse ships torch 2.14.0" in (
+        verified.mismatches[0].problem)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["toolchain"]["torch"] = "2.14.0+cu130"  # same release, another local label
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    verified = verify_wheelhouse(out, list_archs=lambda path: [])
+    assert verified.error is None and verified.requirements["torch"]["ok"] is True

@@ -32,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 from sparkbuild.console import info, warn
 from sparkbuild.errors import DestinationError, HashMismatchError, SourceError
 from sparkbuild.sources.archive import ExtractedArchive, extract_archive
+from sparkbuild.sources.declared import record_pinned_requirements
 from sparkbuild.sources.git import checkout_ref, clone_at, git_module, status_paths
 
 if TYPE_CHECKING:
@@ -282,6 +283,8 @@ def fetch_git(
     commit = checkout_ref(
         spec.url, spec.ref, tree, recipe=recipe, update_lock=update_lock, offline=offline
     )
+    if recipe is not None:  # what the branch itself asks of each pinned project
+        record_pinned_requirements(recipe, tree, commit)
     return SourceResult("git", spec.text, spec.url, spec.ref, commit, None, tree)
 
 

@@ -2,9 +2,10 @@
 
 A pin is fetched byte-identical to the index's file (its sha256 checked); the runtime
 closure (every dependency of the built wheels, for the target platform) is resolved with
-the pins as overrides, downloaded, and checked against the hashes of the resolution.  Both
-pass through the content-addressed cache: a resolution is cached under its inputs, so a
-second run (``--offline`` too) takes the same files from there.
+the pins as requirements (uv overrides only for pins that carry ``override``), downloaded,
+and checked against the hashes of the resolution.  Both pass through the content-addressed
+cache: a resolution is cached under its inputs, so a second run (``--offline`` too) takes
+the same files from there.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sparkbuild.wheelhouse.lock import (
     apply_pins,
     restrict_to_pins,
 )
+from sparkbuild.wheelhouse.overrides import resolve_pinned
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -103,19 +105,14 @@ class WheelhouseFile:
     size: int
     role: str
     """``built`` (this build), ``pin`` (a recipe pin) or ``closure`` (a dependency)."""
-    replaced: tuple[str, ...] = ()
-    """Built wheels: their requirements that a recipe pin replaced."""
 
     @property
     def key(self) -> str:
         return canonicalize_name(self.name)
 
     def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"file": self.file, "name": self.name, "version": self.version,
-                                 "sha256": self.sha256, "size": self.size, "role": self.role}
-        if self.replaced:
-            entry["replaced_by_pins"] = list(self.replaced)
-        return entry
+        return {"file": self.file, "name": self.name, "version": self.version,
+                "sha256": self.sha256, "size": self.size, "role": self.role}
 
 
 def _place(source: Path, staging: Path, filename: str, role: str) -> WheelhouseFile:
@@ -239,10 +236,10 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
     A resolution is cached under its inputs and reused, online too: the same inputs give
     the same wheelhouse until the recipe or the built wheels' requirements change.
     """
-    merged, _replaced = apply_pins(requirements, pins)
+    merged = apply_pins(requirements, pins)
     if not merged:
         return []
-    overrides = [pin.requirement for pin in pins]
+    overrides = [pin.requirement for pin in pins if pin.override]
     index = outside.index_url()
     key = closure_key(merged, overrides, target, index)
     cached = _cached_closure(cache, key, staging)
@@ -254,7 +251,11 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
             f"({len(merged)} requirements: {', '.join(sorted(merged))})",
             where=str(cache.root),
             hint="run `sparkbuild wheel` once online with the same recipe and --platform")
-    locked = restrict_to_pins(outside.resolve(merged, overrides, target, index), pins)
+
+    def resolve(reqs: Sequence[str], forced: Sequence[str]) -> list[LockedRequirement]:
+        return outside.resolve(reqs, forced, target, index)
+
+    locked = restrict_to_pins(resolve_pinned(resolve, merged, pins), pins)
     wanted = [item for item in locked if item.key not in skip]
     placed = _download_closure(wanted, cache, staging, target, index, outside)
     cache.record("closures", key, {"target": target.key(), "requirements": sorted(merged),

@@ -3,8 +3,12 @@
 pip runs with ``--no-index --find-links DIR --require-hashes -r DIR/requirements.lock``
 and isolated from the machine's pip configuration (``--isolated``,
 ``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
-file cannot add or swap a single file.  ``pip check`` then proves the set is consistent,
-and importing the built package proves it loads (its compiled extension included).
+file cannot add or swap a single file.  ``pip check`` then proves the set is consistent
+(a conflict an override in the manifest records is reported, any other fails the install:
+:mod:`sparkbuild.wheelhouse.pip_check`), and importing the built package proves it loads
+(its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
+lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
+the one judge of consistency (pip's resolver would refuse a recorded override outright).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.proc import run
+from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
+from sparkbuild.wheelhouse.pip_check import PipCheck, judge_pip_check
 from sparkbuild.wheelhouse.verify import read_manifest
 
 if TYPE_CHECKING:
@@ -37,22 +43,22 @@ class InstallResult:
     created: bool
     installed: list[str]
     imported: list[str]
-    pip_check: str = ""
+    pip_check: PipCheck = field(default_factory=PipCheck)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
-                "imported": self.imported, "pip_check": self.pip_check}
+                "imported": self.imported, "pip_check": self.pip_check.to_dict()}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
         return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
-                f"  pip check: {self.pip_check or 'ok'}",
+                *self.pip_check.summary(),
                 f"  imported: {', '.join(self.imported) or 'nothing to import'}"]
 
     @property
     def error(self) -> SparkbuildError | None:
-        return None
+        return self.pip_check.error
 
 
 def python_for(version: str | None) -> str:
@@ -117,13 +123,17 @@ def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
     if not lock.is_file():
         raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
     locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
+    for item in locked:
+        check_known_bad(item.name, item.version, role="wheelhouse file", where=str(lock))
     created = ensure_venv(venv, manifest.get("target", {}).get("python"))
     python = venv_python(venv)
     step(f"installing {len(locked)} projects from {directory} (no index, hashes required)")
     _pip(python, "install", "--no-index", "--find-links", directory, "--require-hashes",
-         "--only-binary", ":all:", "--no-cache-dir", "--requirement", lock)
-    check = _pip(python, "check").strip()
-    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
+         "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
+    check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
+                                timeout=PIP_TIMEOUT, check=False).output, manifest)
+    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)
+               ] if check.ok else []  # a failed pip check is the error; nothing is imported
     if modules:
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,

@@ -8,6 +8,13 @@ silently drops ``six; python_version > '3.11'``.  ``uv pip compile --python-plat
 evaluates markers for the target, so it resolves; pip then downloads the exact files of
 that resolution in hash-checking mode.
 
+The recipe's pins must agree with what they ship beside: the source tree's own
+requirements (and what the recipe's lock file recorded of its branch) are checked against
+them, and only a pin with ``override = "REASON"`` may contradict one
+(:mod:`sparkbuild.wheelhouse.overrides`); uv gets such pins, and only such pins, as
+``--override``, and the lock's header names every override.  Every locked version is also
+checked against ``recipes/known_bad.toml``.
+
 Both run isolated from the local pip configuration (``--no-config``; ``--isolated`` with
 ``PIP_CONFIG_FILE=/dev/null``): a machine's constraint file or local find-links must not
 leak into a lock meant for another machine.  The index is the one pip is configured with.
@@ -21,7 +28,6 @@ import shutil
 import sys
 import sysconfig
 import tempfile
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,16 +37,28 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
 from sparkbuild.errors import (
+    CommandFailed,
     HashMismatchError,
-    RecipeError,
     ToolchainError,
     UsageError,
     VerifyError,
 )
-from sparkbuild.proc import run
-from sparkbuild.recipe import Pin, refuse_known_bad
-from sparkbuild.sources.requirements import logical_lines, parse_requirement, read_requirements
+from sparkbuild.proc import format_command, run
+from sparkbuild.recipe import Pin, check_known_bad, refuse_known_bad
+from sparkbuild.sources.declared import declared_requirements, relative_where
+from sparkbuild.sources.requirements import RequirementLine, logical_lines
 from sparkbuild.store.files import write_text_atomic
+from sparkbuild.wheelhouse.overrides import (
+    Demand,
+    Override,
+    Unsatisfiable,
+    override_comments,
+    pin_conflicts,
+    recorded_demands,
+    resolve_pinned,
+    settle,
+    target_environment,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,8 +66,6 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
 
 LOCK_NAME = "requirements.lock"
-REQUIREMENT_FILES = ("requirements/cuda.txt", "requirements.txt")
-"""Where a tree lists its runtime requirements: vLLM's CUDA set, then the usual file."""
 RESOLVE_TIMEOUT = 1800.0
 
 _MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_([a-z0-9_]+)")
@@ -170,46 +186,23 @@ def parse_lock(text: str, *, where: str) -> list[LockedRequirement]:
 # -- what to resolve -------------------------------------------------------------------
 
 
-def checked_requirement(text: str, where: str) -> str:
-    parse_requirement(text, where)
-    return text
-
-
-def _pyproject_dependencies(path: Path) -> list[str]:
-    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
-    if "dependencies" in project.get("dynamic", []):
-        raise RecipeError("the tree's dependencies are dynamic; sparkbuild cannot read them "
-                          "without building", where=str(path),
-                          hint="give the tree a requirements.txt")
-    return [checked_requirement(str(d), str(path)) for d in project.get("dependencies", [])]
-
-
 def tree_requirements(tree: Path) -> list[str]:
     """The runtime requirements a source tree declares, without building it."""
-    for relative in REQUIREMENT_FILES:
-        if (tree / relative).is_file():
-            return [line.text for line in read_requirements(tree / relative)]
-    if (tree / "pyproject.toml").is_file():
-        return _pyproject_dependencies(tree / "pyproject.toml")
-    raise RecipeError(
-        "the source tree lists no runtime requirements",
-        where=str(tree),
-        hint=f"expected one of {', '.join(REQUIREMENT_FILES)} or pyproject.toml",
-    )
+    return [line.text for line in declared_requirements(tree)]
 
 
-def apply_pins(requirements: Sequence[str], pins: Sequence[Pin]) -> tuple[list[str], list[str]]:
-    """The requirements with each pinned project replaced by its pin; and what was replaced."""
+def apply_pins(requirements: Sequence[str], pins: Sequence[Pin]) -> list[str]:
+    """The requirements without those on a pinned project, then the pins.
+
+    Whether a pin may stand where a requirement asked for another version is decided before
+    (:func:`sparkbuild.wheelhouse.overrides.settle`); a known-bad pin is refused here too.
+    """
     for pin in pins:
         refuse_known_bad(pin)
-    pinned = {canonicalize_name(pin.name) for pin in pins}
-    kept, replaced = [], []
-    for text in requirements:
-        if canonicalize_name(Requirement(text).name) in pinned:
-            replaced.append(text)
-        else:
-            kept.append(text)
-    return kept + [pin.requirement for pin in pins], replaced
+    pinned = {pin.key for pin in pins}
+    kept = [text for text in requirements
+            if canonicalize_name(Requirement(text).name) not in pinned]
+    return kept + [pin.requirement for pin in pins]
 
 
 def restrict_to_pins(
@@ -261,8 +254,9 @@ def resolve_closure(
 ) -> list[LockedRequirement]:
     """Resolve ``requirements`` for ``target`` (binary wheels only), with every file's hash.
 
-    ``overrides`` replace any requirement on the same project, also deep in the graph:
-    the recipe's pins win over what a dependency asks for.
+    ``overrides`` replace any requirement on the same project, also deep in the graph (the
+    recipe's pins that carry ``override``).  No solution: :class:`Unsatisfiable` with uv's
+    explanation.
     """
     with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as tmp:
         work = Path(tmp)
@@ -273,10 +267,27 @@ def resolve_closure(
                "--generate-hashes", "--only-binary", ":all:", "--index-url", index,
                "--no-config", "--no-header", "--no-annotate", "--quiet",
                *_uv_target_args(target)]
-        run(cmd, env={"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"},
-            timeout=RESOLVE_TIMEOUT)
+        result = run(cmd, env={"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"},
+                     timeout=RESOLVE_TIMEOUT, check=False)
+        if result.returncode != 0:
+            raise _uv_failure(result.output, cmd, result.returncode)
         resolved = work / "resolved.txt"
         return parse_lock(resolved.read_text(encoding="utf-8"), where="uv pip compile output")
+
+
+def _uv_failure(output: str, cmd: Sequence[str | os.PathLike[str]], code: int) -> CommandFailed:
+    """uv's "No solution found" explanation as :class:`Unsatisfiable`; else CommandFailed."""
+    marker = "No solution found"
+    if marker in output:
+        lines = output[output.index(marker):].splitlines()[1:]
+        explanation = "\n".join(
+            re.sub(r"^[\s\u2570\u2500\u25b6\u00d7\u2502]*(?:cause:\s*)?", "", line)
+            for line in lines if line.strip())
+        return Unsatisfiable(explanation or output.strip())
+    tail = "\n".join(output.strip().splitlines()[-40:])
+    return CommandFailed(f"uv exited with status {code}: {format_command(cmd)}\n"
+                         f"--- last lines of output ---\n{tail}",
+                         hint="read the output above; fix and run again")
 
 
 def _pip_target_args(target: ClosureTarget) -> list[str]:
@@ -318,8 +329,8 @@ class LockResult:
     index: str
     package: str
     locked: list[LockedRequirement]
-    replaced: list[str] = field(default_factory=list)
-    """Requirements of the source that a recipe pin replaced."""
+    overrides: list[Override] = field(default_factory=list)
+    """The recipe's pins that carry ``override``, and what each replaced."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -328,14 +339,14 @@ class LockResult:
             "python": self.target.python,
             "index": self.index,
             "package": self.package,
-            "replaced_by_pins": self.replaced,
+            "overrides": [item.to_dict() for item in self.overrides],
             "requirements": [r.to_dict() for r in sorted(self.locked, key=lambda r: r.key)],
         }
 
     def summary(self) -> list[str]:
         lines = [f"locked the runtime closure of {self.package} for {self.target.describe()}: "
                  f"{len(self.locked)} projects, every one hashed", f"  wrote {self.path}"]
-        lines += [f"  recipe pin replaced: {text}" for text in self.replaced]
+        lines += [f"  OVERRIDE {item.describe()}" for item in self.overrides]
         return lines
 
     @property
@@ -343,12 +354,12 @@ class LockResult:
         return None
 
 
-def _source_tree_requirements(recipe: Recipe) -> list[str]:
+def _source_tree_requirements(recipe: Recipe) -> tuple[list[RequirementLine], Path]:
     from sparkbuild.sources.fetch import fetch_source
 
     with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-src-") as tmp:
         source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe)
-        return tree_requirements(source.tree)
+        return declared_requirements(source.tree), source.tree
 
 
 def lock_comments(package: str, target: ClosureTarget, index: str) -> list[str]:
@@ -360,28 +371,49 @@ def lock_comments(package: str, target: ClosureTarget, index: str) -> list[str]:
     ]
 
 
+def tree_demands(recipe: Recipe, declared: Sequence[RequirementLine], tree: Path
+                 ) -> list[Demand]:
+    """The tree's own requirements, and what the lock file recorded of its branch."""
+    project = canonicalize_name(recipe.package)
+    own = [Demand(f"{recipe.package} ({relative_where(line, tree)})", line.text, project)
+           for line in declared]
+    return own + recorded_demands(recipe)
+
+
 def lock_closure(
     recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None
 ) -> LockResult:
     """Write ``out/requirements.lock``: the closure of the recipe's package, built or not.
 
     The requirements come from ``tree`` (a prepared tree) or else from the recipe's source
-    (an sdist's requirement files: nothing is built); the recipe's pins replace any
-    requirement on the same project.  Nothing is installed.
+    (an sdist's requirement files: nothing is built).  A pin that contradicts one of them
+    is refused unless it carries ``override``; the recipe's pins replace any requirement on
+    the same project.  Nothing is installed.
     """
     from sparkbuild.sources.index import index_url
 
     target = ClosureTarget(platform, check_python(python))
     parse_platform(platform)
-    declared = tree_requirements(tree) if tree else _source_tree_requirements(recipe)
-    requirements, replaced = apply_pins(declared, recipe.pins)
+    if tree is not None:
+        declared = declared_requirements(tree)
+    else:
+        declared, tree = _source_tree_requirements(recipe)
+    env = target_environment(platform, python)
+    conflicts = pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env)
+    overrides = settle(recipe.pins, conflicts, where=str(recipe.path))
+    requirements = apply_pins([line.text for line in declared], recipe.pins)
     index = index_url()
-    pins = [pin.requirement for pin in recipe.pins]
     locked: list[LockedRequirement] = []
     if requirements:  # a package without requirements and a recipe without pins: empty
-        resolved = resolve_closure(requirements, pins, target=target, index=index)
-        locked = restrict_to_pins(resolved, recipe.pins)
+        def resolve(reqs: Sequence[str], forced: Sequence[str]) -> list[LockedRequirement]:
+            return resolve_closure(reqs, forced, target=target, index=index)
+
+        locked = restrict_to_pins(resolve_pinned(resolve, requirements, recipe.pins),
+                                  recipe.pins)
+    for item in locked:
+        check_known_bad(item.name, item.version, role="locked requirement")
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
-    write_text_atomic(path, render_lock(locked, lock_comments(recipe.package, target, index)))
-    return LockResult(path, target, index, recipe.package, locked, replaced)
+    comments = lock_comments(recipe.package, target, index) + override_comments(overrides)
+    write_text_atomic(path, render_lock(locked, comments))
+    return LockResult(path, target, index, recipe.package, locked, overrides)

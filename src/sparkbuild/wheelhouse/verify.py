@@ -5,7 +5,9 @@ air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
 carries (cuobjdump) and fails when a target architecture of the manifest is missing, the
-way a 12.0 stand-in for 12.1 would be.
+way a 12.0 stand-in for 12.1 would be.  The lock must also meet every wheel's
+``Requires-Dist`` on the target, recorded overrides aside, and ship the torch the build was
+compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from packaging.version import Version
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
+from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -63,6 +66,8 @@ class VerifyResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    requirements: dict[str, Any] = field(default_factory=dict)
+    """The Requires-Dist and torch check (RequirementsReport.to_dict())."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -73,6 +78,7 @@ class VerifyResult:
             "target_archs": list(self.target_archs),
             "libraries": [lib.to_dict() for lib in self.libraries],
             "notes": self.notes,
+            "requirements": self.requirements,
         }
 
     def summary(self) -> list[str]:
@@ -221,6 +227,20 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
             f"{', '.join(result.target_archs)}"))
 
 
+def check_requirements(result: VerifyResult, directory: Path, manifest: dict[str, Any]
+                       ) -> list[Mismatch]:
+    """The lock against every wheel's Requires-Dist on the target, and the torch shipped."""
+    try:
+        locked = parse_lock((directory / LOCK_NAME).read_text(encoding="utf-8"), where=LOCK_NAME)
+    except (OSError, VerifyError):
+        return []  # check_lock names the lock
+    versions = {str(canonicalize_name(item.name)): item.version for item in locked}
+    report = check_wheelhouse_requirements(directory, manifest, versions)
+    result.requirements = report.to_dict()
+    result.notes += report.notes()
+    return [Mismatch(file, problem) for file, problem in report.mismatches()]
+
+
 def _default_lister(path: Path) -> list[str]:
     from sparkbuild.toolchain.sass import list_cuda_archs
 
@@ -234,7 +254,8 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None) 
     targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
     result = VerifyResult(directory, len(actual) + 1, targets)
     result.mismatches += merged(compare(expected_hashes(manifest), actual)
-                                + check_lock(directory, actual))
+                                + check_lock(directory, actual)
+                                + check_requirements(result, directory, manifest))
     built = [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
     check_archs(result, [w for w in built if w.is_file()], list_archs or _default_lister)
     return result

@@ -3,7 +3,10 @@
 ``out/`` holds the built wheels (deterministic, relabelled ``+sm121.<series hash>``), the
 recipe's pins byte-identical to the index's, the runtime closure for the target platform,
 ``requirements.lock`` with one exact ``--hash`` per file, a PEP 503 ``simple/`` index of
-the same files, and ``manifest.json`` saying where every byte came from.
+the same files, and ``manifest.json`` saying where every byte came from.  A pin that
+contradicts a requirement of any wheel here is refused unless it carries ``override``; the
+manifest and the lock's header record every override (the pin, what it replaced, why).  No
+file may be a version ``recipes/known_bad.toml`` lists.
 
 Everything is written into a staging directory beside ``out`` and renamed into place at
 the end, manifest last: a run killed at any point leaves no directory that looks like a
@@ -24,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError
+from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import DISK_FULL, write_text_atomic, writer_gone
 from sparkbuild.store.hashing import sha256_file
@@ -40,6 +43,16 @@ from sparkbuild.wheelhouse.closure import (
     fetch_pin,
 )
 from sparkbuild.wheelhouse.lock import LOCK_NAME, ClosureTarget, LockedRequirement, render_lock
+from sparkbuild.wheelhouse.overrides import (
+    Override,
+    merge_overrides,
+    override_comments,
+    pin_conflicts,
+    recorded_demands,
+    settle,
+    target_environment,
+)
+from sparkbuild.wheelhouse.requirements_check import read_dist, settle_wheelhouse, wheel_demands
 from sparkbuild.wheelhouse.verify import MANIFEST_NAME
 from sparkbuild.wheelhouse.wheel_rewrite import (
     local_label,
@@ -52,7 +65,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from pathlib import Path
 
-    from sparkbuild.recipe import Pin, Recipe
+    from sparkbuild.recipe import Recipe
 
 SIMPLE_DIR = "simple"
 MANIFEST_SCHEMA = 1
@@ -68,10 +81,12 @@ class WheelhouseResult:
     target: ClosureTarget
     label: str
     manifest: dict[str, Any] = field(default_factory=dict)
+    overrides: list[Override] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheelhouse": str(self.out), "local_label": self.label,
-                "target": self.target.key(), "wheels": [f.to_dict() for f in self.files]}
+                "target": self.target.key(), "wheels": [f.to_dict() for f in self.files],
+                "overrides": [o.to_dict() for o in self.overrides]}
 
     def summary(self) -> list[str]:
         counts = {role: sum(f.role == role for f in self.files)
@@ -80,6 +95,7 @@ class WheelhouseResult:
                  f"{counts['pin']} pinned, {counts['closure']} dependencies"]
         lines += [f"  {f.role:<7} {f.file}  sha256:{f.sha256}" for f in self.files
                   if f.role != "closure"]
+        lines += [f"  OVERRIDE {o.describe()}" for o in self.overrides]
         lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
         return lines
 
@@ -91,15 +107,11 @@ class WheelhouseResult:
 # -- small helpers ---------------------------------------------------------------------
 
 
-def _built_file(wheel: Path, staging: Path, label: str, epoch: int,
-                pins: Sequence[Pin]) -> WheelhouseFile:
-    """The built wheel, rewritten: deterministic, relabelled, its requirements pinned."""
-    pinned: dict[str, str] = {canonicalize_name(p.name): p.requirement for p in pins}
-    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch, pins=pinned)
-    for requirement in normalized.replaced:
-        warn(f"{normalized.path.name}: requirement {requirement} replaced by the recipe's pin")
+def _built_file(wheel: Path, staging: Path, label: str, epoch: int) -> WheelhouseFile:
+    """The built wheel, rewritten: deterministic, relabelled; its requirements as built."""
+    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch)
     return WheelhouseFile(normalized.path.name, normalized.name, normalized.version,
-                          normalized.sha256, normalized.size, "built", normalized.replaced)
+                          normalized.sha256, normalized.size, "built")
 
 
 def wheel_metadata(path: Path) -> bytes:
@@ -189,6 +201,7 @@ def build_manifest(recipe: Recipe, source: dict[str, Any], patches: Sequence[dic
         "toolchain": toolchain,
         "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
         "wheels": [f.to_dict() for f in result.files],
+        "overrides": [o.to_dict() for o in result.overrides],
         "files": extra,
     }
 
@@ -283,9 +296,12 @@ def write_wheelhouse(
     cache = Cache(cache_root)
     with staging_dir(out) as staging:
         step(f"writing the wheelhouse {out} (label +{label})")
-        built = [_built_file(wheel, staging, label, epoch, recipe.pins)
-                 for wheel in built_wheels]
+        built = [_built_file(wheel, staging, label, epoch) for wheel in built_wheels]
         _warn_foreign(built, target)
+        env = target_environment(target.platform, target.python)
+        direct = [d for w in built for d in wheel_demands(read_dist(staging / w.file))]
+        early = settle(recipe.pins, pin_conflicts(recipe.pins, direct + recorded_demands(recipe),
+                                                  env), where=str(recipe.path))
         with cache.locked():
             pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
             requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
@@ -293,8 +309,13 @@ def write_wheelhouse(
             closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
                                     outside, offline=offline)
         files = sorted((*built, *pins, *closure), key=_by_file)
-        result = WheelhouseResult(out, files, target, label)
-        extra = _write_lock_and_index(staging, files, recipe, target)
+        for item in files:
+            check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
+        late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
+                                 env, where=str(recipe.path))
+        result = WheelhouseResult(out, files, target, label,
+                                  overrides=merge_overrides(early, late))
+        extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
         write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
@@ -303,11 +324,12 @@ def write_wheelhouse(
 
 
 def _write_lock_and_index(staging: Path, files: Sequence[WheelhouseFile], recipe: Recipe,
-                          target: ClosureTarget) -> dict[str, str]:
+                          target: ClosureTarget, overrides: Sequence[Override]
+                          ) -> dict[str, str]:
     comments = [f"written by sparkbuild {__version__}: the wheelhouse of {recipe.package} "
                 f"for {target.describe()}",
                 "install with: pip install --no-index --find-links DIR --require-hashes "
-                f"-r DIR/{LOCK_NAME}"]
+                f"-r DIR/{LOCK_NAME}", *override_comments(overrides)]
     lock = staging / LOCK_NAME
     write_text_atomic(lock, render_lock(wheelhouse_lock(files), comments))
     written = [lock, *write_simple_index(staging, files)]
