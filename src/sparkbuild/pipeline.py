@@ -7,7 +7,9 @@ missing entry is named in one :class:`CacheMissError`.
 
 The work directory is ``CACHE/work/<recipe name>`` and stays at the same path from run
 to run, so ccache recognises unchanged translation units of a re-prepared tree; a file
-lock keeps two runs of one recipe out of each other's way.
+lock keeps two runs of one recipe out of each other's way.  With a shared compile cache
+(``--compile-cache``) the work directory and the build environment move to the stable
+build root (:mod:`sparkbuild.build.compile_cache`), the same path on every machine.
 """
 
 from __future__ import annotations
@@ -29,13 +31,24 @@ from sparkbuild.build.compile import (
     ensure_build_env,
     read_fetch_log,
 )
+from sparkbuild.build.compile_cache import (
+    CacheSpec,
+    CompileCacheResult,
+    build_root,
+    namespace,
+    parse_cache_url,
+    torch_of,
+    units_by_language,
+)
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
-from sparkbuild.build.materialize import materialize, require_complete
+from sparkbuild.build.materialize import Materialized, materialize, require_complete
+from sparkbuild.build.sccache_server import SharedCache, shared_compile_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.toolchain.tools import find_sccache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -57,6 +70,8 @@ class WheelOptions:
     jobs: int | None = None
     platform: str | None = None
     update_lock: bool = False
+    compile_cache: str | None = None
+    """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
 
 
 @dataclass
@@ -70,6 +85,7 @@ class WheelResult:
     wheelhouse: WheelhouseResult
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    compile_cache: CompileCacheResult | None = None
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -87,6 +103,7 @@ class WheelResult:
             "missed_by_reader": self.missed_by_reader,
             "build_plan": self.plan.to_dict(),
             "build": self.build.to_dict(),
+            "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
             "wheelhouse": self.wheelhouse.to_dict(),
             "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
         }
@@ -102,6 +119,7 @@ class WheelResult:
         lines.append(f"  MAX_JOBS={self.plan.max_jobs} NVCC_THREADS={self.plan.nvcc_threads}"
                      f" launcher={self.plan.launcher or 'none'}")
         lines.append(f"  {len(self.build.compiled_units)} units compiled; log: {self.build.log}")
+        lines += self.compile_cache.summary() if self.compile_cache else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
         return lines + self.wheelhouse.summary()
@@ -255,7 +273,8 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, cache: Cache, requirements: list[str]) -> WheelhouseResult:
+                outcome: BuildOutcome, cache: Cache, requirements: list[str],
+                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -270,6 +289,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "launcher": plan.launcher,
         "offline": options.offline,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
+        "compile_cache": compile_cache.to_dict() if compile_cache else None,
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -279,13 +299,49 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
     )
 
 
+def _cache_spec(options: WheelOptions) -> CacheSpec | None:
+    """The shared compile cache: ``--compile-cache``, else the recipe's, else none."""
+    if options.compile_cache:
+        return parse_cache_url(options.compile_cache, relative_to=Path.cwd())
+    if options.recipe.build.compile_cache:
+        return parse_cache_url(options.recipe.build.compile_cache,
+                               relative_to=options.recipe.path.parent)
+    return None
+
+
+@contextmanager
+def _shared_cache(spec: CacheSpec | None, options: WheelOptions, prepared: PrepareResult,
+                  deps: Materialized, plan: VendorPlan, work: Path, cache: Cache
+                  ) -> Iterator[SharedCache | None]:
+    """One build's sccache server, its keys scoped by CUDA, torch, archs and series."""
+    if spec is None:
+        yield None
+        return
+    from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.wheelhouse.wheel_rewrite import local_label
+
+    recipe = options.recipe
+    wheels = [p.name for p in deps.wheel_dir.glob("*.whl")] if deps.wheel_dir else []
+    label = local_label(recipe.target.cuda_archs, [p.to_dict() for p in prepared.series.patches])
+    space = namespace(cuda=describe_toolchain()["nvcc"],
+                      torch=torch_of(plan.requirements, wheels), label=label)
+    sccache = find_sccache()
+    root = work.parent.parent
+    with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
+                              work=work, build_root=root,
+                              basedirs=[str(root), str(cache.root)]) as shared:
+        yield shared
+
+
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
-    work = cache.root / "work" / recipe.name
+    spec = _cache_spec(options)
+    root = build_root() if spec else cache.root
+    work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
-    with CacheLock(cache.root / "work" / f"{recipe.name}.lock").held():
+    with CacheLock(root / "work" / f"{recipe.name}.lock").held():
         with _timed(seconds, "prepare"):
             prepared = _prepare(options, work)
         tree = prepared.tree
@@ -296,17 +352,29 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         plan = _build_plan(options, tree)
         with _timed(seconds, "build"):
             deps = materialize(vendored.plan, cache, work)
-            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key)
-            request = BuildRequest(
-                tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
-                jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, offline=options.offline,
-                deps=deps, recipe_env=recipe.build.env, launcher=plan.launcher,
-            )
-            outcome = build_tree(request, python)
+            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                      root=root if spec else None)
+            with _shared_cache(spec, options, prepared, deps, vendored.plan, work,
+                               cache) as shared:
+                if shared is not None and shared.launcher:
+                    plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
+                        *plan.reasons, f"compiler launcher: sccache, shared cache "
+                        f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                request = BuildRequest(
+                    tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
+                    jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
+                    offline=options.offline, deps=deps,
+                    recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
+                    launcher=plan.launcher,
+                )
+                outcome = build_tree(request, python)
+        compile_cache = shared.result if shared else None
+        if compile_cache is not None:
+            compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache,
-                                     vendored.plan.requirements)
+                                     vendored.plan.requirements, compile_cache)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
-                       [s.name for s in missed], seconds)
+                       [s.name for s in missed], seconds, compile_cache)

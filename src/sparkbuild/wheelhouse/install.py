@@ -5,6 +5,10 @@ and isolated from the machine's pip configuration (``--isolated``,
 ``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
 file cannot add or swap a single file.  ``pip check`` then proves the set is consistent,
 and importing the built package proves it loads (its compiled extension included).
+Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
+the venv with what was installed (:mod:`sparkbuild.wheelhouse.fingerprint`), for
+``verify --installed``.  A wheelhouse served over HTTP comes through
+:mod:`sparkbuild.wheelhouse.remote`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.proc import run
 from sparkbuild.store.files import venv_python
+from sparkbuild.wheelhouse.fingerprint import record_installation
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.verify import read_manifest
+from sparkbuild.wheelhouse.verify import MANIFEST_NAME, read_manifest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -39,16 +44,21 @@ class InstallResult:
     imported: list[str]
     pip_check: str = ""
     notes: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
+    origin: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
-                "imported": self.imported, "pip_check": self.pip_check}
+                "imported": self.imported, "pip_check": self.pip_check,
+                "fingerprint": self.fingerprint, "wheelhouse": self.origin}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
         return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
                 f"  pip check: {self.pip_check or 'ok'}",
-                f"  imported: {', '.join(self.imported) or 'nothing to import'}"]
+                f"  imported: {', '.join(self.imported) or 'nothing to import'}",
+                f"wheelhouse fingerprint: {self.fingerprint}"]
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -109,8 +119,13 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
-    """Install everything ``directory/requirements.lock`` names into ``venv``, offline."""
+def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | None = None,
+                       origin: str | None = None) -> InstallResult:
+    """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
+
+    ``pip_sources`` replaces ``--no-index --find-links DIR`` (a served wheelhouse's index,
+    :func:`sparkbuild.wheelhouse.remote.install_from_url`); ``origin`` is then its URL.
+    """
     directory, venv = directory.resolve(), venv.absolute()
     manifest = read_manifest(directory)
     lock = directory / LOCK_NAME
@@ -119,8 +134,10 @@ def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
     locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
     created = ensure_venv(venv, manifest.get("target", {}).get("python"))
     python = venv_python(venv)
-    step(f"installing {len(locked)} projects from {directory} (no index, hashes required)")
-    _pip(python, "install", "--no-index", "--find-links", directory, "--require-hashes",
+    how = "its simple/ index" if pip_sources else "no index"
+    step(f"installing {len(locked)} projects from {origin or directory} ({how}, hashes required)")
+    sources = pip_sources or ["--no-index", "--find-links", str(directory)]
+    _pip(python, "install", *sources, "--require-hashes",
          "--only-binary", ":all:", "--no-cache-dir", "--requirement", lock)
     check = _pip(python, "check").strip()
     modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
@@ -128,6 +145,9 @@ def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                 timeout=PIP_TIMEOUT)
+    recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
+                                   origin or str(directory))
+    step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, [f"{r.name}=={r.version}" for r in locked], modules,
-                         check)
+                         check, fingerprint=recorded.fingerprint, origin=recorded.origin)
 
