@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -111,7 +112,16 @@ class SccacheServer:
             return None
 
     def stop(self) -> None:
+        """Stop the server and wait (up to 20 s) until its port is closed."""
         self._command("--stop-server", env=self.client_env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+            except OSError:
+                return
+            time.sleep(0.1)
 
 
 @dataclass
