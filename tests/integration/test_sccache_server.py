@@ -59,7 +59,7 @@ def _servers(port: str) -> list[int]:
         if not entry.name.isdigit():
             continue
         try:
-            if Path(os.readlink(entry / "exe")).name != "sccache":
+            if (entry / "exe").readlink().name != "sccache":
                 continue
             environ = (entry / "environ").read_bytes().split(b"\0")
             status = (entry / "status").read_text()
