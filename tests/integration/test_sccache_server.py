@@ -163,3 +163,19 @@ def test_doctor_reports_the_shared_cache(redis_server: RedisServer) -> None:
     assert live["ok"] is True and "sccache 0.16.0: redis" in str(live["value"])
     dead = _doctor(f"redis://127.0.0.1:{free_port()}")
     assert dead["ok"] is False and "unreachable" in str(dead["reason"])
+
+
+def test_a_local_directory_cache_is_namespaced(tmp_path: Path) -> None:
+    spec = parse_cache_url("shared-dir", relative_to=tmp_path)
+    tree = _tree(tmp_path / "tree")
+    results = []
+    for machine in ("a", "b"):
+        with shared_compile_cache(spec, namespace="sparkbuild/cuda13/torch2/sm121a.x",
+                                  sccache=_sccache(), work=tmp_path / f"work-{machine}",
+                                  build_root=tmp_path, basedirs=[str(tmp_path)]) as shared:
+            _compile(shared, tree / "host.cpp", ["g++"])
+        results.append(shared.result)
+    assert [r.status for r in results] == ["used", "used"]
+    assert (results[0].misses, results[1].hits, results[1].misses) == (1, 1, 0)
+    namespaced = tmp_path / "shared-dir" / "sparkbuild" / "cuda13" / "torch2" / "sm121a.x"
+    assert any(path.is_file() for path in namespaced.rglob("*"))

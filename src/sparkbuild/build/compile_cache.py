@@ -211,11 +211,6 @@ def build_root() -> Path:
 
 # -- sccache's numbers ----------------------------------------------------------------------
 
-CUDA_LANGUAGES = ("CUDA", "CUDA (Device code)", "PTX", "CUBIN")
-"""sccache's names for nvcc's steps: the host side of a unit (one per unit), cudafe++,
-cicc (one per virtual arch) and ptxas (one per real arch)."""
-
-
 def _counts(stats: dict[str, Any], key: str) -> dict[str, int]:
     value = stats.get(key, {})
     counts = value.get("counts", {}) if isinstance(value, dict) else {}
@@ -233,7 +228,9 @@ class SccacheStats:
     """One reading of ``sccache --show-stats --stats-format=json``."""
 
     hits: dict[str, int] = field(default_factory=dict)
-    """Cache hits per language, as sccache names them (``C/C++``, ``CUDA``, ``PTX`` ...)."""
+    """Cache hits per language, as sccache names them: ``C/C++``; for nvcc ``CUDA`` (a unit's
+    host side, one per unit), ``CUDA (Device code)`` (cudafe++), ``PTX`` (cicc, one per
+    virtual arch), ``CUBIN`` (ptxas, one per real arch)."""
     misses: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     read_errors: int = 0
@@ -352,6 +349,10 @@ class CompileCacheResult:
                  + (f" (hits/misses: {split})" if split else "")
                  + (f"; ninja compiled {units} unit(s)" if units else ""),
                  f"    namespace {self.namespace}; built under {self.build_root}"]
+        if self.before is not None and self.after is not None:
+            lines.append(f"    sccache stats before: {self.before.total_hits} hits, "
+                         f"{self.before.total_misses} misses; after: {self.after.total_hits} "
+                         f"hits, {self.after.total_misses} misses")
         return lines + [f"    warning: {w}" for w in self.warnings]
 
 
