@@ -32,23 +32,19 @@ from sparkbuild.build.compile import (
     read_fetch_log,
 )
 from sparkbuild.build.compile_cache import (
-    CacheSpec,
     CompileCacheResult,
     build_root,
-    namespace,
-    parse_cache_url,
-    torch_of,
+    cache_spec,
     units_by_language,
 )
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
-from sparkbuild.build.materialize import Materialized, materialize, require_complete
-from sparkbuild.build.sccache_server import SharedCache, shared_compile_cache
+from sparkbuild.build.materialize import materialize, require_complete
+from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.lock import CacheLock
-from sparkbuild.toolchain.tools import find_sccache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -299,45 +295,18 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
     )
 
 
-def _cache_spec(options: WheelOptions) -> CacheSpec | None:
-    """The shared compile cache: ``--compile-cache``, else the recipe's, else none."""
-    if options.compile_cache:
-        return parse_cache_url(options.compile_cache, relative_to=Path.cwd())
-    if options.recipe.build.compile_cache:
-        return parse_cache_url(options.recipe.build.compile_cache,
-                               relative_to=options.recipe.path.parent)
-    return None
-
-
-@contextmanager
-def _shared_cache(spec: CacheSpec | None, options: WheelOptions, prepared: PrepareResult,
-                  deps: Materialized, plan: VendorPlan, work: Path, cache: Cache
-                  ) -> Iterator[SharedCache | None]:
-    """One build's sccache server, its keys scoped by CUDA, torch, archs and series."""
-    if spec is None:
-        yield None
-        return
-    from sparkbuild.toolchain.tools import describe_toolchain
+def _label(recipe: Recipe, prepared: PrepareResult) -> str:
+    """The built wheel's local label (archs and series hash): part of the cache's keys."""
     from sparkbuild.wheelhouse.wheel_rewrite import local_label
 
-    recipe = options.recipe
-    wheels = [p.name for p in deps.wheel_dir.glob("*.whl")] if deps.wheel_dir else []
-    label = local_label(recipe.target.cuda_archs, [p.to_dict() for p in prepared.series.patches])
-    space = namespace(cuda=describe_toolchain()["nvcc"],
-                      torch=torch_of(plan.requirements, wheels), label=label)
-    sccache = find_sccache()
-    root = work.parent.parent
-    with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
-                              work=work, build_root=root,
-                              basedirs=[str(root), str(cache.root)]) as shared:
-        yield shared
+    return local_label(recipe.target.cuda_archs, [p.to_dict() for p in prepared.series.patches])
 
 
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
-    spec = _cache_spec(options)
+    spec = cache_spec(options.compile_cache, recipe)
     root = build_root() if spec else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
@@ -354,8 +323,10 @@ def build_wheel(options: WheelOptions) -> WheelResult:
             deps = materialize(vendored.plan, cache, work)
             python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
                                       root=root if spec else None)
-            with _shared_cache(spec, options, prepared, deps, vendored.plan, work,
-                               cache) as shared:
+            with open_shared_cache(spec, label=_label(recipe, prepared),
+                                   requirements=vendored.plan.requirements,
+                                   wheel_dir=deps.wheel_dir, work=work,
+                                   cache_root=cache.root) as shared:
                 if shared is not None and shared.launcher:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
                         *plan.reasons, f"compiler launcher: sccache, shared cache "

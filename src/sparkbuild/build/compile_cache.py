@@ -32,9 +32,12 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from sparkbuild.recipe import Recipe
 
 BUILD_ROOT_ENV = "SPARKBUILD_BUILD_ROOT"
 DEFAULT_BUILD_ROOT = Path("/var/tmp/sparkbuild-build")
@@ -124,6 +127,15 @@ def _s3(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
     endpoint = settings.get("SCCACHE_ENDPOINT") or os.environ.get("SCCACHE_ENDPOINT")
     location = f"s3://{bucket}/{prefix}" + (f" (endpoint {endpoint})" if endpoint else "")
     return CacheSpec("s3", location, settings, {}, prefix)
+
+
+def cache_spec(url: str | None, recipe: Recipe) -> CacheSpec | None:
+    """The shared compile cache: ``--compile-cache URL``, else the recipe's, else none."""
+    if url:
+        return parse_cache_url(url, relative_to=Path.cwd())
+    if recipe.build.compile_cache:
+        return parse_cache_url(recipe.build.compile_cache, relative_to=recipe.path.parent)
+    return None
 
 
 def parse_cache_url(url: str, *, relative_to: Path) -> CacheSpec:

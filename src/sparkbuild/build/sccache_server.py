@@ -33,9 +33,12 @@ from sparkbuild.build.compile_cache import (
     CacheSpec,
     CompileCacheResult,
     SccacheStats,
+    namespace,
+    torch_of,
 )
 from sparkbuild.console import info, step, warn
 from sparkbuild.proc import run
+from sparkbuild.toolchain.tools import describe_toolchain, find_sccache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -288,3 +291,24 @@ def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
         why = "the sccache server gave no stats"
     server.stop()
     return why
+
+
+@contextlib.contextmanager
+def open_shared_cache(spec: CacheSpec | None, *, label: str, requirements: list[str],
+                      wheel_dir: Path | None, work: Path, cache_root: Path
+                      ) -> Iterator[SharedCache | None]:
+    """The pipeline's entry: ``None`` without a shared cache; else one build's session,
+    its keys scoped by CUDA, torch (the build environment's), archs and series (``label``).
+    ``work`` is ``BUILD_ROOT/work/RECIPE``."""
+    if spec is None:
+        yield None
+        return
+    wheels = [p.name for p in wheel_dir.glob("*.whl")] if wheel_dir else []
+    space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch_of(requirements, wheels),
+                      label=label)
+    sccache = find_sccache()
+    root = work.parent.parent
+    with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
+                              work=work, build_root=root,
+                              basedirs=[str(root), str(cache_root)]) as shared:
+        yield shared
