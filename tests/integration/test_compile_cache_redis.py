@@ -102,6 +102,22 @@ def _archs(wheel: Path, into: Path) -> list[str]:
     return list_cuda_archs(into / member)
 
 
+def _sccache_left(stable: Path) -> list[int]:
+    """Live sccache servers our builds started (their SCCACHE_BASEDIRS name ``stable``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or (entry / "exe").readlink().name != "sccache":
+                continue
+            environ = (entry / "environ").read_bytes()
+            state = (entry / "status").read_text()
+        except OSError:
+            continue
+        if str(stable).encode() in environ and "State:\tZ" not in state:
+            found.append(int(entry.name))
+    return found
+
+
 def _verify(home: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "sparkbuild", "verify",
                           str(home / "wheelhouse")], capture_output=True, text=True,
@@ -138,6 +154,7 @@ def test_second_machine_compiles_no_cuda_unit(team: dict[str, Path],
     assert _built_wheel(second_home).read_bytes() == _built_wheel(first_home).read_bytes()
     assert "sm_121" in _archs(_built_wheel(second_home), team["root"] / "so-b")
     _verify(second_home)
+    assert _sccache_left(team["stable"]) == []
 
 
 def test_killing_redis_mid_build_goes_on_uncached(team: dict[str, Path],
@@ -157,6 +174,7 @@ def test_killing_redis_mid_build_goes_on_uncached(team: dict[str, Path],
     assert degraded["warnings"] and degraded["misses"] > 0 and degraded["hits"] == 0
     assert "sm_121" in _archs(_built_wheel(home), team["root"] / "so-c")
     _verify(home)
+    assert _sccache_left(team["stable"]) == []
     first = team["root"] / "machine-a"
     if (first / "wheelhouse").is_dir():  # the first test ran: the same bytes, uncached
         assert _built_wheel(home).read_bytes() == _built_wheel(first).read_bytes()

