@@ -7,7 +7,7 @@ second machine must compile no CUDA unit: every CUDA compile request is a hit co
 sccache's stats (the example's units, as ninja lists them in the build log, plus the one
 CMake's CUDA compiler check makes), no cudafe++/cicc/ptxas step misses, and the wheel is
 byte for byte the first machine's.  Then Redis is killed while a third build compiles: the
-build finishes uncached with a warning, and its wheel is again the same bytes.
+build finishes uncached with a warning, and its wheelhouse verifies.
 """
 
 from __future__ import annotations
@@ -175,6 +175,5 @@ def test_killing_redis_mid_build_goes_on_uncached(team: dict[str, Path],
     assert "sm_121" in _archs(_built_wheel(home), team["root"] / "so-c")
     _verify(home)
     assert _sccache_left(team["stable"]) == []
-    first = team["root"] / "machine-a"
-    if (first / "wheelhouse").is_dir():  # the first test ran: the same bytes, uncached
-        assert _built_wheel(home).read_bytes() == _built_wheel(first).read_bytes()
+    # (No byte comparison here: a unit in flight when the server stops is compiled by plain
+    # nvcc, whose objects name a per-process temporary file: never the same bytes twice.)
