@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sparkbuild import __version__
 from sparkbuild.console import console
-from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult
+from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
 
 Handler = Callable[[argparse.Namespace], StageResult]
@@ -59,6 +59,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         jobs=args.jobs,
         platform=args.platform,
         update_lock=args.update_lock,
+        compile_cache=args.compile_cache,
     )
     return build_wheel(options)
 
@@ -67,7 +68,8 @@ def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.doctor import run_doctor
 
     return run_doctor(
-        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib
+        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
+        compile_cache=args.compile_cache,
     )
 
 
@@ -92,12 +94,21 @@ def _lock(args: argparse.Namespace) -> StageResult:
 def _verify(args: argparse.Namespace) -> StageResult:
     from sparkbuild.wheelhouse.verify import verify_wheelhouse
 
+    if args.installed:
+        from sparkbuild.wheelhouse.installed_check import verify_installed
+
+        return verify_installed(Path(args.installed), Path(args.dir) if args.dir else None)
+    if not args.dir:
+        raise UsageError("verify needs a wheelhouse DIR, or --installed VENV")
     return verify_wheelhouse(Path(args.dir))
 
 
 def _install(args: argparse.Namespace) -> StageResult:
     from sparkbuild.wheelhouse.install import install_wheelhouse
+    from sparkbuild.wheelhouse.remote import install_from_url, is_url
 
+    if is_url(args.dir):
+        return install_from_url(args.dir, Path(args.venv))
     return install_wheelhouse(Path(args.dir), Path(args.venv))
 
 
@@ -155,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, metavar="N", help="compile jobs (default: doctor's)")
     p.add_argument("--platform", metavar="PLAT", help="download the runtime closure for PLAT")
     p.add_argument("--update-lock", action="store_true", help="re-resolve a branch ref")
+    p.add_argument("--compile-cache", metavar="URL", help="a compile cache shared through "
+                   "sccache: redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory "
+                   "(default: the recipe's [build] compile_cache)")
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)
 
@@ -162,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", metavar="TREE", help="also check torch against this tree's pin")
     p.add_argument("--job-memory-gib", type=float, default=None, metavar="GIB",
                    help="memory budget per compile job")
+    p.add_argument("--compile-cache", metavar="URL", help="also check this shared compile "
+                   "cache (sccache): redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
@@ -178,12 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_lock)
 
     p = sub.add_parser("verify", help="re-hash a wheelhouse and list the CUDA archs inside")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", nargs="?", help="the wheelhouse (with --installed: "
+                   "also compare the venv with its wheels)")
+    p.add_argument("--installed", metavar="VENV", help="check that a venv `install` made "
+                   "still matches its wheelhouse, file for file; prints its fingerprint")
     _add_common(p)
     p.set_defaults(handler=_verify)
 
     p = sub.add_parser("install", help="install a wheelhouse into a venv, with no network")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", metavar="DIR", help="the wheelhouse: a directory, or the URL of one "
+                   "served over HTTP (its simple/ index)")
     p.add_argument("--venv", required=True, metavar="PATH")
     _add_common(p)
     p.set_defaults(handler=_install)

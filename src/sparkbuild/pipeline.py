@@ -7,7 +7,9 @@ missing entry is named in one :class:`CacheMissError`.
 
 The work directory is ``CACHE/work/<recipe name>`` and stays at the same path from run
 to run, so ccache recognises unchanged translation units of a re-prepared tree; a file
-lock keeps two runs of one recipe out of each other's way.
+lock keeps two runs of one recipe out of each other's way.  With a shared compile cache
+(``--compile-cache``) the work directory and the build environment move to the stable
+build root (:mod:`sparkbuild.build.compile_cache`), the same path on every machine.
 """
 
 from __future__ import annotations
@@ -29,8 +31,15 @@ from sparkbuild.build.compile import (
     ensure_build_env,
     read_fetch_log,
 )
+from sparkbuild.build.compile_cache import (
+    CompileCacheResult,
+    build_root,
+    cache_spec,
+    units_by_language,
+)
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
 from sparkbuild.build.materialize import materialize, require_complete
+from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
@@ -57,6 +66,8 @@ class WheelOptions:
     jobs: int | None = None
     platform: str | None = None
     update_lock: bool = False
+    compile_cache: str | None = None
+    """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
 
 
 @dataclass
@@ -70,6 +81,7 @@ class WheelResult:
     wheelhouse: WheelhouseResult
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    compile_cache: CompileCacheResult | None = None
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -87,6 +99,7 @@ class WheelResult:
             "missed_by_reader": self.missed_by_reader,
             "build_plan": self.plan.to_dict(),
             "build": self.build.to_dict(),
+            "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
             "wheelhouse": self.wheelhouse.to_dict(),
             "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
         }
@@ -102,6 +115,7 @@ class WheelResult:
         lines.append(f"  MAX_JOBS={self.plan.max_jobs} NVCC_THREADS={self.plan.nvcc_threads}"
                      f" launcher={self.plan.launcher or 'none'}")
         lines.append(f"  {len(self.build.compiled_units)} units compiled; log: {self.build.log}")
+        lines += self.compile_cache.summary() if self.compile_cache else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
         return lines + self.wheelhouse.summary()
@@ -275,7 +289,8 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, cache: Cache) -> WheelhouseResult:
+                outcome: BuildOutcome, cache: Cache,
+                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -290,6 +305,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "launcher": plan.launcher,
         "offline": options.offline,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
+        "compile_cache": compile_cache.to_dict() if compile_cache else None,
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -299,13 +315,22 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
     )
 
 
+def _label(recipe: Recipe, prepared: PrepareResult) -> str:
+    """The built wheel's local label (archs and series hash): part of the cache's keys."""
+    from sparkbuild.wheelhouse.wheel_rewrite import local_label
+
+    return local_label(recipe.target.cuda_archs, [p.to_dict() for p in prepared.series.patches])
+
+
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
-    work = cache.root / "work" / recipe.name
+    spec = cache_spec(options.compile_cache, recipe)
+    root = build_root() if spec else cache.root
+    work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
-    with CacheLock(cache.root / "work" / f"{recipe.name}.lock").held():
+    with CacheLock(root / "work" / f"{recipe.name}.lock").held():
         with _timed(seconds, "prepare"):
             prepared = _prepare(options, work)
         tree = prepared.tree
@@ -317,16 +342,30 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         plan = _build_plan(options, tree)
         with _timed(seconds, "build"):
             deps = materialize(vendored.plan, cache, work)
-            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key)
-            request = BuildRequest(
-                tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
-                jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads, offline=options.offline,
-                deps=deps, recipe_env=recipe.build.env, launcher=plan.launcher,
-            )
-            outcome = build_tree(request, python)
+            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                      root=root if spec else None)
+            with open_shared_cache(spec, label=_label(recipe, prepared),
+                                   requirements=vendored.plan.requirements,
+                                   wheel_dir=deps.wheel_dir, work=work,
+                                   cache_root=cache.root) as shared:
+                if shared is not None and shared.launcher:
+                    plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
+                        *plan.reasons, f"compiler launcher: sccache, shared cache "
+                        f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                request = BuildRequest(
+                    tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
+                    jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
+                    offline=options.offline, deps=deps,
+                    recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
+                    launcher=plan.launcher,
+                )
+                outcome = build_tree(request, python)
+        compile_cache = shared.result if shared else None
+        if compile_cache is not None:
+            compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
-                       [s.name for s in missed], seconds)
+                       [s.name for s in missed], seconds, compile_cache)

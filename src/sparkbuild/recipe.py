@@ -98,6 +98,9 @@ class BuildSettings:
     job_memory_gib: float = 6.0
     nvcc_threads: int | None = None
     env: dict[str, str] = field(default_factory=dict)
+    compile_cache: str | None = None
+    """A shared compile cache (sccache): ``redis://HOST:PORT[/DB]``, ``s3://BUCKET/PREFIX``
+    or a directory (relative to the recipe); ``wheel --compile-cache`` overrides it."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "source": {"spec": str, "sha256": str, "branch": str},
     "series": {"path": str},
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool},
-    "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict},
+    "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
+              "compile_cache": str},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
 _PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
@@ -397,6 +401,7 @@ def load_recipe(path: Path) -> Recipe:
             job_memory_gib=float(build.get("job_memory_gib", BuildSettings.job_memory_gib)),
             nvcc_threads=build.get("nvcc_threads"),
             env={str(k): str(v) for k, v in build.get("env", {}).items()},
+            compile_cache=build.get("compile_cache"),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
     )

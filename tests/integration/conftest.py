@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -10,8 +17,7 @@ from sparkbuild.sources.index import fetch_sdist
 from sparkbuild.store.cache import Cache, default_cache_root
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from pathlib import Path
+    from collections.abc import Callable, Iterator
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -37,3 +43,76 @@ def vllm_sdist() -> Callable[[str], Path]:
         return fetched[version]
 
     return get
+
+
+# -- a real Redis server (the shared compile cache's tests) -----------------------------------
+
+
+@dataclass
+class RedisServer:
+    """A redis-server of the test's own on 127.0.0.1, with its own directory."""
+
+    port: int
+    directory: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    def command(self, *words: str) -> bytes:
+        """One command in Redis's inline form; the first line of the reply."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as conn:
+            conn.sendall(" ".join(words).encode() + b"\r\n")
+            return conn.recv(4096).split(b"\r\n", 1)[0]
+
+    def dbsize(self) -> int:
+        return int(self.command("DBSIZE").lstrip(b":"))
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """Debian's redis-server (installed by .ci/run), stopped when the test ends."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is missing: .ci/run installs it (apt-get)")
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    directory = tmp_path_factory.mktemp("redis")
+    port = free_port()
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory),
+         "--save", "", "--appendonly", "no", "--daemonize", "no",
+         "--logfile", str(directory / "redis.log")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = RedisServer(port, directory, process)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if server.command("PING") == b"+PONG":
+                    break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not start: {directory / 'redis.log'}")
+            time.sleep(0.1)
+        yield server
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

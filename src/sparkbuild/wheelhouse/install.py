@@ -9,6 +9,10 @@ file cannot add or swap a single file.  ``pip check`` then proves the set is con
 (its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
 lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
 the one judge of consistency (pip's resolver would refuse a recorded override outright).
+Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
+the venv with what was installed (:mod:`sparkbuild.wheelhouse.fingerprint`), for
+``verify --installed``.  A wheelhouse served over HTTP comes through
+:mod:`sparkbuild.wheelhouse.remote`.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError,
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
+from sparkbuild.wheelhouse.fingerprint import record_installation
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.pip_check import PipCheck, judge_pip_check
-from sparkbuild.wheelhouse.verify import read_manifest
+from sparkbuild.wheelhouse.verify import MANIFEST_NAME, read_manifest
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -45,16 +50,21 @@ class InstallResult:
     imported: list[str]
     pip_check: PipCheck = field(default_factory=PipCheck)
     notes: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+    """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
+    origin: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
-                "imported": self.imported, "pip_check": self.pip_check.to_dict()}
+                "imported": self.imported, "pip_check": self.pip_check.to_dict(),
+                "fingerprint": self.fingerprint, "wheelhouse": self.origin}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
         return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
                 *self.pip_check.summary(),
-                f"  imported: {', '.join(self.imported) or 'nothing to import'}"]
+                f"  imported: {', '.join(self.imported) or 'nothing to import'}",
+                f"wheelhouse fingerprint: {self.fingerprint or 'not recorded'}"]
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -115,8 +125,13 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
-    """Install everything ``directory/requirements.lock`` names into ``venv``, offline."""
+def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | None = None,
+                       origin: str | None = None) -> InstallResult:
+    """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
+
+    ``pip_sources`` replaces ``--no-index --find-links DIR`` (a served wheelhouse's index,
+    :func:`sparkbuild.wheelhouse.remote.install_from_url`); ``origin`` is then its URL.
+    """
     directory, venv = directory.resolve(), venv.absolute()
     manifest = read_manifest(directory)
     lock = directory / LOCK_NAME
@@ -127,17 +142,24 @@ def install_wheelhouse(directory: Path, venv: Path) -> InstallResult:
         check_known_bad(item.name, item.version, role="wheelhouse file", where=str(lock))
     created = ensure_venv(venv, manifest.get("target", {}).get("python"))
     python = venv_python(venv)
-    step(f"installing {len(locked)} projects from {directory} (no index, hashes required)")
-    _pip(python, "install", "--no-index", "--find-links", directory, "--require-hashes",
+    how = "its simple/ index" if pip_sources else "no index"
+    step(f"installing {len(locked)} projects from {origin or directory} ({how}, hashes required)")
+    sources = pip_sources or ["--no-index", "--find-links", str(directory)]
+    _pip(python, "install", *sources, "--require-hashes",
          "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
     check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
                                 timeout=PIP_TIMEOUT, check=False).output, manifest)
-    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)
-               ] if check.ok else []  # a failed pip check is the error; nothing is imported
+    installed = [f"{r.name}=={r.version}" for r in locked]
+    if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
+        return InstallResult(venv, created, installed, [], check)
+    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
     if modules:
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                 timeout=PIP_TIMEOUT)
-    return InstallResult(venv, created, [f"{r.name}=={r.version}" for r in locked], modules,
-                         check)
+    recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
+                                   origin or str(directory))
+    step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
+    return InstallResult(venv, created, installed, modules, check,
+                         fingerprint=recorded.fingerprint, origin=recorded.origin)
 
