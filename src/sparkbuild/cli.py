@@ -11,6 +11,7 @@ from pathlib import Path
 from sparkbuild import __version__
 from sparkbuild.console import console
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult
+from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
 
 Handler = Callable[[argparse.Namespace], StageResult]
@@ -217,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     as_json = bool(getattr(args, "json", False))
     try:
-        result: StageResult = args.handler(args)
+        with interrupt_on_sigterm():  # children run in sessions of their own: see proc
+            result: StageResult = args.handler(args)
     except KeyboardInterrupt:
         _print_error(InterruptedRun("interrupted", hint="run the same command again"), as_json)
         return InterruptedRun.exit_code

@@ -28,9 +28,9 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError
+from sparkbuild.errors import DestinationError, SparkbuildError, disk_full_as_error
 from sparkbuild.store.cache import Cache
-from sparkbuild.store.files import DISK_FULL, write_text_atomic, writer_gone
+from sparkbuild.store.files import write_text_atomic, writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.closure import (
     Outside,
@@ -232,13 +232,9 @@ def staging_dir(out: Path) -> Iterator[Path]:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        yield staging
-    except OSError as exc:
-        if exc.errno in DISK_FULL:
-            raise DiskFullError("the disk filled up while writing the wheelhouse",
-                                where=str(staging), hint="free some space and run again"
-                                ) from exc
-        raise
+        with disk_full_as_error("the disk filled up while writing the wheelhouse",
+                                where=staging):
+            yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
