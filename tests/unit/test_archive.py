@@ -406,3 +406,21 @@ def test_corrupt_bzip2_and_xz_are_refused(tmp_path: Path, mode: str) -> None:
     with pytest.raises(UnsafeArchiveError, match="corrupt"):
         extract_archive(write(tmp_path, bytes(data), "p.tar"), dest)
     assert not dest.exists()
+
+
+def test_a_link_under_a_link_recorded_later_is_refused(tmp_path: Path) -> None:
+    """``p/c/x`` comes before ``p/c`` is a link: created last, in name order, it would be
+    made through ``p/c``, which (with ``p/b``) leads two levels out."""
+    data = make_tar([
+        (_info("p", tarfile.DIRTYPE), None),
+        (_info("p/c/x", tarfile.SYMTYPE, linkname="y"), None),
+        (_info("p/b", tarfile.SYMTYPE, linkname=".."), None),
+        (_info("p/c", tarfile.SYMTYPE, linkname="b/../.."), None),
+    ])
+    archive = write(tmp_path, data)
+    dest = tmp_path / "deep/er/out"
+    dest.mkdir(parents=True)
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(UnsafeArchiveError, match="written through symlink 'p/c'"):
+        extract_archive(archive, dest)
+    assert set(tmp_path.rglob("*")) == before

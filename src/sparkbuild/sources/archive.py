@@ -61,8 +61,6 @@ _REFUSED_TYPES = {
     tarfile.BLKTYPE: "a block device",
     tarfile.FIFOTYPE: "a fifo",
     tarfile.GNUTYPE_SPARSE: "a GNU sparse file",
-    b"M": "a multi-volume continuation",
-    b"N": "an old GNU long-name record",
 }
 _VOLUME_LABEL = b"V"
 
@@ -157,18 +155,20 @@ class _Tree:
     entries: int = 0
     size: int = 0
 
+    def _not_through_symlink(self, name: str) -> None:
+        parts = name.split("/")
+        for end in range(1, len(parts)):
+            parent = "/".join(parts[:end])
+            if parent in self.symlinks:
+                raise unsafe(
+                    f"member {name!r} would be written through symlink {parent!r}", self.origin
+                )
+
     def admit(self, raw_name: str) -> str:
         """The member's clean name; refused when it would be written through a symlink."""
         name = clean_member_name(raw_name, self.origin)
         if self.symlinks:
-            parts = name.split("/")
-            for end in range(1, len(parts)):
-                parent = "/".join(parts[:end])
-                if parent in self.symlinks:
-                    raise unsafe(
-                        f"member {name!r} would be written through symlink {parent!r}",
-                        self.origin,
-                    )
+            self._not_through_symlink(name)
             self.symlinks.pop(name, None)  # a later member of the same name replaces it
         if name:
             self.entries += 1
@@ -211,7 +211,12 @@ class _Tree:
         self.symlinks[name] = target
 
     def finish(self) -> None:
-        """Create the symlinks, then check on disk that no chain of them leads out."""
+        """Create the symlinks, then check on disk that no chain of them leads out.
+
+        A link under a link recorded after it would be created through that one: refused.
+        """
+        for name in self.symlinks:
+            self._not_through_symlink(name)
         for name, target in sorted(self.symlinks.items()):
             path = Path(self.root, name)
             if path.is_symlink() or path.is_file():
