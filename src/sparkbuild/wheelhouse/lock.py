@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.store.context import RunContext
 
 LOCK_NAME = "requirements.lock"
 REQUIREMENT_FILES = ("requirements/cuda.txt", "requirements.txt")
@@ -343,11 +344,12 @@ class LockResult:
         return None
 
 
-def _source_tree_requirements(recipe: Recipe) -> list[str]:
+def _source_tree_requirements(recipe: Recipe, context: RunContext | None) -> list[str]:
     from sparkbuild.sources.fetch import fetch_source
 
     with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-src-") as tmp:
-        source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe)
+        source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe,
+                              context=context)
         return tree_requirements(source.tree)
 
 
@@ -361,19 +363,20 @@ def lock_comments(package: str, target: ClosureTarget, index: str) -> list[str]:
 
 
 def lock_closure(
-    recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None
+    recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None,
+    context: RunContext | None = None,
 ) -> LockResult:
     """Write ``out/requirements.lock``: the closure of the recipe's package, built or not.
 
     The requirements come from ``tree`` (a prepared tree) or else from the recipe's source
-    (an sdist's requirement files: nothing is built); the recipe's pins replace any
-    requirement on the same project.  Nothing is installed.
+    (an sdist's requirement files, fetched through ``context``'s cache: nothing is built);
+    the recipe's pins replace any requirement on the same project.  Nothing is installed.
     """
     from sparkbuild.sources.index import index_url
 
     target = ClosureTarget(platform, check_python(python))
     parse_platform(platform)
-    declared = tree_requirements(tree) if tree else _source_tree_requirements(recipe)
+    declared = tree_requirements(tree) if tree else _source_tree_requirements(recipe, context)
     requirements, replaced = apply_pins(declared, recipe.pins)
     index = index_url()
     pins = [pin.requirement for pin in recipe.pins]
