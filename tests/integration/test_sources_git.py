@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.errors import CacheMissError, SourceError
+from sparkbuild import proc
+from sparkbuild.errors import CacheMissError, NetworkError, SourceError
 from sparkbuild.recipe import Recipe, load_recipe
 from sparkbuild.sources.fetch import fetch_source
 from sparkbuild.store.context import RunContext
@@ -198,7 +199,7 @@ def test_every_git_goes_through_proc_run(
     import sparkbuild.sources.git as sources_git
 
     through_proc: list[str] = []
-    real_run = sources_git.run
+    real_run = proc.run
 
     def recording_run(cmd: list[str], **kwargs: Any) -> Any:
         through_proc.append(str(cmd[1]) if cmd[1] != "-c" else str(cmd[3]))
@@ -249,3 +250,37 @@ def test_prepare_cli_takes_cache(upstream: Path, tmp_path: Path) -> None:
     assert json.loads(done.stdout)["source"]["commit"] == git(upstream, "rev-parse", BRANCH)
     assert len(list((own / "git").iterdir())) == 1
     assert not (tmp_path / "cache").exists(), "something went to $SPARKBUILD_CACHE"
+
+
+def test_vendoring_uses_the_same_git_path(
+    upstream: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build/vendor_fetch's checkouts run the same helper, in the same environment."""
+    import sparkbuild.sources.git as sources_git
+    from sparkbuild.build.vendor import SourcePlan
+    from sparkbuild.build.vendor_fetch import checkout_git
+
+    envs: list[object] = []
+    real_run = proc.run
+
+    def recording_run(cmd: list[str], **kwargs: Any) -> Any:
+        envs.append(kwargs.get("env"))
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(sources_git, "run", recording_run)
+    plan = SourcePlan("demo", "git", upstream.as_uri(), BRANCH)
+    assert checkout_git(plan, tmp_path / "vendored") == git(upstream, "rev-parse", BRANCH)
+    assert (tmp_path / "vendored" / "version.txt").read_text() == "release 1\n"
+    assert len(envs) >= 4 and all(env == sources_git.GIT_ENV for env in envs)
+
+
+def test_an_unreachable_remote_is_a_network_error_on_both_paths(tmp_path: Path) -> None:
+    from sparkbuild.build.vendor import SourcePlan
+    from sparkbuild.build.vendor_fetch import checkout_git
+
+    url = "http://127.0.0.1:9/nothing.git"  # the discard port: connection refused
+    context = RunContext.create(tmp_path / "cache")
+    with pytest.raises(NetworkError, match="cannot reach git remote"):
+        fetch_source(f"git+{url}@main", tmp_path / "w", recipe=None, context=context)
+    with pytest.raises(NetworkError, match="cannot reach the git remote of demo"):
+        checkout_git(SourcePlan("demo", "git", url, "main"), tmp_path / "vendored")
