@@ -23,8 +23,10 @@ written; on any error the destination (empty when extraction began) is emptied a
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
+import gzip
 import io
 import lzma
 import os
@@ -307,21 +309,14 @@ class _ReadProgress(io.BytesIO):
         return chunk
 
 
-def _open_tar(raw: io.BytesIO, compression: str) -> tarfile.TarFile:
-    stream: io.BufferedIOBase | io.BytesIO
+def _decompressed(raw: io.BytesIO, compression: str) -> io.BufferedIOBase:
     if compression == "gz":
-        import gzip
-
-        stream = gzip.GzipFile(fileobj=raw, mode="rb")
-    elif compression == "bz2":
-        import bz2
-
-        stream = bz2.BZ2File(raw, mode="rb")
-    elif compression == "xz":
-        stream = lzma.LZMAFile(raw, mode="rb")  # noqa: SIM115 (closed with the TarFile)
-    else:
-        stream = raw
-    return tarfile.TarFile(fileobj=stream, mode="r", errorlevel=2)
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if compression == "xz":
+        return lzma.LZMAFile(raw, mode="rb")
+    return raw
 
 
 def _check_end(tar: tarfile.TarFile, origin: str) -> None:
@@ -370,7 +365,8 @@ def _extract_tar(raw: bytes, compression: str, tree: _Tree) -> None:
     with (
         byte_progress(label, len(raw)) as advance,
         _read_errors(tree.origin),
-        _open_tar(_ReadProgress(raw, advance), compression) as tar,
+        _decompressed(_ReadProgress(raw, advance), compression) as stream,
+        tarfile.TarFile(fileobj=stream, mode="r", errorlevel=2) as tar,
     ):
         tar.extractall(tree.root, filter=_tar_filter(tree))
         _check_end(tar, tree.origin)
