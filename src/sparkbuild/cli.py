@@ -7,11 +7,16 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sparkbuild import __version__
 from sparkbuild.console import console
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
+from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
+
+if TYPE_CHECKING:
+    from sparkbuild.store.context import RunContext
 
 Handler = Callable[[argparse.Namespace], StageResult]
 
@@ -20,12 +25,22 @@ def _recipe(args: argparse.Namespace) -> Recipe:
     return load_recipe(Path(args.recipe) if args.recipe else DEFAULT_RECIPE)
 
 
+def _context(args: argparse.Namespace, recipe: Recipe) -> RunContext:
+    """The cache (``--cache``), offline mode and recipe every stage of the command reads."""
+    from sparkbuild.store.context import RunContext
+
+    return RunContext.create(
+        args.cache, offline=bool(getattr(args, "offline", False)), recipe=recipe
+    )
+
+
 def _prepare(args: argparse.Namespace) -> StageResult:
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = _recipe(args)
     return prepare_tree(
-        args.source or recipe.source.spec, Path(args.dest), recipe, update_lock=args.update_lock
+        args.source or recipe.source.spec, Path(args.dest), recipe, update_lock=args.update_lock,
+        context=_context(args, recipe),
     )
 
 
@@ -88,6 +103,7 @@ def _lock(args: argparse.Namespace) -> StageResult:
         platform=args.platform or recipe.target.platform,
         python=args.python or recipe.target.python,
         out=Path(args.out),
+        context=_context(args, recipe),
     )
 
 
@@ -126,6 +142,13 @@ def _add_common(parser: argparse.ArgumentParser, *, recipe: bool = False) -> Non
         )
 
 
+def _add_cache(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cache", metavar="DIR", help="cache for sdists and git mirrors "
+        "(default: $SPARKBUILD_CACHE or ~/.cache/sparkbuild)"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkbuild",
@@ -140,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "or pypi:NAME==VERSION (default: the recipe's)")
     p.add_argument("--dest", metavar="DIR", required=True, help="empty or missing directory")
     p.add_argument("--update-lock", action="store_true", help="re-resolve a branch ref")
+    _add_cache(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_prepare)
 
@@ -190,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--platform", metavar="PLAT")
     p.add_argument("--python", metavar="X.Y")
     p.add_argument("--out", required=True, metavar="DIR")
+    _add_cache(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_lock)
 
@@ -237,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     as_json = bool(getattr(args, "json", False))
     try:
-        result: StageResult = args.handler(args)
+        with interrupt_on_sigterm():  # children run in sessions of their own: see proc
+            result: StageResult = args.handler(args)
     except KeyboardInterrupt:
         _print_error(InterruptedRun("interrupted", hint="run the same command again"), as_json)
         return InterruptedRun.exit_code

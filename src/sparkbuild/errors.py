@@ -8,7 +8,13 @@ place that catches them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+import contextlib
+import errno
+import os
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 
 class SparkbuildError(Exception):
@@ -159,6 +165,41 @@ ALL_ERRORS: tuple[type[SparkbuildError], ...] = (
     LockTimeoutError,
     InterruptedRun,
 )
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""The errnos of a full disk and of an exhausted quota: both are a :class:`DiskFullError`."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the disk (or the user's quota) is full."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+@contextlib.contextmanager
+def disk_full_as_error(
+    what: str | Callable[[], str],
+    *,
+    where: str | os.PathLike[str] | None,
+    hint: str = "free some space and run again",
+    cleanup: Callable[[], object] | None = None,
+) -> Iterator[None]:
+    """A full disk (ENOSPC or EDQUOT) inside the block becomes a :class:`DiskFullError`.
+
+    ``what`` may be a callable, asked only when the disk did fill up (to say how much is
+    free then); ``cleanup`` runs first (remove a half-written file).  Other errors pass.
+    """
+    try:
+        yield
+    except OSError as exc:
+        if not is_disk_full(exc):
+            raise
+        if cleanup is not None:
+            cleanup()
+        message = what if isinstance(what, str) else what()
+        raise DiskFullError(
+            message, where=None if where is None else os.fspath(where), hint=hint
+        ) from exc
 
 
 class StageResult(Protocol):

@@ -43,7 +43,7 @@ from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
-from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
+    from sparkbuild.store.cache import Cache
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
@@ -263,7 +264,7 @@ def _refuse_contradicted_pins(options: WheelOptions, tree: Path) -> None:
 # -- the stage -----------------------------------------------------------------------------
 
 
-def _prepare(options: WheelOptions, work: Path) -> PrepareResult:
+def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareResult:
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
@@ -271,7 +272,7 @@ def _prepare(options: WheelOptions, work: Path) -> PrepareResult:
     shutil.rmtree(tree, ignore_errors=True)
     spec = resolve_spec(options.source or recipe.source.spec, recipe)
     prepared = prepare_tree(spec, tree, recipe, update_lock=options.update_lock,
-                            offline=options.offline)
+                            context=context)
     if prepared.error is not None:
         raise prepared.error
     return prepared
@@ -324,15 +325,19 @@ def _label(recipe: Recipe, prepared: PrepareResult) -> str:
 
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
+    from sparkbuild.wheelhouse.write import check_destination
+
+    check_destination(options.out, before_build=True)  # refused now, not after hours
     recipe = options.recipe
-    cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
+    context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
+    cache = context.cache()
     spec = cache_spec(options.compile_cache, recipe)
     root = build_root() if spec else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with CacheLock(root / "work" / f"{recipe.name}.lock").held():
         with _timed(seconds, "prepare"):
-            prepared = _prepare(options, work)
+            prepared = _prepare(options, work, context)
         tree = prepared.tree
         _refuse_contradicted_pins(options, tree)
         with _timed(seconds, "vendor"):

@@ -3,27 +3,39 @@
 :func:`run` echoes the command (``+ cmd``) and the environment it changes, enforces a
 timeout, copies the output to a log file while feeding each line to an optional progress
 callback, and on failure raises :class:`CommandFailed` carrying the tail of the log.
+
+Every child starts in a session of its own: its own process group, and no controlling
+terminal (so ssh or git cannot stop an unattended run to ask for a password).  A Ctrl-C
+in the terminal therefore reaches sparkbuild alone, and :func:`run` passes it on: the
+child's whole group gets SIGINT, and SIGKILL for whatever of it is still there after
+:data:`GRACE_SECONDS`.  A timeout does the same with SIGTERM first.  nvcc's own children
+(cicc, ptxas) and ninja's compile jobs are in that group, so a build cut short leaves
+nothing running.  (``sparkbuild.cli`` turns SIGTERM into the same interrupt.)
 """
 
 from __future__ import annotations
 
-import errno
+import contextlib
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from sparkbuild.console import info
-from sparkbuild.errors import CommandFailed, DiskFullError, ToolchainError
+from sparkbuild.errors import CommandFailed, ToolchainError, disk_full_as_error, is_disk_full
 
 TAIL_LINES = 40
+GRACE_SECONDS = 3.0
+"""How long a stopped child's group may take to exit after SIGINT or SIGTERM."""
+_POLL_SECONDS = 0.02
 
 
 @dataclass(frozen=True)
@@ -73,6 +85,55 @@ def _pump(
         pass
 
 
+class _Group:
+    """A child started in its own session, and everything it started: stopped as one.
+
+    The leader is waited for without being reaped (``waitid(WNOWAIT)``), so that while
+    the group is signalled its id cannot have been given to an unrelated process.
+    """
+
+    def __init__(self, child: subprocess.Popen[str]) -> None:
+        self.child = child
+        self.exited = threading.Event()
+        self._reaped = False
+        self._guard = threading.Lock()
+
+    def send(self, sig: signal.Signals) -> None:
+        with self._guard:
+            if not self._reaped:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.child.pid, sig)
+
+    def wait_exit(self, timeout: float | None = None) -> bool:
+        """Wait until the leader has exited (a zombie, not reaped); False on timeout."""
+        if timeout is None:
+            os.waitid(os.P_PID, self.child.pid, os.WEXITED | os.WNOWAIT)
+            self.exited.set()
+            return True
+        deadline = time.monotonic() + timeout
+        while os.waitid(os.P_PID, self.child.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_SECONDS)
+        self.exited.set()
+        return True
+
+    def reap(self) -> int:
+        with self._guard:
+            returncode = self.child.wait()
+            self._reaped = True
+        return returncode
+
+    def stop(self, first: signal.Signals) -> None:
+        """``first`` to the group, then SIGKILL to what is left of it after the grace."""
+        try:
+            self.send(first)
+            self.wait_exit(GRACE_SECONDS)
+        finally:  # a second Ctrl-C during the grace lands here: kill at once
+            self.send(signal.SIGKILL)
+            self.reap()
+
+
 def run(
     cmd: Sequence[str | os.PathLike[str]],
     *,
@@ -89,6 +150,7 @@ def run(
 
     Raises :class:`ToolchainError` when the program does not exist and
     :class:`CommandFailed` (with the log tail) when it fails or times out and ``check``.
+    On Ctrl-C the child's process group is stopped and ``KeyboardInterrupt`` re-raised.
     """
     argv = [os.fspath(part) for part in cmd]
     changes = env_changes(env)
@@ -116,37 +178,42 @@ def run(
             stderr=subprocess.STDOUT,
             text=True,
             errors="replace",
+            start_new_session=True,
         ) as child:
+            group = _Group(child)
             assert child.stdout is not None
-            if stdin_data is not None:
-                assert child.stdin is not None
-                child.stdin.write(stdin_data)
-                child.stdin.close()
             reader = threading.Thread(
                 target=_pump, args=(child.stdout, log_file, lines, progress, failure), daemon=True
             )
             reader.start()
-            # A timer kills the child at the deadline, so that waiting is one blocking call
+            # A timer stops the group at the deadline, so that waiting is one blocking call
             # (Popen.wait(timeout=...) polls with sleeps, which adds up over many short runs).
             timed_out = threading.Event()
-            timer = _deadline(child, timeout, timed_out)
+            timer = _deadline(group, timeout, timed_out)
             try:
-                returncode = child.wait()
-            except BaseException:  # Ctrl-C: stop the child, let the reader drain, re-raise
-                child.kill()
-                child.wait()
-                reader.join()
+                if stdin_data is not None:
+                    assert child.stdin is not None
+                    with contextlib.suppress(BrokenPipeError):
+                        child.stdin.write(stdin_data)
+                        child.stdin.close()
+                group.wait_exit()
+                if timed_out.is_set():  # the leader is gone; its children may not be
+                    group.send(signal.SIGKILL)
+            except BaseException:  # Ctrl-C: pass it on to the group, let the reader drain
+                group.stop(signal.SIGINT)
+                reader.join(timeout=GRACE_SECONDS)
                 raise
             finally:
                 if timer is not None:
                     timer.cancel()
+            returncode = group.reap()
             reader.join()
             if timed_out.is_set():
                 raise _failed(argv, lines, log, f"timed out after {timeout:.0f} s")
     finally:
         if log_file is not None:
             _close_log(log_file, failure)
-    _raise_disk_full(failure, log)
+    _raise_log_failure(failure, log)
     result = ProcResult(returncode, "".join(lines), log, time.monotonic() - started)
     if check and returncode != 0:
         raise _failed(argv, lines, log, f"exited with status {returncode}")
@@ -154,16 +221,19 @@ def run(
 
 
 def _deadline(
-    child: subprocess.Popen[str], timeout: float | None, timed_out: threading.Event
+    group: _Group, timeout: float | None, timed_out: threading.Event
 ) -> threading.Timer | None:
+    """A timer that stops ``group`` after ``timeout`` seconds: SIGTERM, then SIGKILL."""
     if timeout is None:
         return None
 
-    def kill() -> None:
+    def stop() -> None:
         timed_out.set()
-        child.kill()
+        group.send(signal.SIGTERM)
+        if not group.exited.wait(GRACE_SECONDS):
+            group.send(signal.SIGKILL)
 
-    timer = threading.Timer(timeout, kill)
+    timer = threading.Timer(timeout, stop)
     timer.daemon = True
     timer.start()
     return timer
@@ -176,16 +246,42 @@ def _close_log(log_file: IO[str], failure: list[BaseException]) -> None:
         failure.append(exc)
 
 
-def _raise_disk_full(failure: list[BaseException], log: Path | None) -> None:
-    for exc in failure:
-        if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-            raise DiskFullError(
-                "the disk filled up while writing the log",
-                where=str(log),
-                hint="free some space (builds need tens of GB) and run again",
-            ) from exc
-    if failure:
-        raise failure[0]
+def _raise_log_failure(failure: list[BaseException], log: Path | None) -> None:
+    """An error of the reader thread (writing the log), a full disk first."""
+    if not failure:
+        return
+    exc = next((e for e in failure if is_disk_full(e)), failure[0])
+    with disk_full_as_error(
+        "the disk filled up while writing the log",
+        where=str(log),
+        hint="free some space (builds need tens of GB) and run again",
+    ):
+        raise exc
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Inside the block SIGTERM is a Ctrl-C: :func:`run` stops the child's group, and the
+    run ends as interrupted.  (A job killer sends SIGTERM to sparkbuild's process group,
+    which, each in a session of its own, the children are no longer part of.)
+
+    Only in the main thread, and only where SIGTERM still has its default action.
+    """
+    installed = (
+        threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    )
+    if installed:
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _failed(argv: list[str], lines: list[str], log: Path | None, why: str) -> CommandFailed:

@@ -2,19 +2,25 @@
 
 The upstream repository has a branch that moves, a pull-request ref made with
 ``git update-ref refs/pull/7/head``, and the recipe's lock file beside a temporary recipe.
+Every git that sparkbuild runs goes through ``proc.run``; the mirror lives in the run's
+cache (``--cache``), never in another one.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.errors import CacheMissError, SourceError
+from sparkbuild import proc
+from sparkbuild.errors import CacheMissError, NetworkError, SourceError
 from sparkbuild.recipe import Recipe, load_recipe
 from sparkbuild.sources.fetch import fetch_source
+from sparkbuild.store.context import RunContext
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -102,11 +108,12 @@ def test_locked_commit_needs_no_network_once_cached(upstream: Path, tmp_path: Pa
     recipe = make_recipe(tmp_path, spec)
     first = fetch_source(spec, tmp_path / "w1", recipe=recipe)
     shutil.rmtree(upstream)  # the remote is gone: only the cache can serve it now
-    again = fetch_source(spec, tmp_path / "w2", recipe=recipe, offline=True)
+    offline = RunContext.create(offline=True)  # $SPARKBUILD_CACHE, as the first fetch used
+    again = fetch_source(spec, tmp_path / "w2", recipe=recipe, context=offline)
     assert again.commit == first.commit
     assert (again.tree / "version.txt").read_text() == "release 1\n"
     with pytest.raises(CacheMissError, match="offline"):
-        fetch_source(spec, tmp_path / "w3", recipe=recipe, update_lock=True, offline=True)
+        fetch_source(spec, tmp_path / "w3", recipe=recipe, update_lock=True, context=offline)
 
 
 def test_another_spec_does_not_touch_the_recipe_lock(upstream: Path, tmp_path: Path) -> None:
@@ -178,3 +185,102 @@ def test_plain_directory_is_copied_and_links_out_refused(tmp_path: Path) -> None
     (plain / "outside").symlink_to("/etc/hostname")
     with pytest.raises(SourceError, match="points outside"):
         fetch_source(str(plain), tmp_path / "work2", recipe=None)
+
+
+# -- one process path, one cache ---------------------------------------------------------
+
+
+def test_every_git_goes_through_proc_run(
+    upstream: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fetch, clone, checkout, update-ref... all through proc.run; GitPython only reads."""
+    import git as gitpython
+
+    import sparkbuild.sources.git as sources_git
+
+    through_proc: list[str] = []
+    real_run = proc.run
+
+    def recording_run(cmd: list[str], **kwargs: Any) -> Any:
+        through_proc.append(str(cmd[1]) if cmd[1] != "-c" else str(cmd[3]))
+        return real_run(cmd, **kwargs)
+
+    through_gitpython: list[str] = []
+    real_execute = gitpython.cmd.Git.execute
+
+    def recording_execute(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        through_gitpython.append(str(command[1]))
+        return real_execute(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(sources_git, "run", recording_run)
+    monkeypatch.setattr(gitpython.cmd.Git, "execute", recording_execute)
+    fetch_source(f"git+file://{upstream}@{BRANCH}", tmp_path / "w", recipe=None)
+    checkout = tmp_path / "checkout"
+    git(tmp_path, "clone", "-q", str(upstream), str(checkout))
+    (checkout / "new.txt").write_text("untracked\n")
+    fetch_source(str(checkout), tmp_path / "copy", recipe=None)
+
+    assert {"init", "fetch", "update-ref", "clone", "checkout", "remote"} <= set(through_proc)
+    assert set(through_gitpython) <= {"status", "cat-file", "rev-parse"}, through_gitpython
+
+
+def test_the_git_mirror_lives_in_the_runs_cache(upstream: Path, tmp_path: Path) -> None:
+    """``--cache DIR`` (the context's cache), not $SPARKBUILD_CACHE or ~/.cache."""
+    own = tmp_path / "own-cache"
+    result = fetch_source(
+        f"git+file://{upstream}@{BRANCH}", tmp_path / "w", recipe=None,
+        context=RunContext.create(own),
+    )
+    mirrors = list((own / "git").iterdir())
+    assert len(mirrors) == 1 and git(mirrors[0], "rev-parse", "refs/sparkbuild/heads/" + BRANCH) \
+        == result.commit
+    assert not (tmp_path / "cache").exists(), "something went to $SPARKBUILD_CACHE"
+
+
+def test_prepare_cli_takes_cache(upstream: Path, tmp_path: Path) -> None:
+    recipe = make_recipe(tmp_path, f"git+file://{upstream}@{BRANCH}")
+    (recipe.path.parent / "series").write_text("")
+    own = tmp_path / "cli-cache"
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkbuild", "prepare", "--dest", str(tmp_path / "dest"),
+         "--recipe", str(recipe.path), "--cache", str(own), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["source"]["commit"] == git(upstream, "rev-parse", BRANCH)
+    assert len(list((own / "git").iterdir())) == 1
+    assert not (tmp_path / "cache").exists(), "something went to $SPARKBUILD_CACHE"
+
+
+def test_vendoring_uses_the_same_git_path(
+    upstream: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build/vendor_fetch's checkouts run the same helper, in the same environment."""
+    import sparkbuild.sources.git as sources_git
+    from sparkbuild.build.vendor import SourcePlan
+    from sparkbuild.build.vendor_fetch import checkout_git
+
+    envs: list[object] = []
+    real_run = proc.run
+
+    def recording_run(cmd: list[str], **kwargs: Any) -> Any:
+        envs.append(kwargs.get("env"))
+        return real_run(cmd, **kwargs)
+
+    monkeypatch.setattr(sources_git, "run", recording_run)
+    plan = SourcePlan("demo", "git", upstream.as_uri(), BRANCH)
+    assert checkout_git(plan, tmp_path / "vendored") == git(upstream, "rev-parse", BRANCH)
+    assert (tmp_path / "vendored" / "version.txt").read_text() == "release 1\n"
+    assert len(envs) >= 4 and all(env == sources_git.GIT_ENV for env in envs)
+
+
+def test_an_unreachable_remote_is_a_network_error_on_both_paths(tmp_path: Path) -> None:
+    from sparkbuild.build.vendor import SourcePlan
+    from sparkbuild.build.vendor_fetch import checkout_git
+
+    url = "http://127.0.0.1:9/nothing.git"  # the discard port: connection refused
+    context = RunContext.create(tmp_path / "cache")
+    with pytest.raises(NetworkError, match="cannot reach git remote"):
+        fetch_source(f"git+{url}@main", tmp_path / "w", recipe=None, context=context)
+    with pytest.raises(NetworkError, match="cannot reach the git remote of demo"):
+        checkout_git(SourcePlan("demo", "git", url, "main"), tmp_path / "vendored")

@@ -1,6 +1,7 @@
 """Safe extraction: good archives come out exactly, hostile and broken ones are refused.
 
 Every archive is built in memory with tarfile/zipfile; extraction spawns no process.
+Extraction itself is the stdlib's tarfile with its ``data`` filter, under stricter rules.
 """
 
 from __future__ import annotations
@@ -11,13 +12,18 @@ import random
 import stat
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from sparkbuild.errors import DestinationError, HashMismatchError, UnsafeArchiveError
+from sparkbuild.errors import (
+    DestinationError,
+    HashMismatchError,
+    ToolchainError,
+    UnsafeArchiveError,
+)
 from sparkbuild.sources.archive import clean_member_name, detect_format, extract_archive
-from sparkbuild.sources.tarformat import _byte_sum
 
 LONG_DIR = "pkg-1.0/" + "/".join(["a-rather-long-directory-name"] * 5)
 
@@ -32,7 +38,7 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, **attrs: object) -> tarfile.
 
 
 def make_tar(
-    members: list[tuple[tarfile.TarInfo, bytes | None]],
+    members: Sequence[tuple[tarfile.TarInfo, bytes | None]],
     *,
     mode: str = "w:gz",
     fmt: int = tarfile.PAX_FORMAT,
@@ -146,7 +152,7 @@ def test_later_member_of_the_same_name_wins(tmp_path: Path) -> None:
     assert (tmp_path / "out/p/a.txt").read_bytes() == b"second"
 
 
-HOSTILE = {
+HOSTILE: dict[str, tuple[list[tuple[tarfile.TarInfo, bytes | None]], str]] = {
     "dotdot": ([(_info("p/../../evil"), b"x")], "escapes the destination"),
     "absolute": ([(_info("/tmp/evil-abs"), b"x")], "absolute path"),
     "symlink-out": (
@@ -307,5 +313,115 @@ def test_header_checksum_sums_high_bytes_exactly(tmp_path: Path) -> None:
     data = make_tar([(_info(name, mode=0o777), b"x")], mode="w", fmt=tarfile.USTAR_FORMAT)
     extract_archive(write(tmp_path, data, "high.tar"), tmp_path / "out")
     assert (tmp_path / "out" / name).read_bytes() == b"x"
-    assert _byte_sum(b"\xff" * 256) == 255 * 256
-    assert _byte_sum(bytes(range(256))) == sum(range(256))
+
+
+# -- the stdlib's tarfile and its data filter, under sparkbuild's stricter rules -------------
+
+
+def test_every_member_passes_the_data_filter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[str] = []
+    real = tarfile.data_filter
+
+    def spy(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        seen.append(member.name)
+        return real(member, dest)
+
+    monkeypatch.setattr(tarfile, "data_filter", spy)
+    members = good_members()
+    extract_archive(write(tmp_path, make_tar(members)), tmp_path / "out")
+    assert sorted(seen) == sorted(info.name for info, _data in members)
+
+
+def test_without_the_data_filter_nothing_is_extracted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python whose tarfile lacks ``data_filter`` (< 3.11.4): refused, not extracted."""
+    monkeypatch.delattr(tarfile, "data_filter")
+    for name, data in (("p.tar.gz", make_tar(good_members())), ("p.zip", _zip([("p/a", b"a")]))):
+        with pytest.raises(ToolchainError, match="no data filter"):
+            extract_archive(write(tmp_path, data, name), tmp_path / name.replace(".", "-"))
+        assert not (tmp_path / name.replace(".", "-")).exists()
+
+
+def test_corrupt_header_after_the_first_is_refused(tmp_path: Path) -> None:
+    """tarfile alone takes an unreadable header past the first for the end of the archive
+    and stops without a word: here it is a corrupt archive, and nothing is kept."""
+    members = [(_info("p/a"), b"a" * 100), (_info("p/b"), b"b" * 100)]
+    data = bytearray(make_tar(members, mode="w", fmt=tarfile.USTAR_FORMAT))
+    data[1024 + 10] ^= 0x01  # the name field of the second header (after a's data block)
+    dest = tmp_path / "out"
+    with pytest.raises(UnsafeArchiveError, match="corrupt tar header at byte 1024"):
+        extract_archive(write(tmp_path, bytes(data), "t.tar"), dest)
+    assert not dest.exists()
+
+
+def test_a_later_member_never_writes_through_an_earlier_hardlink(tmp_path: Path) -> None:
+    data = make_tar([
+        (_info("p/a"), b"first"),
+        (_info("p/hard", tarfile.LNKTYPE, linkname="p/a"), None),
+        (_info("p/a"), b"second"),
+    ])
+    extract_archive(write(tmp_path, data), tmp_path / "out")
+    assert (tmp_path / "out/p/a").read_bytes() == b"second"
+    assert (tmp_path / "out/p/hard").read_bytes() == b"first"
+
+
+def test_a_later_file_replaces_an_earlier_symlink(tmp_path: Path) -> None:
+    data = make_tar([
+        (_info("p/target"), b"target"),
+        (_info("p/name", tarfile.SYMTYPE, linkname="target"), None),
+        (_info("p/name"), b"file"),
+    ])
+    extract_archive(write(tmp_path, data), tmp_path / "out")
+    assert not (tmp_path / "out/p/name").is_symlink()
+    assert (tmp_path / "out/p/name").read_bytes() == b"file"
+    assert (tmp_path / "out/p/target").read_bytes() == b"target"
+
+
+def test_a_later_link_that_leads_an_earlier_one_out_is_refused(tmp_path: Path) -> None:
+    """Each link's text stays inside; together, on disk, ``p/a`` leads two levels out."""
+    data = make_tar([
+        (_info("p", tarfile.DIRTYPE), None),
+        (_info("p/a", tarfile.SYMTYPE, linkname="b/../.."), None),
+        (_info("p/b", tarfile.SYMTYPE, linkname=".."), None),
+    ])
+    dest = tmp_path / "out"
+    with pytest.raises(UnsafeArchiveError, match="resolves outside"):
+        extract_archive(write(tmp_path, data), dest)
+    assert not dest.exists()
+
+
+def test_a_member_type_tar_does_not_define_is_refused(tmp_path: Path) -> None:
+    data = make_tar([(_info("p/odd", b"Q"), b"data")])
+    with pytest.raises(UnsafeArchiveError, match="unknown type"):
+        extract_archive(write(tmp_path, data), tmp_path / "out")
+
+
+@pytest.mark.parametrize("mode", ["w:bz2", "w:xz"])
+def test_corrupt_bzip2_and_xz_are_refused(tmp_path: Path, mode: str) -> None:
+    data = bytearray(make_tar(good_members(300_000), mode=mode))
+    data[len(data) // 2] ^= 0xFF
+    dest = tmp_path / "out"
+    with pytest.raises(UnsafeArchiveError, match="corrupt"):
+        extract_archive(write(tmp_path, bytes(data), "p.tar"), dest)
+    assert not dest.exists()
+
+
+def test_a_link_under_a_link_recorded_later_is_refused(tmp_path: Path) -> None:
+    """``p/c/x`` comes before ``p/c`` is a link: created last, in name order, it would be
+    made through ``p/c``, which (with ``p/b``) leads two levels out."""
+    data = make_tar([
+        (_info("p", tarfile.DIRTYPE), None),
+        (_info("p/c/x", tarfile.SYMTYPE, linkname="y"), None),
+        (_info("p/b", tarfile.SYMTYPE, linkname=".."), None),
+        (_info("p/c", tarfile.SYMTYPE, linkname="b/../.."), None),
+    ])
+    archive = write(tmp_path, data)
+    dest = tmp_path / "deep/er/out"
+    dest.mkdir(parents=True)
+    before = set(tmp_path.rglob("*"))
+    with pytest.raises(UnsafeArchiveError, match="written through symlink 'p/c'"):
+        extract_archive(archive, dest)
+    assert set(tmp_path.rglob("*")) == before

@@ -37,20 +37,13 @@ from sparkbuild.errors import (
     SourceError,
 )
 from sparkbuild.proc import run
+from sparkbuild.sources.git import network_trouble, run_git
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.download import fetch_to_cache
 from sparkbuild.store.hashing import sha256_file
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
-GIT_TIMEOUT = 3 * 3600.0
-_NETWORK_TROUBLE = re.compile(
-    r"Could not resolve host|unable to access|Connection (refused|timed out)|"
-    r"Network is unreachable|Failed to connect|Temporary failure in name resolution",
-    re.IGNORECASE,
-)
 
 
 # -- deterministic tarballs ----------------------------------------------------------------
@@ -115,8 +108,7 @@ def _store_tarball(cache: Cache, root: Path) -> str:
 
 
 def _git(args: list[str], cwd: Path, *, check: bool = True) -> str:
-    result = run(["git", *args], cwd=cwd, env=GIT_ENV, timeout=GIT_TIMEOUT, check=False,
-                 echo=False)
+    result = run_git(args, cwd, check=False)
     if check and result.returncode != 0:
         raise CommandFailed(
             f"git {' '.join(args)} failed:\n{result.output.strip()[-2000:]}", where=str(cwd)
@@ -127,11 +119,10 @@ def _git(args: list[str], cwd: Path, *, check: bool = True) -> str:
 def _fetch_ref(repo: Path, source: SourcePlan) -> str:
     """Fetch ``source.ref`` (tag, branch or commit) into ``repo``; returns its commit."""
     ref = source.ref or "HEAD"
-    shallow = run(["git", "fetch", "-q", "--depth", "1", "origin", ref], cwd=repo, env=GIT_ENV,
-                  timeout=GIT_TIMEOUT, check=False, echo=False)
+    shallow = run_git(["fetch", "-q", "--depth", "1", "origin", ref], repo, check=False)
     if shallow.returncode == 0:
         return _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).strip()
-    if _NETWORK_TROUBLE.search(shallow.output):
+    if network_trouble(shallow.output):
         raise NetworkError(
             f"cannot reach the git remote of {source.name}", where=source.url,
             hint="check the network; `sparkbuild vendor` needs it once, the build never",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from sparkbuild.patches.report import SeriesReport
     from sparkbuild.recipe import Recipe
+    from sparkbuild.store.context import RunContext
 
 
 @dataclass(frozen=True)
@@ -143,9 +144,17 @@ def _move_into_place(tree: Path, dest: Path) -> None:
 
 
 def prepare_tree(
-    spec: str, dest: Path, recipe: Recipe, *, update_lock: bool = False, offline: bool = False
+    spec: str,
+    dest: Path,
+    recipe: Recipe,
+    *,
+    update_lock: bool = False,
+    context: RunContext | None = None,
 ) -> PrepareResult:
-    """Fetch ``spec``, apply ``recipe``'s series and place the tree at ``dest``."""
+    """Fetch ``spec``, apply ``recipe``'s series and place the tree at ``dest``.
+
+    ``context``: the cache and offline mode (default: the default cache, online).
+    """
     from sparkbuild.patches.engine import apply_series
 
     started = time.monotonic()
@@ -155,7 +164,7 @@ def prepare_tree(
     with _workspace(dest) as work:
         step(f"fetching {spec}")
         source = fetch_source(
-            spec, work, recipe=recipe, update_lock=update_lock, offline=offline
+            spec, work, recipe=recipe, update_lock=update_lock, context=context
         )
         step(f"applying the patch series {recipe.series}")
         series = apply_series(source.tree, recipe)

@@ -1,42 +1,39 @@
-"""Safe and fast extraction of source archives: tar (plain, gzip, bzip2, xz) and zip.
+"""Safe extraction of source archives: tar (plain, gzip, bzip2, xz) and zip.
 
-Why not ``tarfile.extractall``: before Python 3.12 it has no ``filter="data"`` and will
-happily write through ``../`` members, absolute paths and links that point out of the
-destination; and its header parser is slow (half a second for the 19 000 pax headers of
-a vLLM sdist, a third of what ``tar xzf`` needs for the whole job).  So this module reads
-the tar format itself, validating each member as it goes, with the same rules as 3.12's
-``data`` filter, only stricter:
+The standard library reads the archives (:mod:`tarfile`, :mod:`zipfile`) and every member,
+tar or zip, passes through :func:`tarfile.data_filter` (PEP 706).  On top of it this module
+applies sparkbuild's own rules, which are stricter:
 
-* a member name that is absolute or has a ``..`` component is refused (not rewritten);
-* a symlink must point inside the destination (checked on its text, and again on disk
-  once every link exists, so a chain of links cannot escape); a member that would be
-  written *through* a symlink of the archive is refused; symlinks are created last;
+* a member name that is absolute or has a ``..`` component is refused, not rewritten
+  (the data filter would strip a leading ``/``);
+* a member that would be written *through* a symlink of the archive is refused; symlinks
+  are created last, and each must point inside the destination, judged on its text and
+  again on disk once every link exists (so a chain of links cannot lead out);
 * a hardlink must name a regular file extracted earlier from the same archive;
-* device files, fifos and sparse members are refused;
-* file modes are reduced to 0644 or 0755; owners are never applied;
-* a truncated or corrupt archive (bad header checksum, short data, a broken gzip
-  trailer, a missing end-of-archive marker) is an :class:`UnsafeArchiveError`.
+* device files, fifos, sparse files and member types tar does not define are refused;
+* file modes become 0644 or 0755; owners are never applied;
+* a truncated or corrupt archive is an :class:`UnsafeArchiveError`: a bad header, short
+  data, a broken compressed stream, and a missing end-of-archive marker (tarfile itself
+  takes a truncated or unreadable header for the end of the archive).
 
-Decompression runs in a second thread (zlib releases the GIL), like ``tar xzf`` runs
-``gzip -d`` in a second process, and two writer threads create the small files while the
-main thread parses the next headers: extraction keeps level with ``tar xzf``.  Memory stays
-bounded: a few chunks of inflated data are in flight, big members are written in pieces.
-On any error the destination (empty when extraction began) is emptied again.
-
-The pieces: :mod:`sparkbuild.sources.inflate` (the inflated byte stream),
-:mod:`sparkbuild.sources.tarformat`
-(the tar reader), :mod:`sparkbuild.sources.writerpool` (the writer threads); this module holds the
-policy (what may be written where) and :func:`extract_archive`.
+On a Python whose tarfile has no data filter (before 3.11.4), nothing is extracted: a
+:class:`ToolchainError` says to use a newer one.  The archive is hashed before anything is
+written; on any error the destination (empty when extraction began) is emptied again.
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
+import gzip
 import io
+import lzma
 import os
+import platform
 import shutil
 import stat
+import tarfile
 import time
 import zipfile
 import zlib
@@ -47,32 +44,32 @@ from typing import TYPE_CHECKING
 from sparkbuild.console import byte_progress
 from sparkbuild.errors import (
     DestinationError,
-    DiskFullError,
     HashMismatchError,
     SourceError,
+    ToolchainError,
     UnsafeArchiveError,
+    disk_full_as_error,
 )
-from sparkbuild.sources.inflate import OUT_CHUNK, ByteStream, CorruptStream, Inflater, Truncated
-from sparkbuild.sources.tarformat import (
-    BLOCK,
-    HINT,
-    TarMember,
-    decode_name,
-    looks_like_tar,
-    tar_members,
-)
-from sparkbuild.sources.tarformat import unsafe as _unsafe
-from sparkbuild.sources.writerpool import POOLED_FILE_LIMIT, FileJob, WriterPool, write_file
-from sparkbuild.store.files import DISK_FULL
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterator
 
-    from sparkbuild.sources.inflate import Buffer
+BLOCK = 512
+HINT = "the archive is broken or hostile; nothing of it was kept; get a good copy"
+_CHUNK = 1 << 20
+_REFUSED_TYPES = {
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+    tarfile.FIFOTYPE: "a fifo",
+    tarfile.GNUTYPE_SPARSE: "a GNU sparse file",
+}
+_VOLUME_LABEL = b"V"
 
 
-# -- results -----------------------------------------------------------------------------
+def unsafe(what: str, origin: str) -> UnsafeArchiveError:
+    """The error every refusal of an archive raises: ``what`` is wrong, in ``origin``."""
+    return UnsafeArchiveError(what, where=origin, hint=HINT)
 
 
 @dataclass(frozen=True)
@@ -100,12 +97,12 @@ def clean_member_name(name: str, origin: str) -> str:
     refused, even when it would land back inside (a well-made archive never has one).
     """
     if "\0" in name:
-        raise _unsafe(f"member name {name!r} contains a NUL byte", origin)
+        raise unsafe(f"member name {name!r} contains a NUL byte", origin)
     if name.startswith("/"):
-        raise _unsafe(f"member {name!r} has an absolute path", origin)
+        raise unsafe(f"member {name!r} has an absolute path", origin)
     parts = [part for part in name.split("/") if part not in ("", ".")]
     if ".." in parts:
-        raise _unsafe(f"member {name!r} escapes the destination (a `..` component)", origin)
+        raise unsafe(f"member {name!r} escapes the destination (a `..` component)", origin)
     return "/".join(parts)
 
 
@@ -124,161 +121,258 @@ def _link_escapes(name: str, target: str) -> bool:
     return False
 
 
-# -- writing the tree --------------------------------------------------------------------
+def _data_filter(member: tarfile.TarInfo, root: str, origin: str) -> tarfile.TarInfo:
+    """The standard library's ``data`` filter; its refusals in this module's words."""
+    try:
+        return tarfile.data_filter(member, root)
+    except tarfile.FilterError as exc:
+        name = member.name
+        if isinstance(exc, tarfile.AbsolutePathError):
+            what = f"member {name!r} has an absolute path"
+        elif isinstance(exc, tarfile.OutsideDestinationError):
+            what = f"member {name!r} escapes the destination"
+        elif isinstance(exc, (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError)):
+            what = f"link {name!r} -> {member.linkname!r} points outside the tree"
+        elif isinstance(exc, tarfile.SpecialFileError):
+            what = f"member {name!r} is a special file; refused"
+        else:
+            what = f"member {name!r} refused by the data filter: {exc}"
+        raise unsafe(what, origin) from None
+
+
+# -- the tree being written ----------------------------------------------------------------
 
 
 @dataclass
-class _TreeWriter:
-    """Creates members under ``root``, refusing anything that would leave it."""
+class _Tree:
+    """What has been extracted under ``root`` so far, and the rules that depend on it."""
 
     root: str
     origin: str
-    dirs: set[str] = field(default_factory=lambda: {""})
     files: set[str] = field(default_factory=set)
+    """Regular files (hardlinks included): what a later hardlink may name."""
     symlinks: dict[str, str] = field(default_factory=dict)
+    """Recorded now, created by :meth:`finish`."""
     top_level: set[str] = field(default_factory=set)
     entries: int = 0
     size: int = 0
-    pool: WriterPool = field(default_factory=lambda: WriterPool())
 
-    def _admit(self, name: str) -> str:
-        """Checks shared by all members; returns the absolute path to write."""
+    def _not_through_symlink(self, name: str) -> None:
+        parts = name.split("/")
+        for end in range(1, len(parts)):
+            parent = "/".join(parts[:end])
+            if parent in self.symlinks:
+                raise unsafe(
+                    f"member {name!r} would be written through symlink {parent!r}", self.origin
+                )
+
+    def admit(self, raw_name: str) -> str:
+        """The member's clean name; refused when it would be written through a symlink."""
+        name = clean_member_name(raw_name, self.origin)
         if self.symlinks:
-            parts = name.split("/")
-            for end in range(1, len(parts)):
-                parent = "/".join(parts[:end])
-                if parent in self.symlinks:
-                    raise _unsafe(
-                        f"member {name!r} would be written through symlink {parent!r}",
-                        self.origin,
-                    )
-            self.symlinks.pop(name, None)
-        self.entries += 1
-        self.top_level.add(name.split("/", 1)[0])
-        return f"{self.root}/{name}"
+            self._not_through_symlink(name)
+            self.symlinks.pop(name, None)  # a later member of the same name replaces it
+        if name:
+            self.entries += 1
+            self.top_level.add(name.split("/", 1)[0])
+        return name
 
-    def _parent(self, name: str) -> None:
-        parent = name.rpartition("/")[0]
-        if parent not in self.dirs:
-            Path(f"{self.root}/{parent}").mkdir(parents=True, exist_ok=True)
-            while parent and parent not in self.dirs:
-                self.dirs.add(parent)
-                parent = parent.rpartition("/")[0]
-
-    def directory(self, name: str) -> None:
-        if not name or name in self.dirs:
-            return
-        path = self._admit(name)
-        self._parent(name)
-        Path(path).mkdir(parents=True, exist_ok=True)
-        self.dirs.add(name)
-
-    def _claim_file(self, name: str) -> str:
-        """The path for a new regular file; an earlier member of the same name is replaced."""
-        if not name:
-            raise _unsafe("a file member names the destination itself", self.origin)
-        path = self._admit(name)
-        self._parent(name)
+    def make_room(self, name: str, *, parents: bool = True) -> Path:
+        """The path for a new file or link: an earlier file of that name is removed first,
+        never written through (it may be another member's hardlink)."""
+        path = Path(self.root, name)
         if name in self.files:
-            self.pool.wait_idle()  # the earlier one may still be being written
-            Path(path).unlink()
-        self.files.add(name)
+            path.unlink()
+            self.files.discard(name)
+        if parents:
+            path.parent.mkdir(parents=True, exist_ok=True)
         return path
 
-    def write_file(
-        self, name: str, mode: int, mtime: float | None, pieces: Iterable[Buffer], size: int
-    ) -> None:
-        """Small files go to the writer threads; big ones are streamed here, in pieces."""
-        path = self._claim_file(name)
-        perms = 0o755 if mode & 0o100 else 0o644
-        if size <= POOLED_FILE_LIMIT:
-            self.pool.submit(FileJob(path, perms, mtime, list(pieces)), size)
-        else:
-            write_file(FileJob(path, perms, mtime, pieces))
-        self.size += size
-
-    def hardlink(self, name: str, target: str) -> None:
+    def hardlink_target(self, name: str, target: str) -> str:
         try:
-            target = clean_member_name(target, self.origin)
+            clean = clean_member_name(target, self.origin)
         except UnsafeArchiveError:
-            raise _unsafe(
+            raise unsafe(
                 f"hardlink {name!r} -> {target!r} points outside the tree", self.origin
             ) from None
-        if target not in self.files:
-            raise _unsafe(
+        if clean not in self.files:
+            raise unsafe(
                 f"hardlink {name!r} -> {target!r} does not name a file extracted before it",
                 self.origin,
             )
-        path = self._admit(name)
-        self._parent(name)
-        self.pool.wait_idle()  # the target may still be being written
-        if name in self.files:
-            Path(path).unlink()
-        os.link(f"{self.root}/{target}", path, follow_symlinks=False)
+        return clean
+
+    def hardlink(self, name: str, target: str) -> None:
+        os.link(f"{self.root}/{target}", self.make_room(name), follow_symlinks=False)
         self.files.add(name)
 
     def symlink(self, name: str, target: str) -> None:
-        """Recorded now, created by :meth:`finish`, so nothing is written through it."""
         if not name or not target or "\0" in target or _link_escapes(name, target):
-            raise _unsafe(f"symlink {name!r} -> {target!r} points outside the tree", self.origin)
-        self._admit(name)
+            raise unsafe(f"symlink {name!r} -> {target!r} points outside the tree", self.origin)
         self.files.discard(name)
         self.symlinks[name] = target
 
     def finish(self) -> None:
-        """Create the symlinks, then check on disk that no chain of them leads out."""
-        self.pool.close()
+        """Create the symlinks, then check on disk that no chain of them leads out.
+
+        A link under a link recorded after it would be created through that one: refused.
+        """
+        for name in self.symlinks:
+            self._not_through_symlink(name)
         for name, target in sorted(self.symlinks.items()):
-            self._parent(name)
-            path = Path(f"{self.root}/{name}")
-            if path.is_symlink() or (path.exists() and not path.is_dir()):
+            path = Path(self.root, name)
+            if path.is_symlink() or path.is_file():
                 path.unlink()
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.symlink_to(target)
         real_root = os.path.realpath(self.root)
         for name, target in self.symlinks.items():
             real = os.path.realpath(f"{self.root}/{name}")
             if real != real_root and not real.startswith(real_root + os.sep):
-                raise _unsafe(
+                raise unsafe(
                     f"symlink {name!r} -> {target!r} resolves outside the tree "
                     "(through other links)",
                     self.origin,
                 )
 
 
-# -- tar members onto the tree -----------------------------------------------------------
+# -- tar -----------------------------------------------------------------------------------
 
 
-def _extract_tar(raw: memoryview, compression: str, writer: _TreeWriter, origin: str) -> None:
-    with byte_progress(f"extracting {Path(origin).name}", len(raw)) as advance:
-        inflater = Inflater(raw, compression, advance)
+def _tar_kind(member: tarfile.TarInfo, origin: str) -> str | None:
+    """``file``, ``dir``, ``symlink`` or ``hardlink``; None for a volume label (no member)."""
+    if member.type == _VOLUME_LABEL:
+        return None
+    if member.type in _REFUSED_TYPES:
+        raise unsafe(f"member {member.name!r} is {_REFUSED_TYPES[member.type]}; refused", origin)
+    if member.issparse():
+        raise unsafe(f"member {member.name!r} is a sparse file; refused", origin)
+    if member.isdir():
+        return "dir"
+    if member.issym():
+        return "symlink"
+    if member.islnk():
+        return "hardlink"
+    if member.isreg():
+        return "file"
+    raise unsafe(f"member {member.name!r} has an unknown type {member.type!r}; refused", origin)
+
+
+def _tar_filter(tree: _Tree) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo | None]:
+    """sparkbuild's rules, then the data filter; links are made here, files by tarfile."""
+
+    def admit(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+        kind = _tar_kind(member, tree.origin)
+        if kind is None:
+            return None
+        name = tree.admit(member.name)
+        if not name:
+            if kind == "dir":
+                return None  # the destination itself
+            raise unsafe(f"a {kind} member names the destination itself", tree.origin)
+        member = member.replace(name=name, deep=False)
+        if kind == "file":
+            member.mode = 0o755 if member.mode & 0o100 else 0o644
+        elif kind == "hardlink":
+            member.linkname = tree.hardlink_target(name, member.linkname)
+        elif kind == "symlink":
+            tree.symlink(name, member.linkname)
+        checked = _data_filter(member, dest, tree.origin)
+        if kind == "hardlink":
+            tree.hardlink(name, checked.linkname)
+            return None
+        if kind == "symlink":
+            return None
+        if kind == "file":
+            tree.make_room(name, parents=False)  # tarfile makes the parents
+            tree.files.add(name)
+            tree.size += member.size
+        return checked
+
+    return admit
+
+
+class _ReadProgress(io.BytesIO):
+    """The archive's bytes, telling a progress bar how far reading has come."""
+
+    def __init__(self, data: bytes, advance: Callable[[int], None]) -> None:
+        super().__init__(data)
+        self._advance = advance
+        self._reported = 0
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        chunk = super().read(size)
+        position = self.tell()
+        if position > self._reported:
+            self._advance(position - self._reported)
+            self._reported = position
+        return chunk
+
+
+def _decompressed(raw: io.BytesIO, compression: str) -> io.BufferedIOBase:
+    if compression == "gz":
+        return gzip.GzipFile(fileobj=raw, mode="rb")
+    if compression == "bz2":
+        return bz2.BZ2File(raw, mode="rb")
+    if compression == "xz":
+        return lzma.LZMAFile(raw, mode="rb")
+    return raw
+
+
+def _check_end(tar: tarfile.TarFile, origin: str) -> None:
+    """tarfile ends at a truncated or unreadable header as at the end-of-archive marker:
+    insist on the marker, then read the compressed stream to its end (its checksum)."""
+    assert tar.fileobj is not None
+    offset = tar.offset
+    tar.fileobj.seek(offset)
+    block = tar.fileobj.read(BLOCK)
+    if len(block) < BLOCK:
+        raise unsafe("truncated tar: it ends without an end-of-archive marker", origin)
+    if block != bytes(BLOCK):
         try:
-            stream = ByteStream(iter(inflater))
-            for member in tar_members(stream, origin):
-                _write_tar_member(member, stream, writer, origin)
-            stream.drain()
-        except Truncated:
-            raise _unsafe("truncated archive: it ends in the middle of a member", origin) from None
-        except CorruptStream as exc:
-            raise _unsafe(f"corrupt or truncated archive: {exc}", origin) from None
-        finally:
-            inflater.close()
+            tarfile.TarInfo.frombuf(block, tar.encoding or "utf-8", tar.errors or "strict")
+            why = "a header tar cannot read"
+        except tarfile.HeaderError as exc:
+            why = str(exc)
+        raise unsafe(f"corrupt tar header at byte {offset} ({why})", origin)
+    while tar.fileobj.read(_CHUNK):
+        pass
 
 
-def _write_tar_member(
-    member: TarMember, stream: ByteStream, writer: _TreeWriter, origin: str
-) -> None:
-    name = clean_member_name(member.name, origin)
-    if member.kind == "dir":
-        writer.directory(name)
-    elif member.kind == "symlink":
-        writer.symlink(name, member.linkname)
-    elif member.kind == "hardlink":
-        writer.hardlink(name, member.linkname)
-    else:
-        writer.write_file(name, member.mode, member.mtime, stream.pieces(member.size), member.size)
+@contextlib.contextmanager
+def _read_errors(origin: str) -> Iterator[None]:
+    """What tarfile and the decompressors raise on a broken archive, as one error."""
+    try:
+        yield
+    except EOFError:
+        raise unsafe("truncated archive: the compressed stream ends early", origin) from None
+    except tarfile.ReadError as exc:
+        if "unexpected end of data" in str(exc):
+            raise unsafe(
+                "truncated archive: it ends in the middle of a member", origin
+            ) from None
+        raise unsafe(f"corrupt or truncated archive: {exc}", origin) from None
+    except (zlib.error, lzma.LZMAError, tarfile.CompressionError) as exc:
+        raise unsafe(f"corrupt or truncated archive: {exc}", origin) from None
+    except OSError as exc:
+        if exc.errno is not None:  # the destination's trouble, not the archive's
+            raise
+        raise unsafe(f"corrupt or truncated archive: {exc}", origin) from None  # bad gzip
 
 
-# -- the zip format ----------------------------------------------------------------------
+def _extract_tar(raw: bytes, compression: str, tree: _Tree) -> None:
+    label = f"extracting {Path(tree.origin).name}"
+    with (
+        byte_progress(label, len(raw)) as advance,
+        _read_errors(tree.origin),
+        _decompressed(_ReadProgress(raw, advance), compression) as stream,
+        tarfile.TarFile(fileobj=stream, mode="r", errorlevel=2) as tar,
+    ):
+        tar.extractall(tree.root, filter=_tar_filter(tree))
+        _check_end(tar, tree.origin)
+
+
+# -- zip -----------------------------------------------------------------------------------
 
 
 def _zip_mtime(info: zipfile.ZipInfo) -> float | None:
@@ -288,33 +382,63 @@ def _zip_mtime(info: zipfile.ZipInfo) -> float | None:
         return None
 
 
-def _write_zip_member(
-    archive: zipfile.ZipFile, info: zipfile.ZipInfo, writer: _TreeWriter, origin: str
-) -> None:
-    name = clean_member_name(info.filename, origin)
+def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, tree: _Tree) -> None:
+    """One zip member, through the same rules and the data filter as a tar member."""
     mode = info.external_attr >> 16
+    name = tree.admit(info.filename)
+    member = tarfile.TarInfo(name)
     if info.is_dir():
-        writer.directory(name)
+        member.type = tarfile.DIRTYPE
     elif stat.S_ISLNK(mode):
-        writer.symlink(name, decode_name(archive.read(info)))
+        member.type = tarfile.SYMTYPE
+        member.linkname = archive.read(info).decode("utf-8", "surrogateescape")
+        tree.symlink(name, member.linkname)
     elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):
-        raise _unsafe(f"member {info.filename!r} is a special file; refused", origin)
+        raise unsafe(f"member {info.filename!r} is a special file; refused", tree.origin)
     else:
-        with archive.open(info) as source:
-            chunks = iter(lambda: source.read(OUT_CHUNK), b"")
-            writer.write_file(name, mode, _zip_mtime(info), chunks, info.file_size)
+        member.mode = 0o755 if mode & 0o100 else 0o644
+    if not name:
+        if member.isdir():
+            return
+        raise unsafe("a zip member names the destination itself", tree.origin)
+    checked = _data_filter(member, tree.root, tree.origin)
+    if checked.isdir():
+        Path(tree.root, name).mkdir(parents=True, exist_ok=True)
+    elif checked.isreg():
+        path = tree.make_room(name)
+        with archive.open(info) as source, path.open("xb") as out:
+            shutil.copyfileobj(source, out, _CHUNK)
+        path.chmod(checked.mode if checked.mode is not None else 0o644)
+        mtime = _zip_mtime(info)
+        if mtime is not None:
+            os.utime(path, (mtime, mtime))
+        tree.files.add(name)
+        tree.size += info.file_size
 
 
-def _extract_zip(raw: memoryview, writer: _TreeWriter, origin: str) -> None:
+def _extract_zip(raw: bytes, tree: _Tree) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             for info in archive.infolist():
-                _write_zip_member(archive, info, writer, origin)
+                _zip_member(archive, info, tree)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
-        raise _unsafe(f"corrupt or truncated zip: {exc}", origin) from None
+        raise unsafe(f"corrupt or truncated zip: {exc}", tree.origin) from None
 
 
-# -- the entry point ---------------------------------------------------------------------
+# -- the entry point -----------------------------------------------------------------------
+
+
+def _looks_like_tar(head: bytes) -> bool:
+    """ustar magic, an empty archive, or a first header whose checksum is right."""
+    if len(head) < BLOCK:
+        return False
+    if head[257:262] == b"ustar" or head[:BLOCK] == bytes(BLOCK):
+        return True
+    try:
+        tarfile.TarInfo.frombuf(head[:BLOCK], "utf-8", "surrogateescape")
+    except tarfile.HeaderError:
+        return False
+    return True
 
 
 def detect_format(head: bytes) -> str:
@@ -327,7 +451,17 @@ def detect_format(head: bytes) -> str:
         return "tar.xz"
     if head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
         return "zip"
-    return "tar" if looks_like_tar(head) else "unknown"
+    return "tar" if _looks_like_tar(head) else "unknown"
+
+
+def require_data_filter() -> None:
+    """Refuse to extract anything with a tarfile that lacks the data filter (PEP 706)."""
+    if not hasattr(tarfile, "data_filter"):
+        raise ToolchainError(
+            f"Python {platform.python_version()}'s tarfile has no data filter, so archives "
+            "cannot be extracted safely; refusing to extract",
+            hint="run sparkbuild with Python 3.11.4 or later (3.12 or later recommended)",
+        )
 
 
 def _read(path: Path) -> bytes:
@@ -369,13 +503,12 @@ def _empty_again(dest: Path, created: bool) -> None:
 def _write_errors(dest: Path) -> Iterator[None]:
     """OS errors while writing become sparkbuild errors that say which kind of trouble."""
     try:
-        yield
+        with disk_full_as_error(
+            "the disk filled up while extracting", where=dest, hint="free some space"
+        ):
+            yield
     except OSError as exc:
         where = str(exc.filename or dest)
-        if exc.errno in DISK_FULL:
-            raise DiskFullError(
-                "the disk filled up while extracting", where=where, hint="free some space"
-            ) from exc
         if exc.errno in (errno.EEXIST, errno.ENOTDIR, errno.EISDIR, errno.ELOOP):
             raise UnsafeArchiveError(
                 f"archive members conflict with each other: {exc.strerror}", where=where, hint=HINT
@@ -402,24 +535,20 @@ def extract_archive(path: Path, dest: Path, *, sha256: str | None = None) -> Ext
         )
     fmt = detect_format(raw[:BLOCK])
     if fmt == "unknown":
-        raise _unsafe("not a tar or zip archive (unknown format)", origin)
+        raise unsafe("not a tar or zip archive (unknown format)", origin)
+    require_data_filter()
     created = _ready_destination(dest)
-    writer = _TreeWriter(root=os.fspath(dest.absolute()), origin=origin)
-    view = memoryview(raw)
+    tree = _Tree(root=os.fspath(dest.absolute()), origin=origin)
     try:
         with _write_errors(dest):
-            try:
-                if fmt == "zip":
-                    _extract_zip(view, writer, origin)
-                else:
-                    _extract_tar(view, fmt.partition(".")[2], writer, origin)
-            except BaseException:
-                writer.pool.close(abandon=True)
-                raise
-            writer.finish()
+            if fmt == "zip":
+                _extract_zip(raw, tree)
+            else:
+                _extract_tar(raw, fmt.partition(".")[2], tree)
+            tree.finish()
     except BaseException:
         _empty_again(dest, created)
         raise
     return ExtractedArchive(
-        path, actual, fmt, writer.entries, writer.size, tuple(sorted(writer.top_level))
+        path, actual, fmt, tree.entries, tree.size, tuple(sorted(tree.top_level))
     )

@@ -13,7 +13,8 @@ A spec is one of
 
 For the recipe's own git source the commit a moving ref resolves to is recorded in the
 recipe's lock file on first fetch and used from then on (even after the branch moves),
-until ``update_lock`` asks to resolve the ref again.
+until ``update_lock`` asks to resolve the ref again.  Git mirrors and sdists from the index
+live in the run's cache (:class:`~sparkbuild.store.context.RunContext`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sparkbuild.errors import DestinationError, HashMismatchError, SourceError
 from sparkbuild.sources.archive import ExtractedArchive, extract_archive
 from sparkbuild.sources.declared import record_pinned_requirements
 from sparkbuild.sources.git import checkout_ref, clone_at, git_module, status_paths
+from sparkbuild.store.context import RunContext
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -191,25 +193,27 @@ def fetch_source(
     *,
     recipe: Recipe | None,
     update_lock: bool = False,
-    offline: bool = False,
+    context: RunContext | None = None,
 ) -> SourceResult:
     """Put the source named by ``spec`` under the (new or empty) directory ``work``.
 
     The tree is ``result.tree``, somewhere under ``work``.  ``recipe`` supplies the lock
-    file and the sha256 pin when ``spec`` is the recipe's own source.  ``offline`` forbids
-    the network: only the cache may serve a git ref or an sdist from the index.
+    file and the sha256 pin when ``spec`` is the recipe's own source.  ``context``: the
+    cache (git mirrors, sdists from the index) and whether the run is offline (only the
+    cache may serve); by default the default cache, online.
     """
     pinned = _own_source(spec, recipe)
+    context = (context or RunContext.create()).with_recipe(pinned)
     # A relative path in a recipe is relative to the recipe, on the command line to the cwd.
     parsed = parse_source_spec(spec, base=pinned.path.parent if pinned is not None else None)
     work.mkdir(parents=True, exist_ok=True)
     if parsed.kind == "git":
-        return fetch_git(parsed, work, recipe=pinned, update_lock=update_lock, offline=offline)
+        return fetch_git(parsed, work, context, update_lock=update_lock)
     if parsed.kind == "directory":
         return copy_directory(parsed, work)
     expected = pinned.source.sha256 if pinned is not None else None
     if parsed.kind == "pypi":
-        return fetch_pypi(parsed, work, expected=expected, offline=offline)
+        return fetch_pypi(parsed, work, context, expected=expected)
     return unpack_sdist(parsed, work, expected=expected)
 
 
@@ -247,15 +251,14 @@ def unpack_sdist(spec: SourceSpec, work: Path, *, expected: str | None) -> Sourc
 
 
 def fetch_pypi(
-    spec: SourceSpec, work: Path, *, expected: str | None, offline: bool
+    spec: SourceSpec, work: Path, context: RunContext, *, expected: str | None
 ) -> SourceResult:
-    """The sdist from the configured index through the cache, checked, then extracted."""
+    """The sdist from the configured index through the run's cache, checked, extracted."""
     from sparkbuild.sources.index import fetch_sdist, normalize
-    from sparkbuild.store.cache import Cache, default_cache_root
 
     assert spec.name is not None and spec.version is not None
-    cache = Cache(default_cache_root())
-    path = fetch_sdist(cache, spec.name, spec.version, offline=offline)
+    cache = context.cache()
+    path = fetch_sdist(cache, spec.name, spec.version, offline=context.offline)
     entry = cache.lookup("sdists", f"{normalize(spec.name)}=={spec.version}") or {}
     url = entry.get("url") if isinstance(entry.get("url"), str) else None
     indexed = entry.get("sha256") if isinstance(entry.get("sha256"), str) else None
@@ -275,16 +278,14 @@ def fetch_pypi(
 
 
 def fetch_git(
-    spec: SourceSpec, work: Path, *, recipe: Recipe | None, update_lock: bool, offline: bool
+    spec: SourceSpec, work: Path, context: RunContext, *, update_lock: bool
 ) -> SourceResult:
     """``git+URL@REF``: fetch into the cache's mirror, check the commit out under ``work``."""
     assert spec.url is not None
     tree = work / "checkout"
-    commit = checkout_ref(
-        spec.url, spec.ref, tree, recipe=recipe, update_lock=update_lock, offline=offline
-    )
-    if recipe is not None:  # what the branch itself asks of each pinned project
-        record_pinned_requirements(recipe, tree, commit)
+    commit = checkout_ref(spec.url, spec.ref, tree, context, update_lock=update_lock)
+    if context.recipe is not None:  # what the branch itself asks of each pinned project
+        record_pinned_requirements(context.recipe, tree, commit)
     return SourceResult("git", spec.text, spec.url, spec.ref, commit, None, tree)
 
 
@@ -335,15 +336,15 @@ def _mirror_path_state(source: Path, dest: Path, relative: str) -> None:
 
 def _copy_checkout(git: ModuleType, spec: SourceSpec, dest: Path) -> SourceResult:
     assert spec.path is not None
-    repo = git.Repo(spec.path)
-    try:
-        commit = str(repo.head.commit.hexsha)
-    except ValueError:
-        raise SourceError(
-            "the git checkout has no commit yet", where=str(spec.path), hint="commit first"
-        ) from None
-    changes = status_paths(repo)
-    clone_at(git, str(spec.path), dest, commit)
+    with git.Repo(spec.path) as repo:
+        try:
+            commit = str(repo.head.commit.hexsha)
+        except ValueError:
+            raise SourceError(
+                "the git checkout has no commit yet", where=str(spec.path), hint="commit first"
+            ) from None
+        changes = status_paths(repo)
+    clone_at(str(spec.path), dest, commit)
     for relative in changes:
         _mirror_path_state(spec.path, dest, relative)
     if changes:

@@ -3,7 +3,12 @@
 ``git+URL@REF`` takes REF as a branch, a tag, a full commit or any ``refs/...`` name such
 as a pull request's ``refs/pull/N/head``.  What is fetched collects in the cache's mirror
 of the URL (so a second prepare needs no network); every used commit keeps a ref there,
-so ``git gc`` never drops a locked commit.  git runs through GitPython, never prompting.
+so ``git gc`` never drops a locked commit.
+
+Every git that runs goes through :func:`run_git` (``proc.run``: its echo, timeout, log
+tail and process-group handling) in the one git environment, :data:`GIT_ENV`; its
+failures are classified once, by :func:`git_error`.  GitPython only reads repositories
+(commits, refs, status).  :mod:`sparkbuild.build.vendor_fetch` uses the same helpers.
 """
 
 from __future__ import annotations
@@ -21,17 +26,24 @@ from sparkbuild.errors import (
     SparkbuildError,
     ToolchainError,
 )
+from sparkbuild.proc import ProcResult, run
 from sparkbuild.store.download import OFFLINE_HINT
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
     from types import ModuleType
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.store.context import RunContext
 
-_GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never"}
-"""Never let git stop and ask for a password: a missing repository would hang the run."""
+GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GCM_INTERACTIVE": "never"}
+"""Never let git stop and ask for a password (no prompt; an askpass that answers nothing):
+a repository that needs one fails at once instead of hanging an unattended run."""
+GIT_TIMEOUT = 3 * 3600.0
+"""A clone of a big repository over a slow link takes long, but not forever."""
+
 _MISSING_REF = (
     "couldn't find remote ref",
     "no such remote ref",
@@ -40,17 +52,28 @@ _MISSING_REF = (
     "no matching remote head",
 )
 _NO_REPO = ("does not appear to be a git repository", "repository not found", "not found")
-_NETWORK = (
-    "could not resolve host",
-    "unable to access",
-    "connection refused",
-    "connection timed out",
-    "network is unreachable",
-    "could not read from remote",
+_NETWORK = re.compile(
+    r"could not resolve host|unable to access|connection (refused|timed out)|"
+    r"network is unreachable|could not read from remote|failed to connect|"
+    r"temporary failure in name resolution",
+    re.IGNORECASE,
 )
 
 
+def run_git(
+    args: Sequence[str | Path],
+    cwd: Path | None = None,
+    *,
+    check: bool = True,
+    echo: bool = False,
+    timeout: float = GIT_TIMEOUT,
+) -> ProcResult:
+    """``git ARGS`` through :func:`sparkbuild.proc.run`, in :data:`GIT_ENV`."""
+    return run(["git", *args], cwd=cwd, env=GIT_ENV, timeout=timeout, check=check, echo=echo)
+
+
 def git_module() -> ModuleType:
+    """GitPython, for reading repositories."""
     try:
         import git
     except ImportError as exc:
@@ -60,11 +83,15 @@ def git_module() -> ModuleType:
     return git
 
 
-def _git_message(exc: Exception) -> str:
-    """git's own complaint (its first ``fatal:``/``error:`` line) from a GitCommandError."""
-    text = str(getattr(exc, "stderr", "") or exc)
-    lines = [line.strip().removeprefix("stderr: ").strip("'").strip() for line in text.splitlines()]
-    lines = [line for line in lines if line]
+def _output(failure: str | BaseException) -> str:
+    return failure if isinstance(failure, str) else str(getattr(failure, "stderr", "") or failure)
+
+
+def _git_message(output: str) -> str:
+    """git's own complaint: its first ``fatal:``/``error:`` line."""
+    raw = output.splitlines()
+    stripped = (line.strip().removeprefix("stderr: ").strip("'").strip() for line in raw)
+    lines = [line for line in stripped if line]
     for line in lines:
         for prefix in ("fatal: ", "error: "):
             if line.startswith(prefix):
@@ -72,10 +99,17 @@ def _git_message(exc: Exception) -> str:
     return lines[-1] if lines else "no message"
 
 
-def git_error(exc: Exception, url: str, ref: str | None) -> SparkbuildError:
-    """A failed git command as the error a user can act on."""
-    message = _git_message(exc)
-    lower = str(getattr(exc, "stderr", "") or exc).lower()
+def network_trouble(output: str) -> bool:
+    """Whether git's output says the remote could not be reached."""
+    return _NETWORK.search(output) is not None
+
+
+def git_error(failure: str | BaseException, url: str, ref: str | None) -> SparkbuildError:
+    """A failed git command (its output, or an exception carrying it) as the error a user
+    can act on: a missing ref or repository, the network, or git's own words."""
+    output = _output(failure)
+    message = _git_message(output)
+    lower = output.lower()
     if any(marker in lower for marker in _MISSING_REF):
         return SourceError(
             f"git ref {ref or 'HEAD'} does not exist at {url}",
@@ -84,9 +118,17 @@ def git_error(exc: Exception, url: str, ref: str | None) -> SparkbuildError:
         )
     if any(marker in lower for marker in _NO_REPO):
         return SourceError(f"no git repository at {url}: {message}", where=url)
-    if any(marker in lower for marker in _NETWORK):
+    if network_trouble(output):
         return NetworkError(f"cannot reach git remote: {message}", where=url, hint=OFFLINE_HINT)
     return SourceError(f"git failed: {message}", where=url)
+
+
+def _git_or_error(args: Sequence[str | Path], cwd: Path | None, url: str, ref: str | None,
+                  *, echo: bool = False) -> ProcResult:
+    result = run_git(args, cwd, check=False, echo=echo)
+    if result.returncode != 0:
+        raise git_error(result.output, url, ref)
+    return result
 
 
 def _refspecs(ref: str | None) -> list[tuple[str, str]]:
@@ -114,16 +156,22 @@ def _mirror_path(cache_root: Path, url: str) -> Path:
 class _Mirror:
     """A bare repository in the cache that collects what was fetched from one URL."""
 
-    repo: Any
+    path: Path
     url: str
     offline: bool
 
     def has_commit(self, commit: str) -> bool:
-        try:
-            self.repo.git.cat_file("-e", f"{commit}^{{commit}}")
-        except Exception:  # GitCommandError: the object is not there
-            return False
+        git = git_module()
+        with git.Repo(self.path) as repo:
+            try:
+                repo.commit(commit)
+            except (ValueError, git.BadName, git.BadObject):
+                return False
         return True
+
+    def commit_of(self, ref: str) -> str:
+        with git_module().Repo(self.path) as repo:
+            return str(repo.commit(ref).hexsha)
 
     def fetch(self, refspecs: list[str], ref: str | None) -> None:
         """``git fetch URL REFSPEC...`` into the mirror."""
@@ -131,13 +179,11 @@ class _Mirror:
             raise CacheMissError(
                 f"git ref {ref or 'HEAD'} of {self.url} is not in the cache and the run is "
                 "offline",
-                where=str(self.repo.git_dir),
+                where=str(self.path),
                 hint="run once online to fill the cache",
             )
-        try:
-            self.repo.git.fetch("--no-tags", "--quiet", self.url, *refspecs, env=_GIT_ENV)
-        except Exception as exc:
-            raise git_error(exc, self.url, ref) from None
+        _git_or_error(["fetch", "--no-tags", "--quiet", self.url, *refspecs], self.path,
+                      self.url, ref, echo=True)
 
     def fetch_ref(self, ref: str | None) -> str:
         """Fetch ``ref`` by refspec; the commit it points at now."""
@@ -150,7 +196,7 @@ class _Mirror:
                 if number < len(candidates) and "does not exist" in error.what:
                     continue
                 raise
-            return str(self.repo.git.rev_parse(f"{local}^{{commit}}"))
+            return self.commit_of(local)
         raise AssertionError("unreachable: the last candidate raises")
 
     def fetch_commit(self, commit: str, ref: str | None) -> str:
@@ -175,13 +221,14 @@ class _Mirror:
 
     def keep(self, commit: str) -> None:
         """A ref per used commit, so git gc never drops a locked commit from the cache."""
-        self.repo.git.update_ref(f"refs/sparkbuild/commits/{commit}", commit)
+        run_git(["update-ref", f"refs/sparkbuild/commits/{commit}", commit], self.path)
 
 
-def _open_mirror(git: ModuleType, path: Path, url: str, offline: bool) -> _Mirror:
+def _open_mirror(path: Path, url: str, offline: bool) -> _Mirror:
     if not (path / "HEAD").is_file():
-        git.Repo.init(path, bare=True, mkdir=True)
-    return _Mirror(git.Repo(path), url, offline)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        run_git(["init", "--bare", "--quiet", path])
+    return _Mirror(path, url, offline)
 
 
 def _resolve_commit(
@@ -204,29 +251,17 @@ def _resolve_commit(
     return commit
 
 
-def clone_at(
-    git: ModuleType,
-    origin: str,
-    dest: Path,
-    commit: str,
-    *,
-    remote_url: str | None = None,
-    env: dict[str, str] | None = None,
-) -> Any:
+def clone_at(origin: str, dest: Path, commit: str, *, remote_url: str | None = None) -> None:
     """A local clone of ``origin`` (objects hard-linked: fast), ``commit`` checked out.
 
     ``remote_url``: the URL the clone's ``origin`` remote names instead of ``origin``.
     """
-    try:
-        clone = git.Repo.clone_from(origin, str(dest), no_checkout=True, local=True, env=env)
-        clone.git.checkout("--detach", "--quiet", commit)
-        if remote_url is not None:
-            clone.git.remote("set-url", "origin", remote_url)
-    except Exception as exc:
-        if isinstance(exc, OSError):
-            raise
-        raise git_error(exc, origin, commit) from None
-    return clone
+    _git_or_error(["clone", "--quiet", "--local", "--no-checkout", origin, dest], None,
+                  origin, commit, echo=True)
+    _git_or_error(["-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", commit],
+                  dest, origin, commit)
+    if remote_url is not None:
+        run_git(["remote", "set-url", "origin", remote_url], dest)
 
 
 def status_paths(repo: Any) -> list[str]:
@@ -246,34 +281,25 @@ def status_paths(repo: Any) -> list[str]:
 
 
 def checkout_ref(
-    url: str,
-    ref: str | None,
-    dest: Path,
-    *,
-    recipe: Recipe | None,
-    update_lock: bool,
-    offline: bool,
+    url: str, ref: str | None, dest: Path, context: RunContext, *, update_lock: bool
 ) -> str:
     """Fetch ``url``'s ``ref`` into the cache's mirror, check it out at ``dest``; the commit.
 
-    With ``recipe`` (the recipe's own source) a locked commit is used, or the one the ref
-    resolves to is recorded; ``offline`` lets only the mirror serve.
+    With ``context.recipe`` (the recipe's own source) a locked commit is used, or the one
+    the ref resolves to is recorded; ``context.offline`` lets only the mirror serve.
     """
-    from sparkbuild.store.cache import Cache, default_cache_root
-
-    git = git_module()
-    cache = Cache(default_cache_root())
+    cache = context.cache()
     with cache.locked():
         path = _mirror_path(cache.root, url)
         created = not (path / "HEAD").is_file()
-        mirror = _open_mirror(git, path, url, offline)
+        mirror = _open_mirror(path, url, context.offline)
         try:
-            commit = _resolve_commit(mirror, ref, recipe, update_lock)
+            commit = _resolve_commit(mirror, ref, context.recipe, update_lock)
         except SparkbuildError:
             if created:  # a wrong URL must not leave an empty mirror behind
                 shutil.rmtree(path, ignore_errors=True)
             raise
         mirror.keep(commit)
     # The kept ref guards the commit from here on.
-    clone_at(git, str(mirror.repo.git_dir), dest, commit, remote_url=url, env=_GIT_ENV)
+    clone_at(str(mirror.path), dest, commit, remote_url=url)
     return commit

@@ -24,13 +24,12 @@ from urllib.parse import quote
 from sparkbuild.console import info
 from sparkbuild.errors import (
     CacheMissError,
-    DiskFullError,
     HashMismatchError,
     UsageError,
     VerifyError,
+    disk_full_as_error,
 )
 from sparkbuild.store.files import (
-    DISK_FULL,
     discarded,
     fsync_dir,
     write_atomic,
@@ -304,22 +303,20 @@ class Cache:
             )
         return len(leftovers)
 
-    @contextlib.contextmanager
-    def _disk_full_guard(self, partial: Path) -> Iterator[None]:
-        try:
-            yield
-        except OSError as exc:
-            if exc.errno not in DISK_FULL:
-                raise
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
+    def _disk_full_guard(self, partial: Path) -> contextlib.AbstractContextManager[None]:
+        """A full disk while writing ``partial``: removed, and said with the space left."""
+
+        def what() -> str:
             free = shutil.disk_usage(self.root).free if self.root.exists() else 0
-            raise DiskFullError(
-                f"the disk holding the cache filled up ({free // (1 << 20)} MiB free)",
-                where=str(self.root),
-                hint="free some space or point SPARKBUILD_CACHE at a bigger disk; "
-                "nothing half-written was kept",
-            ) from exc
+            return f"the disk holding the cache filled up ({free // (1 << 20)} MiB free)"
+
+        return disk_full_as_error(
+            what,
+            where=self.root,
+            hint="free some space or point SPARKBUILD_CACHE at a bigger disk; "
+            "nothing half-written was kept",
+            cleanup=lambda: partial.unlink(missing_ok=True),
+        )
 
 
 def _checked_hex(sha256: str) -> str:

@@ -21,17 +21,16 @@ from sparkbuild import __version__
 from sparkbuild.console import byte_progress, info, warn
 from sparkbuild.errors import (
     CacheMissError,
-    DiskFullError,
     HashMismatchError,
     NetworkError,
     VerifyError,
+    disk_full_as_error,
 )
-from sparkbuild.store.files import DISK_FULL, discarded, replacing
+from sparkbuild.store.files import discarded, replacing
 from sparkbuild.store.hashing import CHUNK
 from sparkbuild.store.lock import seconds_from_env
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
 
     from sparkbuild.store.cache import Cache
 
@@ -127,19 +126,11 @@ def check_sha256(url: str, expected: str | None, actual: str) -> None:
         )
 
 
-@contextlib.contextmanager
-def _disk_full_guard(where: Path) -> Iterator[None]:
-    """ENOSPC while writing becomes :class:`DiskFullError` naming ``where``."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.errno not in DISK_FULL:
-            raise
-        raise DiskFullError(
-            "the disk filled up during a download; the partial file was removed",
-            where=str(where),
-            hint="free some space and run again",
-        ) from exc
+def _disk_full_guard(where: Path) -> contextlib.AbstractContextManager[None]:
+    """A full disk while writing becomes :class:`DiskFullError` naming ``where``."""
+    return disk_full_as_error(
+        "the disk filled up during a download; the partial file was removed", where=where
+    )
 
 
 def fetch_to_cache(cache: Cache, url: str, sha256: str | None, *, offline: bool = False) -> Path:

@@ -11,7 +11,6 @@ tree walk and venv layout that several modules need.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import os
 import threading
@@ -24,9 +23,6 @@ from sparkbuild.errors import LockTimeoutError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
-
-DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-"""The errnos of a full disk (or quota): each stage turns them into a DiskFullError."""
 
 _POLL_SECONDS = 0.1
 

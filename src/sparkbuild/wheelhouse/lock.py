@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.store.context import RunContext
 
 LOCK_NAME = "requirements.lock"
 RESOLVE_TIMEOUT = 1800.0
@@ -354,11 +355,14 @@ class LockResult:
         return None
 
 
-def _source_tree_requirements(recipe: Recipe) -> tuple[list[RequirementLine], Path]:
+def _source_tree_requirements(
+    recipe: Recipe, context: RunContext | None
+) -> tuple[list[RequirementLine], Path]:
     from sparkbuild.sources.fetch import fetch_source
 
     with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-src-") as tmp:
-        source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe)
+        source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe,
+                              context=context)
         return declared_requirements(source.tree), source.tree
 
 
@@ -381,14 +385,15 @@ def tree_demands(recipe: Recipe, declared: Sequence[RequirementLine], tree: Path
 
 
 def lock_closure(
-    recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None
+    recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None,
+    context: RunContext | None = None,
 ) -> LockResult:
     """Write ``out/requirements.lock``: the closure of the recipe's package, built or not.
 
     The requirements come from ``tree`` (a prepared tree) or else from the recipe's source
-    (an sdist's requirement files: nothing is built).  A pin that contradicts one of them
-    is refused unless it carries ``override``; the recipe's pins replace any requirement on
-    the same project.  Nothing is installed.
+    (an sdist's requirement files, fetched through ``context``'s cache: nothing is built).
+    A pin that contradicts one of them is refused unless it carries ``override``; the
+    recipe's pins replace any requirement on the same project.  Nothing is installed.
     """
     from sparkbuild.sources.index import index_url
 
@@ -397,7 +402,7 @@ def lock_closure(
     if tree is not None:
         declared = declared_requirements(tree)
     else:
-        declared, tree = _source_tree_requirements(recipe)
+        declared, tree = _source_tree_requirements(recipe, context)
     env = target_environment(platform, python)
     conflicts = pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env)
     overrides = settle(recipe.pins, conflicts, where=str(recipe.path))

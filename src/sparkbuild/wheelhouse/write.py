@@ -30,10 +30,10 @@ from packaging.requirements import Requirement
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError
+from sparkbuild.errors import DestinationError, SparkbuildError, disk_full_as_error
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
-from sparkbuild.store.files import DISK_FULL, write_text_atomic, writer_gone
+from sparkbuild.store.files import write_text_atomic, writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.closure import (
     Outside,
@@ -217,15 +217,48 @@ def sweep_stale(out: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def check_destination(out: Path) -> None:
-    """``out`` may be missing, empty or an earlier wheelhouse; nothing else is replaced."""
+def check_destination(out: Path, *, before_build: bool = False) -> list[str]:
+    """``out`` may be missing, empty or an earlier wheelhouse; nothing else is replaced.
+
+    An earlier wheelhouse is replaced whole: this says so, naming any file in it that its
+    manifest does not (someone's addition, deleted with it); those files are returned.
+    """
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise DestinationError("the wheelhouse path exists and is not a directory",
                                where=str(out), hint="choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / MANIFEST_NAME).is_file():
+    if not out.is_dir() or not any(out.iterdir()):
+        return []
+    if not (out / MANIFEST_NAME).is_file():
         raise DestinationError(
             "refusing to replace a non-empty directory that is not a sparkbuild wheelhouse",
             where=str(out), hint="choose an empty or new --out directory")
+    foreign = foreign_files(out)
+    when = "once the build succeeds, this run replaces" if before_build else "replacing"
+    if foreign:
+        more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
+        shown = ", ".join(foreign[:10]) + more
+        warn(f"{when} the earlier wheelhouse {out}, deleting {len(foreign)} file(s) its "
+             f"manifest does not name: {shown}")
+    else:
+        step(f"{when} the earlier wheelhouse {out}")
+    return foreign
+
+
+def foreign_files(out: Path) -> list[str]:
+    """Files under the wheelhouse ``out`` that its manifest names neither as a wheel nor as
+    a file it wrote (``requirements.lock``, the ``simple/`` pages)."""
+    try:
+        manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = {}
+    known = {MANIFEST_NAME}
+    if isinstance(manifest, dict):
+        wheels = manifest.get("wheels")
+        files = manifest.get("files")
+        known.update(str(w.get("file")) for w in wheels or [] if isinstance(w, dict))
+        known.update(files if isinstance(files, dict) else ())
+    found = (p for p in out.rglob("*") if p.is_symlink() or not p.is_dir())
+    return sorted(name for p in found if (name := p.relative_to(out).as_posix()) not in known)
 
 
 def swap_into_place(staging: Path, out: Path) -> None:
@@ -245,13 +278,9 @@ def staging_dir(out: Path) -> Iterator[Path]:
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     try:
-        yield staging
-    except OSError as exc:
-        if exc.errno in DISK_FULL:
-            raise DiskFullError("the disk filled up while writing the wheelhouse",
-                                where=str(staging), hint="free some space and run again"
-                                ) from exc
-        raise
+        with disk_full_as_error("the disk filled up while writing the wheelhouse",
+                                where=staging):
+            yield staging
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
