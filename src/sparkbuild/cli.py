@@ -67,7 +67,8 @@ def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.doctor import run_doctor
 
     return run_doctor(
-        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib
+        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
+        recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
     )
 
 
@@ -161,11 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check the toolchain and choose build parallelism")
     p.add_argument("--tree", metavar="TREE", help="also check torch against this tree's pin")
     p.add_argument("--job-memory-gib", type=float, default=None, metavar="GIB",
-                   help="memory budget per compile job")
+                   help="memory budget per compile job (default: the recipe's)")
+    p.add_argument("--recipe", metavar="FILE", help="also check this recipe's target (a plain "
+                   "12.1 is refused unless it opts in) and take its job_memory_gib")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
-    p = sub.add_parser("check", help="compile only the units the series touched, for 12.1")
+    p = sub.add_parser("check", help="compile only the units the series touched, for 12.1a")
     p.add_argument("--tree", required=True, metavar="TREE")
     _add_common(p, recipe=True)
     p.set_defaults(handler=_check)

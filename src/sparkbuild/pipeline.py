@@ -34,6 +34,7 @@ from sparkbuild.build.materialize import materialize, require_complete
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
+from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.lock import CacheLock
 
@@ -282,6 +283,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
     recipe = options.recipe
+    require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
     work = cache.root / "work" / recipe.name
     seconds: dict[str, float] = {}

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import PinRefusedError, RecipeError
-from sparkbuild.recipe import DEFAULT_RECIPE, load_recipe, require_spark_target
+from sparkbuild.recipe import DEFAULT_RECIPE, REPO_ROOT, load_recipe, require_spark_target
 from sparkbuild.resources import recipes_dir
 
 MINIMAL = """\
@@ -26,13 +26,18 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_shipped_recipes_load() -> None:
     default = load_recipe(DEFAULT_RECIPE)
     assert default.source.spec == "git+https://github.com/vllm-project/vllm.git@refs/pull/53896/head"
-    assert default.target.torch_cuda_arch_list == "12.1"
+    assert default.target.torch_cuda_arch_list == "12.1a"
+    assert default.build.job_memory_gib == 8.7  # bench/NVCC_MEMORY_RESULTS.md, at sm_121a
+    require_spark_target(default)
     flashinfer = {pin.name: pin for pin in default.pins}["flashinfer-python"]
     assert flashinfer.version == "0.6.18"
     assert flashinfer.sha256 == "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
     release = load_recipe(recipes_dir() / "vllm-0.33.0.toml")
     assert release.source.spec == "pypi:vllm==0.33.0"
     assert release.series == default.series
+    assert release.target.cuda_archs == ("12.1a",) and release.build.job_memory_gib == 8.7
+    example = load_recipe(REPO_ROOT / "examples" / "mini-vllm" / "recipe.toml")
+    assert example.target.cuda_archs == ("12.1a",) and not example.target.allow_plain_sm121
 
 
 def test_defaults_and_relative_series(tmp_path: Path) -> None:
