@@ -91,7 +91,7 @@ def conjuncts(condition: str) -> list[str]:
     return [part for part in parts if part]
 
 
-def tests_version_only(conjunct: str) -> bool:
+def reads_version_only(conjunct: str) -> bool:
     """True when the part reads nothing but ``CMAKE_CUDA_COMPILER_VERSION`` and constants."""
     if VERSION_VARIABLE not in conjunct:
         return False
@@ -105,7 +105,7 @@ def version_conjuncts(lists: Iterable[ArchList]) -> list[str]:
         for guard in arch_list.guards:
             for condition in (*guard.previous, guard.condition or ""):
                 for part in conjuncts(condition):
-                    if tests_version_only(part):
+                    if reads_version_only(part):
                         found[part] = None
     return list(found)
 
@@ -118,11 +118,11 @@ class Verdicts:
     values: dict[str, bool]
 
     def possible(self, condition: str) -> bool:
-        return all(self.values[p] for p in conjuncts(condition) if tests_version_only(p))
+        return all(self.values[p] for p in conjuncts(condition) if reads_version_only(p))
 
     def certain(self, condition: str) -> bool:
         parts = conjuncts(condition)
-        return bool(parts) and all(tests_version_only(p) and self.values[p] for p in parts)
+        return bool(parts) and all(reads_version_only(p) and self.values[p] for p in parts)
 
     def live(self, arch_list: ArchList) -> bool:
         """Whether the branches around ``arch_list`` may be taken at this CUDA version."""
