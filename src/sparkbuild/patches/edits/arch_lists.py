@@ -228,7 +228,7 @@ class ArchListsEdit:
             )
         arch_list = current.lists[first.index]
         raise PatchError(
-            f"at CUDA {first.cuda}, {arch_list.describe()} {first.problem}, even with "
+            f"at CUDA {first.cuda}, {arch_list.describe()}: {first.problem}, even with "
             f"{self.base} entries added",
             where=str(tree / arch_list.where),
             hint="the tree's cuda_archs_loose_intersection has rules this edit does not know; "
