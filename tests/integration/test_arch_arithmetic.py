@@ -185,7 +185,7 @@ def test_arithmetic_the_edit_cannot_satisfy_is_refused(tree: Path, tmp_path: Pat
         'list(FILTER _result EXCLUDE REGEX "^12\\\\.1")\n'
         '  set(${OUT_CUDA_ARCHS} "${_result}" PARENT_SCOPE)'))
     edit = ArchListsEdit("CMakeLists.txt", "12.1", EditContext(("12.1a",), "13.0"))
-    with pytest.raises(PatchError, match="even with 12.1 entries added"):
+    with pytest.raises(PatchError, match=r"even with 12\.1 entries added"):
         edit.plan(tree)
     recipe = write_series(tmp_path / "patches", {"archs.toml": EDIT})
     before = tree_digest(tree)
