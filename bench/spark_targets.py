@@ -67,7 +67,13 @@ def read(what: str, target: str, obj: Path, gencode: str, seconds: float,
     summary = sass.summarize(chosen, archs[0])
     return Reading(what, target, gencode, archs[0], summary.functions, summary.instructions,
                    summary.block_scaled_mma, len(summary.trap_only_kernels),
-                   sum(len(f.e2m1_instructions()) for f in chosen), seconds)
+                   sum(conversions(f) for f in chosen if f.arch == archs[0]), seconds)
+
+
+def conversions(function: sass.SassFunction) -> int:
+    """Hardware E2M1 conversions (``F2FP...E2M1``): not the block-scaled MMAs, whose
+    modifiers also name E2M1 (``SassFunction.e2m1_instructions`` counts both)."""
+    return sum(1 for i in function.e2m1_instructions() if i.opcode.startswith("F2F"))
 
 
 def gemm(tree: Path, target: str, work: Path, commands: list[str]) -> Reading:

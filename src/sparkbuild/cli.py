@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
-    p = sub.add_parser("check", help="compile only the units the series touched, for 12.1a")
+    p = sub.add_parser("check", help="compile only the units the series touched, for 12.1")
     p.add_argument("--tree", required=True, metavar="TREE")
     _add_common(p, recipe=True)
     p.set_defaults(handler=_check)
