@@ -12,8 +12,10 @@ from sparkbuild.toolchain.arch_eval import (
     Verdicts,
     candidate_versions,
     conjuncts,
+    next_minor,
     reads_version_only,
     version_conjuncts,
+    version_thresholds,
 )
 from sparkbuild.toolchain.archs import (
     ArchList,
@@ -21,11 +23,9 @@ from sparkbuild.toolchain.archs import (
     cmake_files,
     find_arch_lists,
     is_native,
-    next_minor,
     parse_entry,
     supported_variable,
     tree_arch_lists,
-    version_thresholds,
 )
 
 if TYPE_CHECKING:

@@ -33,9 +33,6 @@ from sparkbuild.toolchain.archs import (
     VERSION_VARIABLE,
     ArchList,
     TreeLists,
-    next_minor,
-    version_key,
-    version_thresholds,
 )
 from sparkbuild.toolchain.tools import MIN_NVCC_FOR_SM121, find_cmake
 
@@ -50,6 +47,26 @@ _CONDITION_WORDS = frozenset({
     "VERSION_LESS_EQUAL", "VERSION_GREATER_EQUAL", "MATCHES", "TRUE", "FALSE", "ON", "OFF",
     VERSION_VARIABLE,
 })
+
+
+def version_thresholds(conditions: Sequence[str]) -> list[str]:
+    """The CUDA versions the tree's conditions compare ``CMAKE_CUDA_COMPILER_VERSION`` with."""
+    found: set[str] = set()
+    pattern = re.compile(r"VERSION_\w+\s+\"?(\d+(?:\.\d+)*)")
+    for condition in conditions:
+        if VERSION_VARIABLE in condition:
+            found.update(pattern.findall(condition))
+    return sorted(found, key=version_key)
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version))
+
+
+def next_minor(version: str) -> str:
+    """``12.8`` -> ``12.9``, ``13.0`` -> ``13.1``: a version just past a threshold."""
+    parts = [*(int(part) for part in version.split(".")[:2]), 0]
+    return f"{parts[0]}.{parts[1] + 1}"
 
 
 def cmake_program() -> str:

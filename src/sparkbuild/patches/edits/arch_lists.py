@@ -34,6 +34,7 @@ from sparkbuild.toolchain.arch_eval import (
     Verdicts,
     distinct_verdicts,
     evaluate_tree,
+    version_key,
 )
 from sparkbuild.toolchain.archs import (
     ArchList,
@@ -41,7 +42,6 @@ from sparkbuild.toolchain.archs import (
     is_native,
     parse_entry,
     tree_arch_lists,
-    version_key,
 )
 
 if TYPE_CHECKING:
