@@ -85,6 +85,7 @@ def _doctor(args: argparse.Namespace) -> StageResult:
     return run_doctor(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
+        recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
     )
 
 
@@ -199,9 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="check the toolchain and choose build parallelism")
     p.add_argument("--tree", metavar="TREE", help="also check torch against this tree's pin")
     p.add_argument("--job-memory-gib", type=float, default=None, metavar="GIB",
-                   help="memory budget per compile job")
+                   help="memory budget per compile job (default: the recipe's)")
     p.add_argument("--compile-cache", metavar="URL", help="also check this shared compile "
                    "cache (sccache): redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory")
+    p.add_argument("--recipe", metavar="FILE", help="also check this recipe's target (a plain "
+                   "12.1 is refused unless it opts in) and take its job_memory_gib")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 

@@ -43,6 +43,7 @@ from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.console import step, warn
+from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 
@@ -329,6 +330,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
     recipe = options.recipe
+    require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
     spec = cache_spec(options.compile_cache, recipe)

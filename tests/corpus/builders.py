@@ -233,7 +233,7 @@ def recipe_text(spec: str, series: str, *, extra: str = "") -> str:
         path = "{series}"
 
         [target]
-        cuda_archs = ["12.1"]
+        cuda_archs = ["12.1a"]
         platform = "manylinux_2_39_aarch64"
         python = "3.12"
 

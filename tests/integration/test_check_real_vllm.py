@@ -10,6 +10,7 @@ them, though at 4.2.0 where vLLM pins v4.7.1).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -44,7 +45,7 @@ TORCH_ONLY_UNITS = [
 ]
 CUTLASS_UNIT = f"{FP4}/nvfp4_quant_entry.cu"
 SM100_ONLY_UNITS = ["csrc/nvfp4_ds_mla_cache_kernels.cu", f"{FP4}/mxfp4_experts_quant.cu"]
-NATIVE_121 = ["arch=compute_121,code=sm_121"]
+NATIVE_121 = ["arch=compute_121a,code=sm_121a"]  # the recipe's target, 12.1a
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,8 @@ def test_check_takes_cutlass_from_vllm_cutlass_src_dir(
 def test_check_fails_fast_on_the_unpatched_header(
     tree: Path, vllm_sdist: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The upstream header, with the raw E2M1 convert, put back: ptxas refuses sm_121."""
+    """The upstream header, with the raw E2M1 convert, put back: ptxas refuses plain sm_121
+    (a copy of the recipe at plain 12.1, opted in: sm_121a has the instruction)."""
     header = tree / FP4 / "nvfp4_utils.cuh"
     patched = header.read_bytes()
     with tarfile.open(vllm_sdist("0.33.0")) as sdist:
@@ -117,7 +119,10 @@ def test_check_fails_fast_on_the_unpatched_header(
         header.write_bytes(member.read())
     monkeypatch.delenv("VLLM_CUTLASS_SRC_DIR", raising=False)
     try:
-        result = check_tree(tree, load_recipe(RECIPE), only=[f"{FP4}/nvfp4_quant_kernels.cu"])
+        recipe = load_recipe(RECIPE)
+        plain = dataclasses.replace(recipe, target=dataclasses.replace(
+            recipe.target, cuda_archs=("12.1",), allow_plain_sm121=True))
+        result = check_tree(tree, plain, only=[f"{FP4}/nvfp4_quant_kernels.cu"])
     finally:
         header.write_bytes(patched)
     [unit] = result.units

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.errors import ToolchainError
+from sparkbuild.errors import RecipeError, ToolchainError
 
 CUDA_VARIABLES = ("CUDA_HOME", "CUDA_PATH", "CUDACXX", "MAX_JOBS", "NVCC_THREADS")
 
@@ -93,3 +93,40 @@ def test_missing_nvcc_is_a_toolchain_error(tmp_path: Path) -> None:
     assert "error: nvcc not found" in done.stderr
     assert "hint: install the CUDA toolkit 12.9 or later" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+PLAIN_RECIPE = """\
+[source]
+spec = "pypi:vllm==0.33.0"
+[series]
+path = "series"
+[target]
+cuda_archs = ["12.1"]
+[build]
+job_memory_gib = 3.0
+"""
+
+
+def test_doctor_refuses_a_plain_12_1_recipe(tmp_path: Path) -> None:
+    recipe = tmp_path / "plain.toml"
+    recipe.write_text(PLAIN_RECIPE, encoding="utf-8")
+    done = _doctor("--recipe", str(recipe), "--json", env=_env())
+    assert done.returncode == RecipeError.exit_code, done.stderr
+    error = json.loads(done.stdout)["error"]
+    assert error["error"] == "RecipeError" and error["where"] == f"{recipe}:6"
+    assert "plain sm_121 compiles CUTLASS's FP4 kernels to a trap" in error["hint"]
+    assert "use 12.1a" in error["hint"] and "Traceback" not in done.stderr
+
+    recipe.write_text(PLAIN_RECIPE.replace('["12.1"]', '["12.1"]\nallow_plain_sm121 = true'),
+                      encoding="utf-8")
+    opted_in = _doctor("--recipe", str(recipe), "--json", env=_env())
+    assert opted_in.returncode == 0, opted_in.stderr
+    reasons = json.loads(opted_in.stdout)["plan"]["reasons"]
+    assert any("3 GiB per job" in reason for reason in reasons)  # the recipe's budget
+
+
+def test_doctor_takes_the_shipped_recipes_budget() -> None:
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "vllm-0.33.0.toml"
+    done = _doctor("--recipe", str(recipe), "--json", env=_env())
+    assert done.returncode == 0, done.stderr
+    assert any("8.7 GiB per job" in r for r in json.loads(done.stdout)["plan"]["reasons"])

@@ -4,7 +4,9 @@ The example's FetchContent dependency (pybind11) is served from a git repository
 here from the pybind11 sdist and reached over file://; before the offline build that
 repository is moved away and the network is cut (``unshare -n``), so only the cache can
 serve it.  Then one cache entry is removed: the offline build must name it and compile
-nothing.
+nothing.  Built for 12.1a, the extension's FP4 block-scaled MMA kernel is real machine code
+(``OMMA.SF``); a copy of the recipe set to plain 12.1 (with the opt-in) compiles it to a
+trap, and ``wheel`` stops at verify, naming it, and writes no wheelhouse.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.errors import CacheMissError
+from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.sources.index import fetch_sdist
 from sparkbuild.store.cache import Cache, default_cache_root
@@ -66,29 +68,34 @@ def build_dirs(tmp_path_factory: pytest.TempPathFactory, pybind11_repo: Path) ->
     recipe = root / "recipe.toml"
     cmake_args = (f"-DMINI_VLLM_PYBIND11_GIT_REPOSITORY=file://{pybind11_repo} "
                   "-DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0")
-    recipe.write_text(
-        f"""[recipe]
-name = "{RECIPE_NAME}"
+    recipe.write_text(_recipe(RECIPE_NAME, '["12.1a"]', cmake_args), encoding="utf-8")
+    plain = root / "plain.toml"
+    plain.write_text(_recipe(RECIPE_NAME + "-plain", '["12.1"]\nallow_plain_sm121 = true',
+                             cmake_args), encoding="utf-8")
+    return {"root": root, "recipe": recipe, "plain": plain, "cache": root / "cache",
+            "repo": pybind11_repo}
+
+
+def _recipe(name: str, archs: str, cmake_args: str) -> str:
+    return f"""[recipe]
+name = "{name}"
 package = "mini-vllm"
 [source]
 spec = "{EXAMPLE}"
 [series]
 path = "{REPO / 'patches' / 'series'}"
 [target]
-cuda_archs = ["12.1"]
+cuda_archs = {archs}
 [build]
 job_memory_gib = 2.0
 [build.env]
 CMAKE_ARGS = "{cmake_args}"
-""",
-        encoding="utf-8",
-    )
-    return {"root": root, "recipe": recipe, "cache": root / "cache", "repo": pybind11_repo}
+"""
 
 
 def _wheel(dirs: dict[str, Path], out: str, *extra: str, unshare: bool = False,
-           ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "sparkbuild", "wheel", "--recipe", str(dirs["recipe"]),
+           recipe: str = "recipe") -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "sparkbuild", "wheel", "--recipe", str(dirs[recipe]),
                "--cache", str(dirs["cache"]), "--out", str(dirs["root"] / out), "--json",
                *extra]
     if unshare:
@@ -115,12 +122,21 @@ def test_online_then_offline_build(build_dirs: dict[str, Path]) -> None:
     online = _wheel(build_dirs, "online")
     assert online.returncode == 0, online.stderr[-4000:]
     report = json.loads(online.stdout)
-    assert [p["status"] for p in report["patches"]] == ["applied"] * 3
+    assert [p["status"] for p in report["patches"]] == ["applied"] * 4
     (source,) = report["vendor"]["sources"]
     assert (source["name"], source["kind"], source["ref"]) == ("pybind11", "git", "v3.1.0")
     assert "torch==2.13.0" in [w["requirement"] for w in report["vendor"]["wheels"]]
-    assert "sm_121" in _extension_archs(_built_wheel(build_dirs["root"] / "online"),
-                                        build_dirs["root"] / "so-online")
+    assert "sm_121a" in _extension_archs(_built_wheel(build_dirs["root"] / "online"),
+                                         build_dirs["root"] / "so-online")
+    (extension,) = report["wheelhouse"]["libraries"]
+    assert extension["sass_archs"] == ["sm_121a"]
+    assert extension["block_scaled_mma"] > 0 and extension["trap_only_kernels"] == []
+    verified = subprocess.run([sys.executable, "-m", "sparkbuild", "verify",
+                               str(build_dirs["root"] / "online"), "--json"],
+                              capture_output=True, text=True, timeout=600, check=False)
+    assert verified.returncode == 0, verified.stderr[-3000:]
+    (library,) = json.loads(verified.stdout)["libraries"]
+    assert library["block_scaled_mma"] == extension["block_scaled_mma"]
 
     # No network, and the dependency's repository gone: only the cache can serve it.
     hidden = build_dirs["repo"].with_name("moved-away.git")
@@ -136,7 +152,33 @@ def test_online_then_offline_build(build_dirs: dict[str, Path]) -> None:
     assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in report["build"]["env"]["CMAKE_ARGS"]
     archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),
                              build_dirs["root"] / "so-offline")
-    assert "sm_121" in archs, archs
+    assert "sm_121a" in archs, archs
+
+
+def test_plain_12_1_stops_at_verify_naming_the_trap(build_dirs: dict[str, Path]) -> None:
+    """The opt-in copy of the recipe builds (nvcc exits 0), and verify refuses the result."""
+    result = _wheel(build_dirs, "plain", recipe="plain")
+    assert result.returncode == VerifyError.exit_code, result.stderr[-4000:]
+    assert "Traceback" not in result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["error"] == "VerifyError" and "not written" in error["what"]
+    assert "nvfp4_block_scaled_mma_kernel" in error["what"] and "only trap" in error["what"]
+    assert "mini_vllm/_C" in error["what"]
+    assert not (build_dirs["root"] / "plain").exists()
+
+
+def test_plain_12_1_without_the_opt_in_is_refused_before_any_work(
+    build_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    refused = tmp_path / "refused.toml"
+    refused.write_text(build_dirs["plain"].read_text().replace(
+        "allow_plain_sm121 = true\n", ""))
+    dirs = {**build_dirs, "refused": refused, "cache": tmp_path / "empty-cache"}
+    result = _wheel(dirs, "refused", recipe="refused")
+    assert result.returncode == RecipeError.exit_code, result.stderr[-3000:]
+    error = json.loads(result.stdout)["error"]
+    assert "use 12.1a" in error["hint"] and error["where"].startswith(str(refused))
+    assert not (tmp_path / "empty-cache" / "work").exists()  # nothing was prepared
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")

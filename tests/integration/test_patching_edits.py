@@ -19,7 +19,8 @@ from corpus.builders import tree_digest, write_series
 from sparkbuild.patches.engine import apply_series, revert_series
 from sparkbuild.patches.report import ALREADY, APPLIED, FAILED, NOT_APPLIED
 from sparkbuild.recipe import REPO_ROOT
-from sparkbuild.toolchain.archs import evaluate, find_arch_lists, is_native
+from sparkbuild.toolchain.arch_eval import evaluate
+from sparkbuild.toolchain.archs import find_arch_lists, is_native
 
 HEADER = REPO_ROOT / "csrc" / "e2m1.cuh"
 
@@ -127,12 +128,12 @@ def test_every_sm12x_list_evaluates_to_native_12_1_after_the_edit(
     tree: Path, tmp_path: Path
 ) -> None:
     lists = [lst for lst in find_arch_lists(CMAKELISTS) if lst.has_major(12)]
-    before = evaluate(tree, [lst.values for lst in lists], "12.1")
+    before = evaluate(tree, [lst.values for lst in lists], ["12.1"])
     assert [is_native(r, "12.1") for r in before] == [False, False, True]
     apply_series(tree, write_series(tmp_path / "patches", {"archs.toml": EDITS["archs.toml"]}))
     edited = [lst for lst in find_arch_lists((tree / "CMakeLists.txt").read_text())
               if lst.has_major(12)]
-    after = evaluate(tree, [lst.values for lst in edited], "12.1")
+    after = evaluate(tree, [lst.values for lst in edited], ["12.1"])
     assert after == [["12.1"], ["12.1a"], ["12.1a"]]
 
 

@@ -4,10 +4,15 @@ The trees come through the project's own code: ``prepare_tree`` (fetch from the 
 the cache under ~/.cache, extract, apply the series) for the patched tree, ``fetch_source``
 for a pristine one to compare with.  Then, per release:
 
-* the statuses (0.11.0: all applied; 0.33.0 ships its own shuffle guard), idempotence, and a
-  revert back to the pristine bytes;
-* every SM12x arch list evaluates to native 12.1 with the tree's own cmake/utils.cmake, and
-  no list without an SM12x entry changed;
+* the statuses (0.11.0: all applied; 0.33.0 ships its own shuffle guard and SM12x family
+  guard), idempotence, and a revert back to the pristine bytes;
+* the arch criterion at 12.1a with the tree's own cmake/utils.cmake, at every CUDA version
+  the tree distinguishes: CUDA_ARCHS holds native 12.1 code and every list with an arch- or
+  family-specific SM12x entry -- in CMakeLists.txt, cmake/utils.cmake and
+  cmake/external_projects -- gives 12.1a (never plain 12.0/12.1); no list without an SM12x
+  entry changed;
+* 0.11.0's ``enable_sm120_only`` guard is widened to the SM12x family, and a kernel built
+  through it for sm_121a has its body (SASS) only after the series;
 * a translation unit calling every ``fp32_vec*_to_e2m1`` overload of the patched
   nvfp4_utils.cuh compiles for plain sm_121 with no hardware E2M1 convert in its SASS, and
   for sm_121a with one per pair of values (the unpatched header does not compile for sm_121);
@@ -17,6 +22,7 @@ for a pristine one to compare with.  Then, per release:
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import shutil
 import sys
@@ -30,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corp
 
 from corpus.builders import tree_digest
 from sparkbuild.cli import main
+from sparkbuild.patches.edits.arch_lists import misses
 from sparkbuild.patches.edits.shuffle_guard import guard_present
 from sparkbuild.patches.engine import apply_series, revert_series
 from sparkbuild.patches.prepare import prepare_tree
@@ -37,7 +44,8 @@ from sparkbuild.patches.report import ALREADY, APPLIED, NOT_APPLIED
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, Recipe, load_recipe
 from sparkbuild.sources.fetch import fetch_source
-from sparkbuild.toolchain.archs import ArchList, evaluate, find_arch_lists, is_native
+from sparkbuild.toolchain.arch_eval import distinct_verdicts, evaluate_tree
+from sparkbuild.toolchain.archs import tree_arch_lists
 from sparkbuild.toolchain.tools import find_nvcc
 
 if TYPE_CHECKING:
@@ -46,8 +54,8 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.network
 
 EXPECTED = {
-    "0.11.0": [APPLIED, APPLIED, APPLIED],
-    "0.33.0": [APPLIED, APPLIED, ALREADY],
+    "0.11.0": [APPLIED, APPLIED, APPLIED, APPLIED],
+    "0.33.0": [APPLIED, APPLIED, ALREADY, ALREADY],
 }
 NVFP4 = "quantization/fp4/nvfp4_utils.cuh"
 HW_CONVERT = re.compile(r"F2FP\S*E2M1")
@@ -94,12 +102,12 @@ def test_statuses_after_prepare(release: Release) -> None:
 def test_reapply_changes_nothing_and_revert_restores_the_sdist(release: Release) -> None:
     patched = tree_digest(release.tree)
     again = apply_series(release.tree, release.recipe)
-    assert [p.status for p in again.patches] == [ALREADY] * 3
+    assert [p.status for p in again.patches] == [ALREADY] * 4
     assert tree_digest(release.tree) == patched
 
     reverted = revert_series(release.tree, release.recipe)
     guard = ALREADY if release.version == "0.33.0" else NOT_APPLIED
-    assert [p.status for p in reverted.patches] == [NOT_APPLIED, NOT_APPLIED, guard]
+    assert [p.status for p in reverted.patches] == [NOT_APPLIED, NOT_APPLIED, guard, guard]
     assert tree_digest(release.tree) == tree_digest(release.pristine)
 
     assert [p.status for p in apply_series(release.tree, release.recipe).patches] == (
@@ -114,29 +122,47 @@ def test_cli_status_json_on_the_patched_tree(
     code = main(["patch", "status", str(release.tree), "--recipe", str(release.recipe.path),
                  "--json"])
     assert code == 0
-    out = capsys.readouterr().out
-    assert out.count('"status": "already-applied"') == 3
+    report = json.loads(capsys.readouterr().out)
+    assert [p["status"] for p in report["patches"]] == [ALREADY] * 4
+    lists = report["patches"][0]["details"]["lists"]
+    assert lists and all(row["before"] == row["after"] for row in lists)
+    family = report["patches"][3]["details"]
+    if release.version == "0.33.0":
+        assert [g["file"] for g in family["family_guards"]] == [
+            "csrc/cutlass_extensions/common.hpp"]
+        assert [t["file"] for t in family["tuning_left_alone"]] == ["csrc/launch_bounds_utils.h"]
 
 
-def _lists(tree: Path) -> list[ArchList]:
-    return find_arch_lists((tree / "CMakeLists.txt").read_text(encoding="utf-8"))
+def _misses(tree: Path, cuda: str | None) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+    """Where the tree misses the criterion at 12.1a, and (cuda, list, value) of each
+    list with an arch- or family-specific SM12x entry."""
+    found = tree_arch_lists(tree)
+    evaluations = evaluate_tree(tree, found, ["12.1a"], distinct_verdicts(tree, found.lists, cuda))
+    problems = [f"{m.cuda}: {m.problem}" for m in misses(found, evaluations, "12.1a", "12.1")]
+    values = [(e.cuda, found.lists[i].where, list(v)) for e in evaluations
+              for i, v in e.results.items() if found.lists[i].has_specific(12)]
+    return problems, values
 
 
-def test_every_sm12x_list_builds_native_12_1(release: Release) -> None:
-    family = [lst for lst in _lists(release.tree) if lst.has_major(12)]
-    assert len(family) >= 3
-    results = evaluate(release.tree, [lst.values for lst in family], "12.1")
-    stand_ins = [lst.describe() for lst, res in zip(family, results, strict=True)
-                 if not is_native(res, "12.1")]
-    assert stand_ins == []
-    before = evaluate(release.pristine, [lst.values for lst in _lists(release.pristine)
-                                         if lst.has_major(12)], "12.1")
-    assert not all(is_native(res, "12.1") for res in before)  # the series had work to do
+def test_the_arch_criterion_holds_at_every_cuda_version(release: Release) -> None:
+    problems, values = _misses(release.tree, "13.0")
+    assert problems == []
+    assert values and all(v in (["12.1a"], ["12.1f"], ["12.0f"]) for _, _, v in values), values
+    before, _ = _misses(release.pristine, "13.0")
+    assert before  # the series had work to do
+    if release.version == "0.33.0":
+        places = {where.split(":")[0] for _, where, _ in values}
+        assert {"CMakeLists.txt", "cmake/utils.cmake",
+                "cmake/external_projects/qutlass.cmake"} <= places
+        cudas = {cuda for cuda, _, _ in values}
+        assert {"12.9", "13.0", "13.4"} <= cudas  # the 12.8/12.9 branch and both CUDA 13 ones
+        assert any("CUDA_ARCHS is 12.0" in p for p in before)
 
 
 def test_lists_without_sm12x_entries_are_untouched(release: Release) -> None:
-    def others(tree: Path) -> list[tuple[str, int, list[str]]]:
-        return [(a.variable, a.line, a.values) for a in _lists(tree) if not a.has_major(12)]
+    def others(tree: Path) -> list[tuple[str, str, list[str]]]:
+        return [(a.variable, a.where, a.values) for a in tree_arch_lists(tree).lists
+                if not a.has_major(12)]
 
     assert others(release.tree) == others(release.pristine)
     assert others(release.tree)
@@ -233,3 +259,51 @@ def test_other_raw_uses_are_reported_not_fatal(release: Release) -> None:
         assert "csrc/nvfp4_ds_mla_cache_kernels.cu" not in files  # only a comment there
     else:
         assert release.raw_uses == []
+
+
+GUARDED_KERNEL = """\
+#include <cstdio>
+#include "cutlass_extensions/common.hpp"
+
+struct StoreKernel {
+  __device__ void operator()(int* out) { out[threadIdx.x] = 121; }
+};
+
+template <typename Kernel>
+__global__ void launch(int* out) { Kernel{}(out); }
+
+template __global__ void launch<%s<StoreKernel>>(int*);
+"""
+CUTLASS_STUB = """\
+#pragma once
+#define CUTLASS_DEVICE __forceinline__ __device__
+namespace cutlass { enum class Status { kSuccess }; }
+"""
+
+
+@pytest.mark.nvcc
+def test_sm120_guarded_kernel_has_its_body_on_sm121a_only_after_the_series(
+    release: Release, tmp_path: Path
+) -> None:
+    """A kernel wrapped in the tree's own SM120 guard, built for sm_121a before and after."""
+    from sparkbuild.toolchain.sass import read_sass
+    from sparkbuild.toolchain.tools import torch_include_dirs
+
+    torch = [f"-I{d}" for d in torch_include_dirs()]  # 0.33.0's header includes torch's shim
+    wrapper = "enable_sm120_only" if release.version == "0.11.0" else "enable_sm120_family"
+    (tmp_path / "cutlass").mkdir()
+    (tmp_path / "cutlass" / "cutlass.h").write_text(CUTLASS_STUB)
+    unit = tmp_path / "guarded.cu"
+    unit.write_text(GUARDED_KERNEL % wrapper)
+    stores = {}
+    for name, tree in (("pristine", release.pristine), ("patched", release.tree)):
+        obj = tmp_path / f"{name}.o"
+        run([str(find_nvcc().path), "-std=c++17", "-c", "-gencode",
+             "arch=compute_121a,code=sm_121a", f"-I{tree / 'csrc'}", f"-I{tmp_path}", *torch,
+             "-o", str(obj), str(unit)], timeout=300)
+        (kernel,) = [f for f in read_sass(obj) if f.arch == "sm_121a"]
+        stores[name] = kernel.opcode_counts()["STG"]
+    if release.version == "0.11.0":
+        assert stores == {"pristine": 0, "patched": 1}  # the body was compiled away before
+    else:
+        assert stores == {"pristine": 1, "patched": 1}  # upstream's family guard already

@@ -42,7 +42,7 @@ spec = "."
 [series]
 path = "series"
 [target]
-cuda_archs = ["12.1"]
+cuda_archs = ["12.1a"]
 [[pins]]
 name = "iniconfig"
 version = "2.3.0"
@@ -108,7 +108,7 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     wheelhouse(tmp_path, first, one, offline=False)
     wheelhouse(tmp_path, second, two, offline=True)  # from the cache the first run filled
 
-    (built,) = one.glob("tinyproj-0.3.0+sm121.*-py3-none-any.whl")
+    (built,) = one.glob("tinyproj-0.3.0+sm121a.*-py3-none-any.whl")
     assert (two / built.name).read_bytes() == built.read_bytes()  # we are
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted([built.name, "iniconfig-2.3.0-py3-none-any.whl",
@@ -193,7 +193,7 @@ spec = "{REPO_ROOT / 'examples' / 'mini-vllm'}"
 [series]
 path = "{REPO_ROOT / 'patches' / 'series'}"
 [target]
-cuda_archs = ["12.1"]
+cuda_archs = ["12.1a"]
 [build]
 jobs = 1
 [[pins]]
@@ -223,18 +223,22 @@ def test_example_two_builds_verify_and_install_offline(
     sparkbuild_wheel(recipe, tmp_path / "cache", one)
     sparkbuild_wheel(recipe, tmp_path / "cache", two, "--offline")
 
-    (built,) = one.glob("mini_vllm-0.1.0+sm121.*.whl")
+    (built,) = one.glob("mini_vllm-0.1.0+sm121a.*.whl")
     assert (two / built.name).read_bytes() == built.read_bytes()
     assert sorted(p.name for p in one.iterdir()) == sorted(
         [built.name, "iniconfig-2.3.0-py3-none-any.whl", "requirements.lock", "manifest.json",
          "simple"])
     manifest = json.loads((one / "manifest.json").read_text())
-    assert [p["status"] for p in manifest["patches"]] == ["applied"] * 3
-    assert manifest["toolchain"]["nvcc"] and manifest["build"]["archs"] == ["12.1"]
+    assert [p["status"] for p in manifest["patches"]] == ["applied"] * 4
+    assert manifest["toolchain"]["nvcc"] and manifest["build"]["archs"] == ["12.1a"]
+    (extension,) = [lib for lib in manifest["libraries"] if "/_C" in lib["library"]]
+    assert extension["block_scaled_mma"] > 0 and extension["trap_only_kernels"] == []
 
     report = verify_wheelhouse(one)  # cuobjdump reads the extension's GPU code
     assert report.error is None, report.summary()
-    assert any("sm_121" in lib.archs for lib in report.libraries)
+    assert any("sm_121a" in lib.archs for lib in report.libraries)
+    assert [lib.block_scaled_mma for lib in report.libraries if lib.archs] == [
+        extension["block_scaled_mma"]]
     data = bytearray((two / built.name).read_bytes())
     data[-200] ^= 0x01
     (two / built.name).write_bytes(bytes(data))

@@ -9,6 +9,7 @@ from sparkbuild import recipe as recipe_module
 from sparkbuild.errors import PinRefusedError, RecipeError
 from sparkbuild.recipe import (
     DEFAULT_RECIPE,
+    REPO_ROOT,
     TreeRequirements,
     check_known_bad,
     known_bad_path,
@@ -36,7 +37,9 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_shipped_recipes_load() -> None:
     default = load_recipe(DEFAULT_RECIPE)
     assert default.source.spec == "git+https://github.com/vllm-project/vllm.git@refs/pull/53896/head"
-    assert default.target.torch_cuda_arch_list == "12.1"
+    assert default.target.torch_cuda_arch_list == "12.1a"
+    assert default.build.job_memory_gib == 8.7  # bench/NVCC_MEMORY_RESULTS.md, at sm_121a
+    require_spark_target(default)
     flashinfer = {pin.name: pin for pin in default.pins}["flashinfer-python"]
     assert flashinfer.version == "0.6.18"
     assert flashinfer.sha256 == "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
@@ -48,6 +51,9 @@ def test_the_shipped_recipes_load() -> None:
     (pin,) = release.pins
     assert (pin.name, pin.version, pin.override) == ("flashinfer-python", "0.7.2.post1", None)
     assert pin.sha256 == "bfdc18b9e1e4d8d0730fe4343dc0e284cd0c160086de80f99888bc4867922d49"
+    assert release.target.cuda_archs == ("12.1a",) and release.build.job_memory_gib == 8.7
+    example = load_recipe(REPO_ROOT / "examples" / "mini-vllm" / "recipe.toml")
+    assert example.target.cuda_archs == ("12.1a",) and not example.target.allow_plain_sm121
 
 
 def test_defaults_and_relative_series(tmp_path: Path) -> None:

@@ -1,11 +1,35 @@
-"""Finding arch-list literals in a CMakeLists.txt and computing the 12.1 entries to add."""
+"""Finding arch lists (with their if() branches) in CMake files, and judging what they give."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from sparkbuild.patches.edits.arch_lists import insert, insertions
-from sparkbuild.toolchain.archs import find_arch_lists, is_native, parse_entry
+from sparkbuild.errors import PatchError
+from sparkbuild.patches.edits.arch_lists import insert, insertions, list_problem, spark_target
+from sparkbuild.toolchain.arch_eval import (
+    Verdicts,
+    candidate_versions,
+    conjuncts,
+    next_minor,
+    reads_version_only,
+    version_conjuncts,
+    version_thresholds,
+)
+from sparkbuild.toolchain.archs import (
+    ArchList,
+    Guard,
+    cmake_files,
+    find_arch_lists,
+    is_native,
+    parse_entry,
+    supported_variable,
+    tree_arch_lists,
+)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 CMAKE = """\
 set(HIP_SUPPORTED_ARCHS "gfx906;gfx1200;gfx1201")
@@ -95,3 +119,153 @@ def test_insertions_append_when_the_family_has_no_12_0_entry() -> None:
     text = 'cuda_archs_loose_intersection(X_ARCHS "9.0a;12.3" "${CUDA_ARCHS}")\n'
     arch_list = find_arch_lists(text)[0]
     assert insert(text, insertions(arch_list, "12.1")).count('"9.0a;12.3;12.1"') == 1
+
+
+# -- guards, appends, includes, the supported list ------------------------------------------
+
+GUARDED = """\
+if(DEFINED CMAKE_CUDA_COMPILER_VERSION AND
+   CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13.0)
+  set(CUDA_SUPPORTED_ARCHS "9.0;10.0;12.0")
+elseif(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
+  set(CUDA_SUPPORTED_ARCHS "9.0;10.0;12.0")
+else()
+  set(CUDA_SUPPORTED_ARCHS "8.0;9.0")  # (no SM12x before 12.8)
+endif()
+cuda_archs_loose_intersection(CUDA_ARCHS
+  "${CUDA_SUPPORTED_ARCHS}" "${CUDA_ARCHS}")
+if(VLLM_GPU_LANG STREQUAL "CUDA")
+  set(DEMO_ARCHS)
+  if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0)
+    list(APPEND DEMO_ARCHS "10.0f" "12.0f")
+  else()
+    list(APPEND DEMO_ARCHS 12.0a)
+  endif()
+  list(APPEND VLLM_GPU_FLAGS "-DX=1")
+endif()
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
+include(FetchContent)
+if(ENABLE_EXTRA)
+  include(cmake/external_projects/extra.cmake)
+endif()
+"""
+EXTRA = 'cuda_archs_loose_intersection(EXTRA_ARCHS "12.0a;12.1a" "${CUDA_ARCHS}")\n'
+
+
+def test_lists_carry_the_if_branches_around_them() -> None:
+    lists = find_arch_lists(GUARDED)
+    assert [(lst.variable, lst.values) for lst in lists] == [
+        ("CUDA_SUPPORTED_ARCHS", ["9.0", "10.0", "12.0"]),
+        ("CUDA_SUPPORTED_ARCHS", ["9.0", "10.0", "12.0"]),
+        ("CUDA_SUPPORTED_ARCHS", ["8.0", "9.0"]),
+        ("DEMO_ARCHS", ["10.0f", "12.0f"]),
+        ("DEMO_ARCHS", ["12.0a"]),
+    ]
+    first, second, third, appended, bare = lists
+    version_13 = ("DEFINED CMAKE_CUDA_COMPILER_VERSION AND CMAKE_CUDA_COMPILER_VERSION "
+                  "VERSION_GREATER_EQUAL 13.0")
+    assert first.guards == (Guard((), version_13),)
+    assert second.guards == (Guard((version_13,), "CMAKE_CUDA_COMPILER_VERSION "
+                                                   "VERSION_GREATER_EQUAL 12.8"),)
+    assert third.guards[0].condition is None and len(third.guards[0].previous) == 2
+    assert [g.condition for g in appended.guards] == [
+        'VLLM_GPU_LANG STREQUAL "CUDA"',
+        "${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0"]
+    assert bare.guards[1] == Guard(
+        ("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0",), None)
+    for arch_list in lists:  # every offset points at its entry, quoted or bare
+        for entry in arch_list.entries:
+            assert GUARDED[entry.start:entry.start + len(entry.text)] == entry.text
+
+
+def test_the_supported_list_is_found_by_how_cuda_archs_is_cut() -> None:
+    assert supported_variable(GUARDED) == "CUDA_SUPPORTED_ARCHS"
+    assert supported_variable('cuda_archs_loose_intersection(A "${B}" "${C}")') is None
+
+
+def test_included_files_are_followed_with_their_guards(tmp_path: Path) -> None:
+    (tmp_path / "cmake" / "external_projects").mkdir(parents=True)
+    (tmp_path / "CMakeLists.txt").write_text(GUARDED)
+    (tmp_path / "cmake" / "utils.cmake").write_text("function(f)\nendfunction()\n")
+    (tmp_path / "cmake" / "external_projects" / "extra.cmake").write_text(EXTRA)
+    files = dict(cmake_files(tmp_path))
+    assert list(files) == ["CMakeLists.txt", "cmake/utils.cmake",
+                           "cmake/external_projects/extra.cmake"]
+    assert files["cmake/external_projects/extra.cmake"] == (Guard((), "ENABLE_EXTRA"),)
+    found = tree_arch_lists(tmp_path)
+    assert found.supported == "CUDA_SUPPORTED_ARCHS"
+    assert [lst.supported for lst in found.lists] == [True, True, True, False, False, False]
+    extra = found.lists[-1]
+    assert (extra.file, extra.variable, extra.guards) == (
+        "cmake/external_projects/extra.cmake", "EXTRA_ARCHS", (Guard((), "ENABLE_EXTRA"),))
+    edited = tree_arch_lists(tmp_path, texts={"CMakeLists.txt": GUARDED.replace(
+        '"12.0f")', '"12.0f;12.1f")')})
+    assert edited.lists[3].values == ["10.0f", "12.0f", "12.1f"]
+
+
+def test_version_thresholds_and_the_versions_tried() -> None:
+    lists = find_arch_lists(GUARDED)
+    conditions = [c for lst in lists for g in lst.guards for c in (*g.previous, g.condition or "")]
+    assert version_thresholds(conditions) == ["12.8", "13.0"]
+    assert candidate_versions(lists, None) == ["12.9", "13.0", "13.1"]
+    assert candidate_versions(lists, "13.2") == ["12.9", "13.0", "13.1", "13.2"]
+    assert candidate_versions([], None) == ["12.9"]
+    assert next_minor("12.8") == "12.9" and next_minor("13.0.1") == "13.1"
+
+
+@pytest.mark.parametrize(
+    ("condition", "parts"),
+    [("A AND B", ["A", "B"]), ('X STREQUAL "A AND B" AND Y', ['X STREQUAL "A AND B"', "Y"]),
+     ("(A AND B) OR C", ["(A AND B) OR C"]), ("BAND AND ANDY", ["BAND", "ANDY"])],
+)
+def test_conjuncts_split_only_the_top_level_and(condition: str, parts: list[str]) -> None:
+    assert conjuncts(condition) == parts
+
+
+def test_only_version_tests_are_decided() -> None:
+    assert reads_version_only("${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0")
+    assert reads_version_only("DEFINED CMAKE_CUDA_COMPILER_VERSION")
+    assert not reads_version_only("CMAKE_CUDA_COMPILER_VERSION VERSION_LESS 12.8 OR FOO")
+    assert not reads_version_only('VLLM_GPU_LANG STREQUAL "CUDA"')
+
+
+def test_which_lists_are_live_at_a_cuda_version() -> None:
+    first, second, third, appended, bare = find_arch_lists(GUARDED)
+    parts = version_conjuncts([first, second, third, appended, bare])
+    at_13 = Verdicts("13.0", dict.fromkeys(parts, True))
+    at_12_9 = Verdicts("12.9", {p: "13.0" not in p for p in parts})
+    assert [at_13.live(x) for x in (first, second, third, appended, bare)] == [
+        True, False, False, True, False]
+    assert [at_12_9.live(x) for x in (first, second, third, appended, bare)] == [
+        False, True, False, False, True]
+
+
+# -- the criterion ---------------------------------------------------------------------------
+
+def _list(text: str) -> ArchList:
+    return find_arch_lists(f'cuda_archs_loose_intersection(X_ARCHS "{text}" "${{A}}")')[0]
+
+
+@pytest.mark.parametrize(
+    ("source", "result", "target", "problem"),
+    [("12.0f", ["12.1a"], "12.1a", None),
+     ("12.0f", ["12.0f"], "12.1a", None),
+     ("12.0a;12.1a", ["12.1f"], "12.1f", None),
+     ("12.0f", ["12.1"], "12.1a", "plain 12.1"),
+     ("12.0;12.0a", ["12.0a"], "12.1a", "not 12.1a, 12.1f or 12.0f"),
+     ("12.0a", [], "12.1a", "gives nothing"),
+     ("8.0;12.0", ["12.0"], "12.1a", "no native 12.1"),
+     ("8.0;12.0", ["12.1a"], "12.1a", None),
+     ("12.0f", ["12.1"], "12.1", None),
+     ("12.0;12.0a", ["12.0"], "12.1", "no native 12.1")],
+)
+def test_list_problem(source: str, result: list[str], target: str, problem: str | None) -> None:
+    found = list_problem(_list(source), result, target)
+    assert (found is None) if problem is None else (found is not None and problem in found)
+
+
+def test_the_spark_target_is_taken_from_the_recipe() -> None:
+    assert spark_target(["9.0a", "12.1a+PTX"], "12.1") == "12.1a"
+    assert spark_target(["12.1"], "12.1") == "12.1"
+    with pytest.raises(PatchError, match=r"hold no 12\.1 arch"):
+        spark_target(["9.0a"], "12.1")

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
+from sparkbuild.patches.edits.arch_lists import ArchListsEdit
+from sparkbuild.patches.edits.family_guards import FamilyGuardsEdit
 from sparkbuild.patches.edits.rows_guard import ShuffleRowsGuardEdit
 from sparkbuild.patches.series import (
     DiffPatch,
@@ -168,19 +170,26 @@ def test_malformed_diff_in_series_is_a_patch_error(tmp_path: Path) -> None:
         load_series(series)
 
 
-def test_the_projects_series_has_the_three_patches_in_order() -> None:
+def test_the_projects_series_has_the_four_patches_in_order() -> None:
     loaded = load_series(REPO_ROOT / "patches" / "series")
     assert [p.name for p in loaded.patches] == [
         "cmake-sm121-archs",
         "nvfp4-software-e2m1",
         "moe-shuffle-rows-bounds-guard",
+        "sm12x-family-guards",
     ]
     kinds = [type(p) for p in loaded.patches]
-    assert kinds == [EditPatch, EditPatch, EditPatch]
+    assert kinds == [EditPatch] * 4
     guard = loaded.patches[2]
     assert isinstance(guard, EditPatch)
     assert isinstance(guard.edit, ShuffleRowsGuardEdit)
     assert guard.edit.search == "csrc"
+    family = loaded.patches[3]
+    assert isinstance(family, EditPatch) and isinstance(family.edit, FamilyGuardsEdit)
+    assert family.edit.search == "csrc"
+    archs = loaded.patches[0]
+    assert isinstance(archs, EditPatch) and isinstance(archs.edit, ArchListsEdit)
+    assert archs.edit.base == "12.1" and archs.edit.context.targets == ("12.1a",)
 
 
 PIN = "ab" * 32
@@ -259,6 +268,6 @@ def test_the_projects_series_pins_every_patch() -> None:
         for line in series.read_text(encoding="utf-8").splitlines()
     ]
     pins = {e.file: e.sha256 for e in entries if e is not None}
-    assert len(pins) == 3 and all(pin is not None for pin in pins.values())
+    assert len(pins) == 4 and all(pin is not None for pin in pins.values())
     for patch in load_series(series).patches:  # loads only when every pin matches
         assert pins[patch.path.name] == patch.sha256

@@ -43,7 +43,8 @@ def test_to_dict_has_the_documented_shape_and_is_json() -> None:
     assert data == {
         "tree": "/t",
         "source": {"kind": "tree", "path": "/t"},
-        "patches": [{"name": "p1", "status": "applied", "detail": "ok", "sha256": "a" * 64}],
+        "patches": [{"name": "p1", "status": "applied", "detail": "ok", "sha256": "a" * 64,
+                      "details": {}}],
         "raw_instruction_uses": [{"file": "csrc/k.cu", "line": 7}],
         "interrupted_run": None,
     }

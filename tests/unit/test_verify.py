@@ -12,13 +12,48 @@ import pytest
 from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
 from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
+from sparkbuild.toolchain.sass import SassFunction, parse_sass
 from sparkbuild.wheelhouse.closure import RealOutside
-from sparkbuild.wheelhouse.verify import arch_digits, verify_wheelhouse
+from sparkbuild.wheelhouse.verify import arch_digits, runs_on, verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
+
+# Shortened `cuobjdump -sass` of a library: a real FP4 MMA kernel for sm_121a, its
+# printf + trap twin for plain sm_121, and a trap for sm_90 (not loaded by a Spark).
+def _fatbin(arch: str, code_for: str, name: str, body: str) -> str:
+    return (f"Fatbin elf code:\n================\narch = {arch}\n\n\tcode for {code_for}\n"
+            f"\n\t\tFunction : {name}\n{body}")
+
+
+REAL_MMA = """\
+        /*0000*/                   LDG.E R4, desc[UR4][R2.64] ;
+        /*0150*/          OMMA.SF.16864.F32.E2M1.E2M1.UE4M3.4X R12, R12, R16, RZ, R0, R19, URZ ;
+        /*0160*/                   STG.E desc[UR4][R6.64], R12 ;
+        /*0170*/                   EXIT ;
+        /*0180*/                   BRA 0x180;
+"""
+TRAP = """\
+        /*0000*/                   LDC R1, c[0x0][0x37c] ;
+        /*0010*/                   CALL.ABS.NOINC `(vprintf) ;
+        /*0020*/                   BPT.TRAP 0x1 ;
+        /*0030*/                   EXIT ;
+        /*0040*/                   BRA 0x40;
+"""
+KERNEL = "_ZN9mini_vllm29nvfp4_block_scaled_mma_kernelEPKjS1_S1_S1_Pf"
+REAL_121A = _fatbin("sm_121a", "sm_121a", KERNEL, REAL_MMA)
+TRAP_121 = _fatbin("sm_121", "sm_121", KERNEL, TRAP)
+TRAP_90 = _fatbin("sm_90", "sm_90", "sm120_only_kernel", TRAP)
+REAL_120F = _fatbin("sm_120f", "sm_120", KERNEL, REAL_MMA)
+
+
+def reader(texts: dict[str, str]) -> Callable[[Path], list[SassFunction]]:
+    return lambda path: parse_sass(texts.get(path.name, ""))
+
+
+NO_SASS = reader({})
 
 
 class NoNetwork(RealOutside):
@@ -42,18 +77,6 @@ def demo_wheel(directory: Path, libraries: tuple[str, ...]) -> Path:
     return path
 
 
-def wheelhouse(tmp_path: Path, libraries: tuple[str, ...] = ("demo/_C.so",)) -> Path:
-    recipe = Recipe(path=tmp_path / "r.toml", name="demo", source=SourcePin("."),
-                    series=tmp_path / "series", target=Target(cuda_archs=("12.1",)),
-                    build=BuildSettings(), pins=(), package="demo")
-    out = tmp_path / "wheelhouse"
-    write_wheelhouse(out, recipe=recipe, source={"kind": "directory"}, patches=[],
-                     built_wheels=[demo_wheel(tmp_path, libraries)], build_settings={},
-                     cache_root=tmp_path / "cache", offline=False, platform=None,
-                     toolchain={"python": "3.11"}, outside=NoNetwork())
-    return out
-
-
 def lister(archs: dict[str, list[str]]) -> Callable[[Path], list[str]]:
     return lambda path: archs.get(path.name, [])
 
@@ -61,8 +84,24 @@ def lister(archs: dict[str, list[str]]) -> Callable[[Path], list[str]]:
 SM121 = lister({"_C.so": ["sm_121a"]})
 
 
+def wheelhouse(tmp_path: Path, libraries: tuple[str, ...] = ("demo/_C.so",), *,
+               sass: Callable[[Path], list[SassFunction]] = NO_SASS,
+               archs: Callable[[Path], list[str]] = SM121,
+               out: Path | None = None) -> Path:
+    recipe = Recipe(path=tmp_path / "r.toml", name="demo", source=SourcePin("."),
+                    series=tmp_path / "series", target=Target(cuda_archs=("12.1a",)),
+                    build=BuildSettings(), pins=(), package="demo")
+    out = out or tmp_path / "wheelhouse"
+    write_wheelhouse(out, recipe=recipe, source={"kind": "directory"}, patches=[],
+                     built_wheels=[demo_wheel(tmp_path, libraries)], build_settings={},
+                     cache_root=tmp_path / "cache", offline=False, platform=None,
+                     toolchain={"python": "3.11"}, outside=NoNetwork(), list_archs=archs,
+                     read_functions=sass)
+    return out
+
+
 def test_intact_wheelhouse_passes_and_lists_archs(tmp_path: Path) -> None:
-    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=SM121)
+    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=SM121, read_functions=NO_SASS)
     assert result.error is None, result.summary()
     assert [(lib.library, lib.archs) for lib in result.libraries] == [("demo/_C.so", ("sm_121a",))]
     assert result.checked == 5  # the wheel, the lock, two index pages and the manifest
@@ -75,7 +114,7 @@ def test_one_flipped_byte_names_the_wheel(tmp_path: Path) -> None:
     data = bytearray(wheel.read_bytes())
     data[len(data) // 2] ^= 0x01
     wheel.write_bytes(bytes(data))
-    result = verify_wheelhouse(out, list_archs=SM121)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
     assert result.error is not None
     assert [m.file for m in result.mismatches] == [wheel.name]
     assert wheel.name in str(result.error)
@@ -89,7 +128,8 @@ def test_added_missing_and_edited_files_are_each_named(tmp_path: Path) -> None:
     (out / "simple" / "demo" / "index.html").unlink()
     lock = out / "requirements.lock"
     lock.write_text(lock.read_text() + "# edited\n")
-    problems = {m.file: m.problem for m in verify_wheelhouse(out, list_archs=SM121).mismatches}
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
+    problems = {m.file: m.problem for m in result.mismatches}
     assert problems["simple/demo/index.html"] == "missing"
     assert problems["requirements.lock"].startswith("sha256")
     assert "not listed in manifest.json" in problems["evil-1.0-py3-none-any.whl"]
@@ -97,7 +137,8 @@ def test_added_missing_and_edited_files_are_each_named(tmp_path: Path) -> None:
 
 def test_missing_target_arch_fails_naming_the_library(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path, ("demo/_C.so", "demo/_host_only.so"))
-    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120"]}))
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120"]}),
+                               read_functions=NO_SASS)
     assert result.mismatches == []
     assert [lib.missing for lib in result.libraries] == [("sm_121",), ()]
     assert result.error is not None and "demo/_C.so" in str(result.error)
@@ -105,13 +146,15 @@ def test_missing_target_arch_fails_naming_the_library(tmp_path: Path) -> None:
 
 
 def test_no_gpu_code_anywhere_fails_when_archs_are_targeted(tmp_path: Path) -> None:
-    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=lister({}))
+    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=lister({}),
+                               read_functions=NO_SASS)
     assert result.error is not None and "no shared library holds GPU machine code" in str(
         result.error)
 
 
 def test_pure_python_wheel_has_nothing_to_list(tmp_path: Path) -> None:
-    result = verify_wheelhouse(wheelhouse(tmp_path, ()), list_archs=SM121)
+    result = verify_wheelhouse(wheelhouse(tmp_path, ()), list_archs=SM121,
+                               read_functions=NO_SASS)
     assert result.error is None and result.libraries == []
     assert "no shared library" in result.notes[0]
 
@@ -127,12 +170,75 @@ def test_cli_json_reports_and_exits_with_verify_code(
     out = wheelhouse(tmp_path)
     next(out.glob("demo-*.whl")).write_bytes(b"truncated")
     monkeypatch.setattr("sparkbuild.toolchain.sass.list_cuda_archs", SM121)
+    monkeypatch.setattr("sparkbuild.toolchain.sass.read_sass", NO_SASS)
     assert main(["verify", str(out), "--json"]) == VerifyError.exit_code
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["error"]["error"] == "VerifyError"
-    assert report["mismatches"][0]["file"].startswith("demo-1.0+sm121.")
+    assert report["mismatches"][0]["file"].startswith("demo-1.0+sm121a.")
 
 
 def test_arch_spellings() -> None:
     assert arch_digits("12.1") == arch_digits("sm_121") == arch_digits("sm_121a") == "121"
     assert arch_digits("sm_120f") == "120"
+
+
+@pytest.mark.parametrize(
+    ("arch", "target", "runs"),
+    [("sm_121a", "12.1a", True), ("sm_121f", "12.1a", True), ("sm_121", "12.1a", True),
+     ("sm_120f", "12.1a", True), ("sm_120a", "12.1a", False), ("sm_120", "12.1a", False),
+     ("sm_122f", "12.1a", False), ("sm_90a", "12.1a", False), ("sm_100f", "10.3a", True),
+     ("sm_90a", "9.0a", True)],
+)
+def test_which_machine_code_a_target_gpu_loads(arch: str, target: str, runs: bool) -> None:
+    assert runs_on(arch, target) is runs
+
+
+def test_block_scaled_mma_is_counted_for_the_target(tmp_path: Path) -> None:
+    sass = reader({"_C.so": REAL_121A + TRAP_90})
+    out = wheelhouse(tmp_path, sass=sass)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass)
+    assert result.error is None, result.summary()
+    (library,) = result.to_dict()["libraries"]
+    assert library["block_scaled_mma"] == 1 and library["trap_only_kernels"] == []
+    assert library["sass_archs"] == ["sm_121a"]  # sm_90's trap is not code a Spark loads
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["libraries"][0]["block_scaled_mma"] == 1
+    assert manifest["libraries"][0]["trap_only_kernels"] == []
+
+
+def test_family_code_of_the_same_major_counts(tmp_path: Path) -> None:
+    sass = reader({"_C.so": REAL_120F})
+    out = wheelhouse(tmp_path, sass=sass, archs=lister({"_C.so": ["sm_120", "sm_121a"]}))
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_120", "sm_121a"]}),
+                               read_functions=sass)
+    assert result.libraries[0].sass_archs == ("sm_120f",)
+    assert result.libraries[0].block_scaled_mma == 1
+
+
+def test_a_trap_only_kernel_fails_verify_naming_library_and_kernel(tmp_path: Path) -> None:
+    out = wheelhouse(tmp_path)
+    sass = reader({"_C.so": TRAP_121})
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_121"]}), read_functions=sass)
+    assert result.mismatches == []
+    assert result.libraries[0].trap_only_kernels == (KERNEL,)
+    assert result.error is not None
+    assert "demo/_C.so" in str(result.error) and KERNEL in str(result.error)
+    assert "only trap" in str(result.error)
+    assert f"TRAP-ONLY {KERNEL}" in "\n".join(result.summary())
+
+
+def test_writing_refuses_a_trap_and_leaves_no_wheelhouse(tmp_path: Path) -> None:
+    out = tmp_path / "refused"
+    with pytest.raises(VerifyError, match="nvfp4_block_scaled_mma_kernel") as caught:
+        wheelhouse(tmp_path, sass=reader({"_C.so": TRAP_121}),
+                   archs=lister({"_C.so": ["sm_121"]}), out=out)
+    assert "not written" in caught.value.what
+    assert not out.exists()
+    assert not list(tmp_path.glob(".refused.*"))  # no staging left behind either
+
+
+def test_writing_refuses_a_library_without_target_code(tmp_path: Path) -> None:
+    out = tmp_path / "refused"
+    with pytest.raises(VerifyError, match="no machine code for sm_121"):
+        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120"]}), out=out)
+    assert not out.exists()

@@ -380,8 +380,21 @@ def test_verify_checks_the_shipped_torch_against_the_build(tmp_path: Path) -> No
             return [*placed, dest / torch_file]
 
     out = tmp_path / "out"
-    build(tmp_path, out, WithTorch(), requires=["dep-one>=1", "torch==2.14.0"])
-    verified = verify_wheelhouse(out, list_archs=lambda path: [])  # TOOLCHAIN: torch 2.13.0
+    # wheel verifies before it writes: a build against 2.13.0 (TOOLCHAIN) shipping 2.14.0
+    with pytest.raises(VerifyError, match=r"compiled against torch 2\.13\.0, but the "
+                       r"wheelhouse ships torch 2\.14\.0"):
+        build(tmp_path, out, WithTorch(), requires=["dep-one>=1", "torch==2.14.0"])
+    assert not out.exists()
+    # built against the torch it ships, then a manifest that says otherwise: verify names it
+    write_wheelhouse(
+        out, recipe=make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
+        built_wheels=[built_wheel(tmp_path, ["dep-one>=1", "torch==2.14.0"])],
+        build_settings=SETTINGS, cache_root=tmp_path / "cache", offline=False, platform=None,
+        toolchain={**TOOLCHAIN, "torch": "2.14.0"}, outside=WithTorch())
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["toolchain"]["torch"] = "2.13.0"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    verified = verify_wheelhouse(out, list_archs=lambda path: [])
     assert verified.error is not None
     assert verified.requirements["torch"] == {
         "built_against": "2.13.0", "shipped": "2.14.0", "ok": False,

@@ -36,18 +36,23 @@ endfunction()
 
 # OUT_CUDA_ARCHS = the architectures to compile a kernel for, given the archs the
 # kernel supports (SRC_CUDA_ARCHS) and the archs the user asked for (TGT_CUDA_ARCHS).
+# A suffix says what the code may use: "a" the arch-specific features of exactly that
+# GPU, "f" the family-specific features (the code then runs on every GPU of the family
+# at that minor or later), none the portable subset.
 #
-#  - "X.Ya" (arch-specific features) is chosen only when the target list holds X.Y
-#    itself; that target is then served and takes no other match.
-#  - "X.Yf" (family) serves every remaining target of major X with minor >= Y.
-#  - otherwise each target gets the highest plain source arch that is not newer and
-#    has the same major (SASS runs only within one major): a "loose" match, so a
-#    target 12.1 is served by a 12.0 stand-in when the list has no 12.1.
+#  - "X.Ya"/"X.Yf" and a plain target "X.Y": the source entry, as written.
+#  - "X.Ya"/"X.Yf" and a target "X.Ya" or "X.Yf": the target's spelling.
+#  - "X.Yf" and any other remaining target of major X, minor >= Y: the target's spelling
+#    (the target asks for that exact GPU; the family code covers it).
+#  - a suffixed target "X.Ys" and a plain source "X.Y": the target's spelling.
+#  - otherwise each target gets the highest plain source arch that is not newer and has
+#    the same major (SASS runs only within one major): a "loose" match, so a target 12.1
+#    is served by a 12.0 stand-in when the list has no 12.1.
 #  - "X.Y+PTX" may also serve newer majors, and keeps its +PTX in the result.
 function(cuda_archs_loose_intersection OUT_CUDA_ARCHS SRC_CUDA_ARCHS TGT_CUDA_ARCHS)
   set(_targets ${TGT_CUDA_ARCHS})
   set(_plain)
-  set(_family)
+  set(_suffixed)
   set(_ptx)
   set(_result)
   foreach(_src IN LISTS SRC_CUDA_ARCHS)
@@ -56,13 +61,8 @@ function(cuda_archs_loose_intersection OUT_CUDA_ARCHS SRC_CUDA_ARCHS TGT_CUDA_AR
     elseif(_src MATCHES "^(.*)\\+PTX$")
       list(APPEND _ptx "${CMAKE_MATCH_1}")
       list(APPEND _plain "${CMAKE_MATCH_1}")
-    elseif(_src MATCHES "^(.*)a$")
-      if("${CMAKE_MATCH_1}" IN_LIST _targets)
-        list(APPEND _result "${_src}")
-        list(REMOVE_ITEM _targets "${CMAKE_MATCH_1}")
-      endif()
-    elseif(_src MATCHES "^(.*)f$")
-      list(APPEND _family "${CMAKE_MATCH_1}")
+    elseif(_src MATCHES "[af]$")
+      list(APPEND _suffixed "${_src}")
     else()
       list(APPEND _plain "${_src}")
     endif()
@@ -70,21 +70,44 @@ function(cuda_archs_loose_intersection OUT_CUDA_ARCHS SRC_CUDA_ARCHS TGT_CUDA_AR
   list(REMOVE_DUPLICATES _plain)
   list(SORT _plain COMPARE NATURAL ORDER ASCENDING)
 
-  foreach(_tgt IN LISTS _targets)
-    string(REGEX REPLACE "(\\+PTX|[af])$" "" _tgt_base "${_tgt}")
-    _arch_major(_tgt_major "${_tgt_base}")
-    set(_served FALSE)
-    foreach(_fam IN LISTS _family)
-      _arch_major(_fam_major "${_fam}")
-      if(_fam_major STREQUAL _tgt_major AND _fam VERSION_LESS_EQUAL _tgt_base)
-        list(APPEND _result "${_fam}f")
-        set(_served TRUE)
+  # Suffixed sources: the same arch first (plain target, then suffixed target).
+  set(_family)
+  foreach(_src IN LISTS _suffixed)
+    string(REGEX REPLACE "[af]$" "" _base "${_src}")
+    if("${_base}" IN_LIST _targets)
+      list(APPEND _result "${_src}")
+      list(REMOVE_ITEM _targets "${_base}")
+    elseif("${_base}a" IN_LIST _targets)
+      list(APPEND _result "${_base}a")
+      list(REMOVE_ITEM _targets "${_base}a")
+    elseif("${_base}f" IN_LIST _targets)
+      list(APPEND _result "${_base}f")
+      list(REMOVE_ITEM _targets "${_base}f")
+    elseif(_src MATCHES "f$")
+      list(APPEND _family "${_base}")
+    endif()
+  endforeach()
+  # Family sources: any remaining target of the family, at the same minor or later.
+  foreach(_fam IN LISTS _family)
+    _arch_major(_fam_major "${_fam}")
+    foreach(_tgt IN LISTS _targets)
+      string(REGEX REPLACE "(\\+PTX|[af])$" "" _tgt_base "${_tgt}")
+      _arch_major(_tgt_major "${_tgt_base}")
+      if(_tgt_major STREQUAL _fam_major AND _fam VERSION_LESS_EQUAL _tgt_base)
+        list(APPEND _result "${_tgt}")
+        list(REMOVE_ITEM _targets "${_tgt}")
         break()
       endif()
     endforeach()
-    if(_served)
+  endforeach()
+
+  foreach(_tgt IN LISTS _targets)
+    string(REGEX REPLACE "(\\+PTX|[af])$" "" _tgt_base "${_tgt}")
+    if(_tgt MATCHES "[af]$" AND "${_tgt_base}" IN_LIST _plain)
+      list(APPEND _result "${_tgt}")
       continue()
     endif()
+    _arch_major(_tgt_major "${_tgt_base}")
     set(_best)
     foreach(_src IN LISTS _plain)
       if(_src VERSION_GREATER _tgt_base)

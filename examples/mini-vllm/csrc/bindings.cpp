@@ -24,6 +24,8 @@ PYBIND11_MODULE(_C, m) {
 #ifdef ENABLE_NVFP4_SM120
   m.def("scaled_fp4_quant", &mini_vllm::scaled_fp4_quant, py::arg("input"),
         py::arg("global_scale"));
+  m.def("nvfp4_mma_fragments", &mini_vllm::nvfp4_mma_fragments, py::arg("a"), py::arg("b"),
+        py::arg("scale_a"), py::arg("scale_b"));
 #endif
 #ifdef ENABLE_MOE_DATA
   m.def("count_expert_tokens", &mini_vllm::count_expert_tokens, py::arg("topk_ids"),

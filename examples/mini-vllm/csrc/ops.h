@@ -25,6 +25,13 @@ std::vector<float> scaled_mm(const std::vector<float>& a, const std::vector<floa
 #ifdef ENABLE_NVFP4_SM120
 // Packs each group of 8 values (divided by `global_scale`) into 8 E2M1 nibbles.
 std::vector<uint32_t> scaled_fp4_quant(const std::vector<float>& input, float global_scale);
+
+// One m16n8k64 FP4 block-scaled MMA on the instruction's per-lane fragments: a (128
+// words), b (64 words), one scale word per lane for A and for B; returns d (128 floats).
+std::vector<float> nvfp4_mma_fragments(const std::vector<uint32_t>& a,
+                                       const std::vector<uint32_t>& b,
+                                       const std::vector<uint32_t>& scale_a,
+                                       const std::vector<uint32_t>& scale_b);
 #endif
 
 #ifdef ENABLE_MOE_DATA

@@ -14,5 +14,6 @@ def build_info() -> dict[str, object]:
         "torch": _C.torch_version(),
         "cuda_archs": _C.cuda_archs().split(","),
         "nvfp4": hasattr(_C, "scaled_fp4_quant"),
+        "nvfp4_mma": hasattr(_C, "nvfp4_mma_fragments"),
         "scaled_mm_sm120": hasattr(_C, "scaled_mm"),
     }

@@ -21,7 +21,7 @@ from typing import Any
 from packaging.version import Version
 
 from sparkbuild.errors import ToolchainError
-from sparkbuild.recipe import BuildSettings
+from sparkbuild.recipe import BuildSettings, Recipe, require_spark_target
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
@@ -324,12 +324,18 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
-               compile_cache: str | None = None) -> DoctorReport:
+               compile_cache: str | None = None, recipe: Recipe | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once.
 
     ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
-    launcher is the local ccache, if installed."""
+    launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
+    without the recipe's opt-in is refused at once (RecipeError), and the recipe's
+    ``job_memory_gib`` is the default budget."""
+    if recipe is not None:
+        require_spark_target(recipe)
+        if job_memory_gib is None:
+            job_memory_gib = recipe.build.job_memory_gib
     tools: dict[str, Tool] = {}
     nvcc_check, failure = _check_nvcc(tools)
     found = {"cmake": find_cmake(), "ninja": find_ninja(),

@@ -25,12 +25,12 @@ Each applied diff is recorded in the tree (``.sparkbuild/applied/NAME/NNN.diff``
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, UsageError
-from sparkbuild.patches.edits import applied_check, plan_diff
+from sparkbuild.patches.edits import EditContext, applied_check, plan_diff
 from sparkbuild.patches.journal import (
     Journal,
     Recovery,
@@ -179,17 +179,19 @@ class Prepared:
     diff: str
     notes: tuple[str, ...]
     already: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def prepare(tree: Path, patch: Patch, index: TreeIndex) -> Prepared:
     if isinstance(patch, EditPatch):
         plan = patch.edit.plan(tree)
         if not plan.changes:
-            return Prepared([], "", plan.notes, already="; ".join(plan.notes))
+            return Prepared([], "", plan.notes, already="; ".join(plan.notes),
+                            details=plan.details)
         diff = plan_diff(plan)
         files = list(parse_diff(diff, origin=f"{patch.name} (generated)"))
         _inside(tree, files, str(patch.path))
-        return Prepared(files, diff, plan.notes)
+        return Prepared(files, diff, plan.notes, details=plan.details)
     files = resolve_moved(tree, patch.files, index)
     _inside(tree, files, str(patch.path))
     notes = tuple(f"{f.path} (moved from {o.path})"
@@ -197,19 +199,21 @@ def prepare(tree: Path, patch: Patch, index: TreeIndex) -> Prepared:
     return Prepared(files, render_diff(files), notes)
 
 
-def _outcome(patch: Patch, status: str, detail: str, where: str | None = None) -> PatchOutcome:
-    return PatchOutcome(patch.name, status, detail, patch.sha256, where)
+def _outcome(patch: Patch, status: str, detail: str, where: str | None = None,
+             details: dict[str, Any] | None = None) -> PatchOutcome:
+    return PatchOutcome(patch.name, status, detail, patch.sha256, where, details or {})
 
 
 def _classify(tree: Path, patch: Patch, ready: Prepared) -> PatchOutcome:
     """Status of a prepared patch without changing the tree."""
     if ready.already is not None:
-        return _outcome(patch, ALREADY, ready.already)
+        return _outcome(patch, ALREADY, ready.already, details=ready.details)
     if isinstance(patch, DiffPatch) and git_apply(tree, ready.diff, check=True, reverse=True)[0]:
         return _outcome(patch, ALREADY, "its changes are in the tree (reverse check)")
     fits, output = git_apply(tree, ready.diff, check=True)
     if fits:
-        return _outcome(patch, NOT_APPLIED, "would apply: " + ("; ".join(ready.notes) or "cleanly"))
+        return _outcome(patch, NOT_APPLIED, "would apply: " + ("; ".join(ready.notes) or "cleanly"),
+                        details=ready.details)
     if isinstance(patch, DiffPatch) and patch.applied_check is not None:
         found = applied_check(patch.applied_check)(tree)
         if found is not None:
@@ -245,7 +249,8 @@ def apply_one(tree: Path, patch: Patch, index: TreeIndex, journal: Journal) -> P
         return _outcome(patch, FAILED, detail, where)
     _write_record(record, ready.diff)
     journal.done(patch.name)
-    return _outcome(patch, APPLIED, "; ".join(ready.notes) or "applied cleanly")
+    return _outcome(patch, APPLIED, "; ".join(ready.notes) or "applied cleanly",
+                    details=ready.details)
 
 
 def _journal_files(
@@ -343,7 +348,7 @@ def _steps(
 
 
 def _run_series(tree: Path, recipe: Recipe, *, reverse: bool) -> SeriesReport:
-    patches = load_series(recipe.series).patches
+    patches = load_series(recipe.series, EditContext.for_recipe(recipe)).patches
     with _locked_tree(tree) as (tree, recovery):
         names = [patch.name for patch in patches]
         journal = Journal(tree, "revert" if reverse else "apply", names)
@@ -354,7 +359,7 @@ def _run_series(tree: Path, recipe: Recipe, *, reverse: bool) -> SeriesReport:
 
 def series_status(tree: Path, recipe: Recipe) -> SeriesReport:
     """What each patch would do to ``tree``; changes nothing (but repairs a killed run)."""
-    patches = load_series(recipe.series).patches
+    patches = load_series(recipe.series, EditContext.for_recipe(recipe)).patches
     with _locked_tree(tree) as (tree, recovery):
         index = TreeIndex(tree)
         outcomes = [status_one(tree, patch, index) for patch in patches]
@@ -385,7 +390,7 @@ def touched_files(tree: Path, recipe: Recipe) -> list[Path]:
             hint="run `sparkbuild patch apply TREE` again: it restores the tree and re-applies",
         )
     touched: dict[Path, None] = {}
-    for patch in load_series(recipe.series).patches:
+    for patch in load_series(recipe.series, EditContext.for_recipe(recipe)).patches:
         for record in _records(tree, patch.name):
             for file in parse_diff(record.read_text(encoding="utf-8"), origin=str(record)):
                 if file.change != "delete":

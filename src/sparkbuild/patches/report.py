@@ -40,10 +40,12 @@ class PatchOutcome:
     """sha256 of the patch file, so a report names exactly which patch text was used."""
     where: str | None = None
     """For ``failed``: the file and hunk (or file and line) that did not match."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """A structured edit's findings (each arch list before and after, guards left alone)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "status": self.status, "detail": self.detail,
-                "sha256": self.sha256}
+                "sha256": self.sha256, "details": self.details}
 
 
 @dataclass

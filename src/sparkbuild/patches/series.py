@@ -28,7 +28,7 @@ from unidiff.errors import UnidiffParseError
 from unidiff.patch import PatchedFile, PatchSet
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
-from sparkbuild.patches.edits import Edit, applied_check_names, make_edit
+from sparkbuild.patches.edits import Edit, EditContext, applied_check_names, make_edit
 from sparkbuild.store.hashing import is_sha256, sha256_bytes
 
 DIFF_SUFFIXES = (".diff", ".patch")
@@ -250,8 +250,10 @@ def load_diff_patch(path: Path, data: bytes | None = None) -> DiffPatch:
     )
 
 
-def load_edit_patch(path: Path, data: bytes | None = None) -> EditPatch:
-    """A structured edit from ``path``; ``data`` are its bytes when already read."""
+def load_edit_patch(path: Path, data: bytes | None = None,
+                    context: EditContext | None = None) -> EditPatch:
+    """A structured edit from ``path``; ``data`` are its bytes when already read;
+    ``context``: the recipe's target and toolchain the edit judges the tree for."""
     data = path.read_bytes() if data is None else data
     try:
         table = tomllib.loads(data.decode("utf-8"))
@@ -263,7 +265,7 @@ def load_edit_patch(path: Path, data: bytes | None = None) -> EditPatch:
             "structured edit lacks `kind = \"...\"`", where=str(path), hint="name an edit kind"
         )
     table.pop("description", None)
-    edit = make_edit(kind, table, base=path.parent, origin=str(path))
+    edit = make_edit(kind, table, base=path.parent, origin=str(path), context=context)
     return EditPatch(name=path.stem, path=path, sha256=sha256_bytes(data), edit=edit)
 
 
@@ -336,7 +338,7 @@ def check_pin(file: Path, data: bytes, entry: SeriesEntry) -> None:
         )
 
 
-def _load_entry(directory: Path, entry: SeriesEntry) -> Patch:
+def _load_entry(directory: Path, entry: SeriesEntry, context: EditContext | None) -> Patch:
     file = directory / entry.file
     if not file.is_file():
         raise RecipeError(f"series names a missing patch file: {entry.file}", where=entry.where)
@@ -350,11 +352,13 @@ def _load_entry(directory: Path, entry: SeriesEntry) -> Patch:
     check_pin(file, data, entry)
     if file.suffix in DIFF_SUFFIXES:
         return load_diff_patch(file, data)
-    return load_edit_patch(file, data)
+    return load_edit_patch(file, data, context)
 
 
-def load_series(path: Path) -> Series:
-    """Read the series file and every patch it names, checking each before any is used."""
+def load_series(path: Path, context: EditContext | None = None) -> Series:
+    """Read the series file and every patch it names, checking each before any is used.
+
+    ``context`` tells structured edits the recipe's target (the Spark's 12.1a when None)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -363,7 +367,7 @@ def load_series(path: Path) -> Series:
     patches: list[Patch] = []
     names: set[str] = set()
     for entry in _series_entries(path, text):
-        patch = _load_entry(path.parent, entry)
+        patch = _load_entry(path.parent, entry, context)
         if patch.name in names:
             raise RecipeError(f"series names patch {patch.name!r} twice", where=entry.where)
         names.add(patch.name)

@@ -5,9 +5,14 @@ air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
 carries (cuobjdump) and fails when a target architecture of the manifest is missing, the
-way a 12.0 stand-in for 12.1 would be.  The lock must also meet every wheel's
-``Requires-Dist`` on the target, recorded overrides aside, and ship the torch the build was
-compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
+way a 12.0 stand-in for 12.1 would be.  It also reads the machine code itself
+(``cuobjdump -sass``) that a GPU of each target would load (``sm_121a``, and the family
+code ``sm_121f``/``sm_120f`` that runs there too): per library, the block-scaled MMA
+instructions (``OMMA.SF``: the FP4 GEMMs are real) and the kernels that are only a trap
+(a feature guard compiled the body away, as CUTLASS does for plain sm_121).  A trap-only
+kernel fails verify, naming the library and the kernel.  The lock must also meet every
+wheel's ``Requires-Dist`` on the target, recorded overrides aside, and ship the torch the
+build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 """
 
 from __future__ import annotations
@@ -25,13 +30,17 @@ from packaging.version import Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.toolchain.sass import summarize
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sparkbuild.toolchain.sass import SassFunction
+
     ArchLister = Callable[[Path], list[str]]
+    SassReader = Callable[[Path], list[SassFunction]]
 
 MANIFEST_NAME = "manifest.json"
 
@@ -52,10 +61,18 @@ class LibraryArchs:
     archs: tuple[str, ...]
     """Machine code architectures, as cuobjdump names them (``sm_121a``)."""
     missing: tuple[str, ...]
+    block_scaled_mma: int = 0
+    """``OMMA.SF``/``QMMA.SF`` instructions in the code a target GPU loads."""
+    trap_only_kernels: tuple[str, ...] = ()
+    """Kernels of that code whose whole body is printf + ``BPT.TRAP``."""
+    sass_archs: tuple[str, ...] = ()
+    """The SASS read for the targets, as cuobjdump's fatbin headers name it (``sm_121a``)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
-                "missing": list(self.missing)}
+                "missing": list(self.missing), "sass_archs": list(self.sass_archs),
+                "block_scaled_mma": self.block_scaled_mma,
+                "trap_only_kernels": list(self.trap_only_kernels)}
 
 
 @dataclass
@@ -88,18 +105,25 @@ class VerifyResult:
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
             missing = f"  MISSING {', '.join(lib.missing)}" if lib.missing else ""
-            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{missing}")
+            sass = (f"  [{', '.join(lib.sass_archs)}: {lib.block_scaled_mma} block-scaled MMA]"
+                    if lib.sass_archs else "")
+            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{missing}{sass}")
+            lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     @property
     def error(self) -> SparkbuildError | None:
         lacking = [lib for lib in self.libraries if lib.missing]
-        if not self.mismatches and not lacking:
+        trapping = [lib for lib in self.libraries if lib.trap_only_kernels]
+        if not self.mismatches and not lacking and not trapping:
             return None
         named = [f"{m.file} ({m.problem})" for m in self.mismatches]
         named += [f"{lib.wheel}:{lib.library} (no machine code for "
                   f"{', '.join(lib.missing)})" for lib in lacking]
+        named += [f"{lib.wheel}:{lib.library} ({len(lib.trap_only_kernels)} kernel(s) for "
+                  f"{', '.join(lib.sass_archs)} only trap: "
+                  f"{', '.join(lib.trap_only_kernels)})" for lib in trapping]
         return VerifyError(
             f"{len(named)} problem(s) in the wheelhouse: " + "; ".join(named),
             where=str(self.directory),
@@ -196,9 +220,39 @@ def _is_shared_library(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
-def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister
-                  ) -> list[LibraryArchs]:
-    """cuobjdump's architectures of each shared library in ``wheel``, and what is missing."""
+_SASS_ARCH = re.compile(r"sm_(\d+)(\d)([af]?)")
+
+
+def runs_on(arch: str, target: str) -> bool:
+    """Whether SASS built for ``arch`` (cuobjdump's ``sm_121a``, ``sm_120f``, ``sm_121``) runs
+    on a GPU of ``target`` (``12.1a``): the same GPU, or a family target of the same major
+    at that minor or below."""
+    found = _SASS_ARCH.fullmatch(arch)
+    wanted = _SASS_ARCH.fullmatch(f"sm_{arch_digits(target)}")
+    if found is None or wanted is None:
+        return False
+    if found.group(1, 2) == wanted.group(1, 2):
+        return True
+    return (found.group(3) == "f" and found.group(1) == wanted.group(1)
+            and int(found.group(2)) <= int(wanted.group(2)))
+
+
+def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
+                 ) -> tuple[tuple[str, ...], int, tuple[str, ...]]:
+    """(SASS archs read, block-scaled MMA count, trap-only kernels) of the code a GPU of
+    any of ``targets`` would load from ``path``."""
+    functions = read_functions(path)
+    chosen = sorted({f.arch for f in functions
+                     if f.arch and any(runs_on(f.arch, t) for t in targets)})
+    summaries = [summarize(functions, arch) for arch in chosen]
+    traps = sorted({name for s in summaries for name in s.trap_only_kernels})
+    return tuple(chosen), sum(s.block_scaled_mma for s in summaries), tuple(traps)
+
+
+def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
+                  read_functions: SassReader) -> list[LibraryArchs]:
+    """cuobjdump's architectures of each shared library in ``wheel``, what is missing, and
+    what the machine code for the targets holds."""
     wanted = {arch_digits(t): f"sm_{arch_digits(t)}" for t in targets}
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
@@ -207,17 +261,40 @@ def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister
             archs = tuple(list_archs(path))
             have = {arch_digits(a) for a in archs}
             missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if archs else ()
-            found.append(LibraryArchs(wheel.name, member, archs, missing))
+            sass: tuple[tuple[str, ...], int, tuple[str, ...]] = ((), 0, ())
+            if archs and targets:
+                sass = machine_code(path, targets, read_functions)
+            found.append(LibraryArchs(wheel.name, member, archs, missing, sass[1], sass[2],
+                                      sass[0]))
             path.unlink()
     return found
 
 
-def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLister) -> None:
+def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
+                  list_archs: ArchLister | None = None,
+                  read_functions: SassReader | None = None) -> tuple[list[LibraryArchs], list[str]]:
+    """Every shared library of the built wheels with its GPU code; and notes."""
+    libraries: list[LibraryArchs] = []
+    notes: list[str] = []
     for wheel in built:
         try:
-            result.libraries += library_archs(wheel, result.target_archs, list_archs)
+            libraries += library_archs(wheel, targets, list_archs or _default_lister,
+                                       read_functions or _default_reader)
         except zipfile.BadZipFile:
-            result.notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
+            notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
+    return libraries, notes
+
+
+def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLister,
+                read_functions: SassReader, known: Sequence[LibraryArchs] | None = None
+                ) -> None:
+    if known is not None:
+        result.libraries += known
+    else:
+        libraries, notes = gpu_libraries(built, result.target_archs, list_archs=list_archs,
+                                         read_functions=read_functions)
+        result.libraries += libraries
+        result.notes += notes
     if not result.libraries:
         result.notes.append("the built wheels hold no shared library: no GPU code to check")
     elif result.target_archs and not any(lib.archs for lib in result.libraries):
@@ -247,8 +324,18 @@ def _default_lister(path: Path) -> list[str]:
     return list_cuda_archs(path)
 
 
-def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None) -> VerifyResult:
-    """Re-hash ``directory`` against its manifest and lock; list the built wheels' GPU code."""
+def _default_reader(path: Path) -> list[SassFunction]:
+    from sparkbuild.toolchain.sass import read_sass
+
+    return read_sass(path)
+
+
+def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
+                      read_functions: SassReader | None = None,
+                      libraries: Sequence[LibraryArchs] | None = None) -> VerifyResult:
+    """Re-hash ``directory`` against its manifest and lock; list the built wheels' GPU code
+    and judge their machine code for the targets.  ``libraries``: already read (``wheel``
+    reads them once, for the manifest and for this check of the staged wheelhouse)."""
     manifest = read_manifest(directory)
     actual = actual_hashes(directory)
     targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
@@ -257,5 +344,6 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None) 
                                 + check_lock(directory, actual)
                                 + check_requirements(result, directory, manifest))
     built = [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
-    check_archs(result, [w for w in built if w.is_file()], list_archs or _default_lister)
+    check_archs(result, [w for w in built if w.is_file()], list_archs or _default_lister,
+                read_functions or _default_reader, libraries)
     return result

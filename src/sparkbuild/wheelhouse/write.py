@@ -10,7 +10,11 @@ file may be a version ``recipes/known_bad.toml`` lists.
 
 Everything is written into a staging directory beside ``out`` and renamed into place at
 the end, manifest last: a run killed at any point leaves no directory that looks like a
-complete wheelhouse.  Pins and closure files pass through the content-addressed cache, so
+complete wheelhouse.  Before the rename, the staged wheelhouse goes through ``verify``
+(:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and the built wheels' machine code for
+the target.  A library with a trap-only kernel (or without code for the target) fails
+the run and leaves no wheelhouse; the manifest records each library's block-scaled MMA
+count and trap-only kernels.  Pins and closure files pass through the content-addressed cache, so
 a second run (``--offline``) takes them from there (:mod:`sparkbuild.wheelhouse.closure`
 fetches them).
 """
@@ -30,7 +34,7 @@ from packaging.requirements import Requirement
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, SparkbuildError, disk_full_as_error
+from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError, disk_full_as_error
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic, writer_gone
@@ -53,7 +57,12 @@ from sparkbuild.wheelhouse.overrides import (
     target_environment,
 )
 from sparkbuild.wheelhouse.requirements_check import read_dist, settle_wheelhouse, wheel_demands
-from sparkbuild.wheelhouse.verify import MANIFEST_NAME
+from sparkbuild.wheelhouse.verify import (
+    MANIFEST_NAME,
+    LibraryArchs,
+    gpu_libraries,
+    verify_wheelhouse,
+)
 from sparkbuild.wheelhouse.wheel_rewrite import (
     local_label,
     metadata_field,
@@ -66,6 +75,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.wheelhouse.verify import ArchLister, SassReader
 
 SIMPLE_DIR = "simple"
 MANIFEST_SCHEMA = 1
@@ -82,11 +92,14 @@ class WheelhouseResult:
     label: str
     manifest: dict[str, Any] = field(default_factory=dict)
     overrides: list[Override] = field(default_factory=list)
+    libraries: list[LibraryArchs] = field(default_factory=list)
+    """The built wheels' shared libraries and their machine code for the target."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheelhouse": str(self.out), "local_label": self.label,
                 "target": self.target.key(), "wheels": [f.to_dict() for f in self.files],
-                "overrides": [o.to_dict() for o in self.overrides]}
+                "overrides": [o.to_dict() for o in self.overrides],
+                "libraries": [lib.to_dict() for lib in self.libraries]}
 
     def summary(self) -> list[str]:
         counts = {role: sum(f.role == role for f in self.files)
@@ -96,6 +109,9 @@ class WheelhouseResult:
         lines += [f"  {f.role:<7} {f.file}  sha256:{f.sha256}" for f in self.files
                   if f.role != "closure"]
         lines += [f"  OVERRIDE {o.describe()}" for o in self.overrides]
+        lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
+                  f"{lib.block_scaled_mma} block-scaled MMA, "
+                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)" for lib in self.libraries]
         lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
         return lines
 
@@ -189,6 +205,8 @@ def build_manifest(recipe: Recipe, source: dict[str, Any], patches: Sequence[dic
                    build_settings: dict[str, Any], toolchain: dict[str, str | None],
                    result: WheelhouseResult, epoch: int, extra: dict[str, str]
                    ) -> dict[str, Any]:
+    """``libraries``: each shared library of the built wheels with its block-scaled MMA count
+    and trap-only kernels for the target (from ``result.libraries``)."""
     return {
         "schema": MANIFEST_SCHEMA,
         "generator": f"sparkbuild {__version__}",
@@ -202,6 +220,7 @@ def build_manifest(recipe: Recipe, source: dict[str, Any], patches: Sequence[dic
         "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
         "wheels": [f.to_dict() for f in result.files],
         "overrides": [o.to_dict() for o in result.overrides],
+        "libraries": [lib.to_dict() for lib in result.libraries],
         "files": extra,
     }
 
@@ -312,10 +331,13 @@ def write_wheelhouse(
     platform: str | None,
     toolchain: dict[str, str | None] | None = None,
     outside: Outside | None = None,
+    list_archs: ArchLister | None = None,
+    read_functions: SassReader | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
-    ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None.
+    ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
+    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None).
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -345,11 +367,30 @@ def write_wheelhouse(
         result = WheelhouseResult(out, files, target, label,
                                   overrides=merge_overrides(early, late))
         extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
+        step("reading the machine code of the built wheels (cuobjdump)")
+        result.libraries, _notes = gpu_libraries(
+            [staging / f.file for f in built], recipe.target.cuda_archs,
+            list_archs=list_archs, read_functions=read_functions)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
         write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
+        _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
     return result
+
+
+def _verify_staged(staging: Path, out: Path, libraries: Sequence[LibraryArchs]) -> None:
+    """``verify`` on the staged wheelhouse; its failure leaves no wheelhouse at ``out``."""
+    step("verifying the staged wheelhouse")
+    error = verify_wheelhouse(staging, libraries=libraries).error
+    if error is not None:
+        raise VerifyError(
+            f"the wheelhouse fails verify, so it was not written: {error.what}",
+            where=str(out),
+            hint="a trap-only kernel is a feature guard that compiled the kernel away: build "
+            "for 12.1a (cuda_archs under [target]); a missing arch means the arch lists did "
+            "not select the target",
+        )
 
 
 def _write_lock_and_index(staging: Path, files: Sequence[WheelhouseFile], recipe: Recipe,

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sparkbuild.errors import RecipeError
+from sparkbuild.errors import RecipeError, ToolchainError
+from sparkbuild.recipe import SPARK_ARCH
+
+if TYPE_CHECKING:
+    from sparkbuild.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,33 @@ class EditPlan:
     changes: tuple[FileChange, ...]
     notes: tuple[str, ...]
     """What the edit changes, or why it has nothing to change: the outcome's detail."""
+    details: dict[str, Any] = field(default_factory=dict)
+    """Structured findings for ``patch status --json`` (the outcome's ``details``)."""
+
+
+@dataclass(frozen=True)
+class EditContext:
+    """What an edit may know beside the tree: the recipe's target and the toolchain."""
+
+    targets: tuple[str, ...] = (SPARK_ARCH,)
+    """The recipe's ``cuda_archs`` (TORCH_CUDA_ARCH_LIST)."""
+    cuda_version: str | None = None
+    """The CUDA release to judge for (``13.0``); None: the nvcc a build would use, if any."""
+
+    @classmethod
+    def for_recipe(cls, recipe: Recipe) -> EditContext:
+        return cls(targets=recipe.target.cuda_archs)
+
+    def toolchain_cuda(self) -> str | None:
+        if self.cuda_version is not None:
+            return self.cuda_version
+        from sparkbuild.toolchain.tools import find_nvcc
+
+        try:
+            version = find_nvcc().version
+        except ToolchainError:
+            return None
+        return f"{version.major}.{version.minor}" if version is not None else None
 
 
 class Edit(Protocol):
@@ -47,7 +78,7 @@ class Edit(Protocol):
         """
 
 
-EditFactory = Callable[[Mapping[str, object], Path, str], Edit]
+EditFactory = Callable[[Mapping[str, object], Path, str, EditContext], Edit]
 AppliedCheck = Callable[[Path], "str | None"]
 """Returns a sentence saying where the change already is, or None when it is not."""
 
@@ -103,11 +134,12 @@ class Params:
 
 
 def _edit_kinds() -> dict[str, EditFactory]:
-    from sparkbuild.patches.edits import arch_lists, e2m1_routing, rows_guard
+    from sparkbuild.patches.edits import arch_lists, e2m1_routing, family_guards, rows_guard
 
     return {
         arch_lists.KIND: arch_lists.from_params,
         e2m1_routing.KIND: e2m1_routing.from_params,
+        family_guards.KIND: family_guards.from_params,
         rows_guard.KIND: rows_guard.from_params,
     }
 
@@ -118,8 +150,10 @@ def _applied_checks() -> dict[str, AppliedCheck]:
     return {shuffle_guard.CHECK_NAME: shuffle_guard.guard_present}
 
 
-def make_edit(kind: str, params: Mapping[str, object], *, base: Path, origin: str) -> Edit:
-    """The edit of ``kind`` configured by ``params``; ``base`` resolves relative file names."""
+def make_edit(kind: str, params: Mapping[str, object], *, base: Path, origin: str,
+              context: EditContext | None = None) -> Edit:
+    """The edit of ``kind`` configured by ``params``; ``base`` resolves relative file names;
+    ``context``: the recipe's target (the Spark's 12.1a when None)."""
     kinds = _edit_kinds()
     if kind not in kinds:
         raise RecipeError(
@@ -127,7 +161,7 @@ def make_edit(kind: str, params: Mapping[str, object], *, base: Path, origin: st
             where=origin,
             hint=f"known kinds: {', '.join(sorted(kinds))}",
         )
-    return kinds[kind](params, base, origin)
+    return kinds[kind](params, base, origin, context or EditContext())
 
 
 def applied_check_names() -> list[str]:

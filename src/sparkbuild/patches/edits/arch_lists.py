@@ -1,37 +1,56 @@
-"""Structured edit ``cuda-arch-lists``: every SM12x arch list compiles native 12.1.
+"""Structured edit ``cuda-arch-lists``: the tree's arch arithmetic gives the Spark its own code.
 
-vLLM's CMakeLists.txt lists, per kernel family and per CUDA-version branch, the archs it
-compiles (``CUDA_SUPPORTED_ARCHS``, ``SCALED_MM_ARCHS``, ``FP4_SM120_ARCHS``...).  Where a
-list names the SM12x family but no 12.1 entry, a TORCH_CUDA_ARCH_LIST=12.1 build quietly
-compiles 12.0 code as a stand-in.  The lists differ between releases and branches, so a
-line diff cannot carry this change; the edit instead:
+vLLM's CMake lists, per kernel family and per CUDA-version branch, the archs it compiles
+(``CUDA_SUPPORTED_ARCHS``, ``SCALED_MM_ARCHS``, ``FP4_SM120_ARCHS``, QuTLASS's in
+``cmake/external_projects``, ``cuda_archs_sm90plus``'s in ``cmake/utils.cmake``...).  The
+criterion, for the recipe's target (``12.1a``) at each CUDA version the tree distinguishes
+(:mod:`sparkbuild.toolchain.arch_eval`, the tree's own arithmetic through ``cmake -P``):
 
-1. finds every literal arch list with an entry of the target's major (12);
-2. evaluates each with the tree's own ``cuda_archs_loose_intersection`` for the target
-   (``sparkbuild.toolchain.archs.evaluate``, i.e. ``cmake -P``);
-3. where the result is not native 12.1, inserts a 12.1 entry after each 12.0 entry with
-   the same suffix (``12.0`` -> ``12.1``, ``12.0a`` -> ``12.1a``, ``12.0f`` -> ``12.1f``),
-   so the 12.1 build gets what a 12.0 build gets;
-4. evaluates the edited lists again and refuses the edit if any is still not native.
+* ``CUDA_ARCHS`` (the supported list of the branch taken, cut by the target) holds native
+  12.1 code, not a 12.0 stand-in;
+* every list with an arch- or family-specific SM12x entry (``12.0a``, ``12.0f``...) gives
+  ``12.1a``, ``12.1f`` or ``12.0f`` -- code with the SM12x features (block-scaled MMA, the
+  E2M1 conversion) that runs on sm_121 -- and never plain ``12.0`` or ``12.1``, for which
+  CUTLASS compiles its FP4 kernels to a trap; a list with plain SM12x entries only gives
+  native 12.1.  For a plain target (``12.1`` with ``allow_plain_sm121``) every list need only
+  give native 12.1: such a build knowingly loses the arch-specific kernels.
 
-Lists with no SM12x entry are left alone: 12.1 does not belong in SM90- or SM100-only
-kernels.  An empty plan (every SM12x list already native) is the already-applied test.
+Where a list misses, the edit adds the 12.1 twin of each of its family-base entries (``12.0``
+-> ``12.1``, ``12.0a`` -> ``12.1a``, ``12.0f`` -> ``12.1f``), supported lists first (they
+move ``CUDA_ARCHS``), evaluates again, and refuses the edit if anything still misses.  Lists
+without an SM12x entry are never touched.  An empty plan (the criterion already holds) is the
+already-applied test.  ``details`` reports every SM12x list's value before and after.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, RecipeError
-from sparkbuild.patches.edits import EditPlan, FileChange, Params
-from sparkbuild.toolchain.archs import ArchList, evaluate, find_arch_lists, is_native, parse_entry
+from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
+from sparkbuild.toolchain.arch_eval import (
+    Evaluation,
+    Verdicts,
+    distinct_verdicts,
+    evaluate_tree,
+    version_key,
+)
+from sparkbuild.toolchain.archs import (
+    ArchList,
+    TreeLists,
+    is_native,
+    parse_entry,
+    tree_arch_lists,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
 KIND = "cuda-arch-lists"
+MAX_ROUNDS = 3
+"""Supported lists first, then the lists their new CUDA_ARCHS still misses, then a check."""
 
 
 def insertions(arch_list: ArchList, target: str) -> list[tuple[int, str]]:
@@ -44,7 +63,7 @@ def insertions(arch_list: ArchList, target: str) -> list[tuple[int, str]]:
     target_entry = parse_entry(target)
     assert target_entry is not None
     family = [e for e in arch_list.entries if e.major == target_entry.major]
-    base = min((e.base for e in family), key=lambda b: tuple(int(p) for p in b.split(".")))
+    base = min((e.base for e in family), key=version_key)
     present = set(arch_list.values)
     result = []
     for entry in family:
@@ -66,63 +85,194 @@ def insert(text: str, edits: list[tuple[int, str]]) -> str:
     return text
 
 
+def spark_target(targets: Sequence[str], base: str) -> str:
+    """The recipe's entry for ``base`` (``12.1a`` of ``["9.0a", "12.1a"]``), without +PTX."""
+    for target in targets:
+        entry = parse_entry(target)
+        if entry is not None and entry.base == base:
+            return entry.base + entry.suffix
+    raise PatchError(
+        f"the recipe's targets ({', '.join(targets) or 'none'}) hold no {base} arch",
+        hint=f"this series builds for DGX Spark: target {base}a (cuda_archs under [target])",
+    )
+
+
+def list_problem(arch_list: ArchList, result: Sequence[str], target: str) -> str | None:
+    """Why ``result`` (what ``arch_list`` gives at one CUDA version) misses the criterion."""
+    wanted = parse_entry(target)
+    assert wanted is not None
+    gives = ";".join(result) or "nothing"
+    if not (wanted.specific and arch_list.has_specific(wanted.major)):
+        if is_native(result, wanted.base):
+            return None
+        return f"gives {gives}, no native {wanted.base} code"
+    family = [e for e in (parse_entry(r) for r in result) if e and e.major == wanted.major]
+    good = [e for e in family if e.specific and (
+        e.base == wanted.base or (e.suffix == "f" and version_key(e.base) <= version_key(
+            wanted.base)))]
+    plain = [e.text for e in family if not e.specific]
+    if plain:
+        return (f"gives plain {', '.join(plain)}: CUTLASS compiles its arch-specific kernels "
+                "to a trap there")
+    if not good:
+        return f"gives {gives}, not {wanted.base}a, {wanted.base}f or {wanted.major}.0f"
+    return None
+
+
+@dataclass(frozen=True)
+class Miss:
+    index: int
+    """Index into TreeLists.lists; for a CUDA_ARCHS miss, the supported list's."""
+    cuda: str
+    problem: str
+
+
+def misses(found: TreeLists, evaluations: Sequence[Evaluation], target: str, base: str
+           ) -> list[Miss]:
+    found_misses = []
+    for evaluation in evaluations:
+        if not is_native(evaluation.cuda_archs, base):
+            archs = ";".join(evaluation.cuda_archs) or "nothing"
+            where = evaluation.supported if evaluation.supported is not None else -1
+            found_misses.append(Miss(where, evaluation.cuda,
+                                     f"CUDA_ARCHS is {archs}: no native {base} code"))
+        major = int(base.split(".")[0])
+        for index, result in evaluation.results.items():
+            arch_list = found.lists[index]
+            if arch_list.has_major(major):
+                problem = list_problem(arch_list, result, target)
+                if problem is not None:
+                    found_misses.append(Miss(index, evaluation.cuda, problem))
+    return found_misses
+
+
+def _key(found: TreeLists, index: int) -> tuple[str, int]:
+    """A list's identity across edits: its file and its rank in that file."""
+    arch_list = found.lists[index]
+    rank = [lst for lst in found.lists if lst.file == arch_list.file].index(arch_list)
+    return arch_list.file, rank
+
+
 @dataclass(frozen=True)
 class ArchListsEdit:
     file: str
-    target: str
-
-    def family_lists(self, text: str) -> list[ArchList]:
-        target_entry = parse_entry(self.target)
-        assert target_entry is not None
-        return [lst for lst in find_arch_lists(text) if lst.has_major(target_entry.major)]
+    base: str
+    """The Spark's arch, 12.1: its native code is what the lists must give."""
+    context: EditContext
 
     def plan(self, tree: Path) -> EditPlan:
-        path = tree / self.file
-        if not path.is_file():
-            raise PatchError(f"{self.file} not found in the tree", where=str(path))
-        text = path.read_text(encoding="utf-8")
-        lists = self.family_lists(text)
-        if not lists:
+        if not (tree / self.file).is_file():
+            raise PatchError(f"{self.file} not found in the tree", where=str(tree / self.file))
+        target = spark_target(self.context.targets, self.base)
+        major = int(self.base.split(".")[0])
+        found = tree_arch_lists(tree, self.file)
+        if not any(lst.has_major(major) for lst in found.lists):
             raise PatchError(
-                f"no CUDA arch list in {self.file} names the SM{self.target[:2]}x family",
-                where=str(path),
+                f"no CUDA arch list in {self.file} or the files it includes names the "
+                f"SM{major}x family",
+                where=str(tree / self.file),
                 hint="this tree predates SM12x support; the series cannot add it",
             )
-        results = evaluate(tree, [lst.values for lst in lists], self.target)
-        stale = [lst for lst, res in zip(lists, results, strict=True)
-                 if not is_native(res, self.target)]
-        if not stale:
-            return EditPlan((), (f"all {len(lists)} SM12x arch lists already build {self.target}",))
-        new_text = insert(text, [ins for lst in stale for ins in insertions(lst, self.target)])
-        edited = self._verify(tree, new_text, {lst.line for lst in stale})
+        verdicts = distinct_verdicts(tree, found.lists, self.context.toolchain_cuda())
+        targets = self.context.targets
+        before = evaluate_tree(tree, found, targets, verdicts)
+        after_found, after = self._fix(tree, found, before, verdicts, target)
+        details = report(found, before, after_found, after, targets, verdicts)
+        cudas = ", ".join(v.cuda for v in verdicts)
+        if after_found is found:
+            return EditPlan((), (f"every SM{major}x arch list gives {target} code "
+                                 f"(CUDA {cudas})",), details)
+        changes = tuple(FileChange(name, found.texts[name], text)
+                        for name, text in after_found.texts.items()
+                        if text != found.texts[name])
         notes = tuple(
-            f"{self.file}:{old.line} {old.variable} \"{';'.join(old.values)}\" -> "
-            f"\"{';'.join(new.values)}\""
-            for old, new in zip(stale, edited, strict=True)
+            f"{new.where} {new.variable} \"{';'.join(old.values)}\" -> \"{';'.join(new.values)}\""
+            for old, new in zip(found.lists, after_found.lists, strict=True)
+            if old.values != new.values
         )
-        return EditPlan((FileChange(self.file, text, new_text),), notes)
+        return EditPlan(changes, notes, details)
 
-    def _verify(self, tree: Path, new_text: str, lines: set[int]) -> list[ArchList]:
-        """The edited lists, each checked to evaluate to native ``target`` now."""
-        edited = [lst for lst in self.family_lists(new_text) if lst.line in lines]
-        results = evaluate(tree, [lst.values for lst in edited], self.target)
-        for lst, result in zip(edited, results, strict=True):
-            if not is_native(result, self.target):
-                raise PatchError(
-                    f"{lst.describe()} still gives {';'.join(result) or 'nothing'} "
-                    f"for {self.target} after adding {self.target} entries",
-                    where=f"{tree / self.file}:{lst.line}",
-                    hint="the tree's cuda_archs_loose_intersection has rules this edit "
-                    "does not know; extend sparkbuild.patches.edits.arch_lists",
-                )
-        return edited
+    def _fix(self, tree: Path, found: TreeLists, evaluations: list[Evaluation],
+             verdicts: Sequence[Verdicts], target: str) -> tuple[TreeLists, list[Evaluation]]:
+        twinned: set[tuple[str, int]] = set()
+        current, current_evals = found, evaluations
+        for _ in range(MAX_ROUNDS):
+            missed = misses(current, current_evals, target, self.base)
+            if not missed:
+                return current, current_evals
+            supported = [m for m in missed if m.index >= 0 and current.lists[m.index].supported]
+            chosen = supported or [m for m in missed if m.index >= 0]
+            fresh = {m.index for m in chosen if _key(current, m.index) not in twinned}
+            if not fresh:
+                self._refuse(tree, current, missed)
+            texts = dict(current.texts)
+            for name in {current.lists[i].file for i in fresh}:
+                edits = [ins for i in sorted(fresh) if current.lists[i].file == name
+                         for ins in insertions(current.lists[i], self.base)]
+                texts[name] = insert(texts[name], edits)
+            twinned |= {_key(current, i) for i in fresh}
+            current = tree_arch_lists(tree, self.file, texts=texts)
+            current_evals = evaluate_tree(tree, current, self.context.targets, verdicts)
+        missed = misses(current, current_evals, target, self.base)
+        if missed:
+            self._refuse(tree, current, missed)
+        return current, current_evals
+
+    def _refuse(self, tree: Path, current: TreeLists, missed: list[Miss]) -> None:
+        first = missed[0]
+        if first.index < 0:
+            raise PatchError(
+                f"at CUDA {first.cuda}, {first.problem}, and the tree has no supported list "
+                "to add it to", where=str(tree / self.file),
+                hint="the tree cuts CUDA_ARCHS in a way this edit does not know",
+            )
+        arch_list = current.lists[first.index]
+        raise PatchError(
+            f"at CUDA {first.cuda}, {arch_list.describe()}: {first.problem}, even with "
+            f"{self.base} entries added",
+            where=str(tree / arch_list.where),
+            hint="the tree's cuda_archs_loose_intersection has rules this edit does not know; "
+            "extend sparkbuild.patches.edits.arch_lists",
+        )
 
 
-def from_params(params: Mapping[str, object], base: Path, origin: str) -> ArchListsEdit:
+def report(before_found: TreeLists, before: Sequence[Evaluation], after_found: TreeLists,
+           after: Sequence[Evaluation], targets: Sequence[str], verdicts: Sequence[Verdicts]
+           ) -> dict[str, Any]:
+    """``details`` of the outcome: CUDA_ARCHS and every SM12x list, before and after, per
+    CUDA version (versions that give the same are merged)."""
+    rows: dict[tuple[Any, ...], list[str]] = {}
+    for old, new in zip(before, after, strict=True):
+        key: tuple[Any, ...] = ("CUDA_ARCHS", None, None, None, None, old.cuda_archs,
+                                new.cuda_archs)
+        rows.setdefault(key, []).append(old.cuda)
+        for index, result in old.results.items():
+            old_list, new_list = before_found.lists[index], after_found.lists[index]
+            if not old_list.has_major(12):
+                continue
+            key = (old_list.variable, old_list.file, old_list.line, ";".join(old_list.values),
+                   ";".join(new_list.values), result, new.results.get(index, ()))
+            rows.setdefault(key, []).append(old.cuda)
+    lists: list[dict[str, Any]] = []
+    cuda_archs: list[dict[str, Any]] = []
+    for (variable, file, line, source, source_after, value, value_after), cudas in rows.items():
+        row: dict[str, Any] = {"cuda": cudas, "before": list(value), "after": list(value_after)}
+        if file is None:
+            cuda_archs.append(row)
+        else:
+            lists.append({"variable": variable, "file": file, "line": line, "source": source,
+                          "source_after": source_after, **row})
+    return {"targets": list(targets), "cuda_versions": [v.cuda for v in verdicts],
+            "cuda_archs": cuda_archs, "lists": lists}
+
+
+def from_params(params: Mapping[str, object], base: Path, origin: str,
+                context: EditContext) -> ArchListsEdit:
     del base  # the edit reads nothing beside its TOML file
     checked = Params(params, origin, {"file", "target"})
-    target = checked.string("target", "12.1")
-    entry = parse_entry(target)
+    spark = checked.string("target", "12.1")
+    entry = parse_entry(spark)
     if entry is None or entry.suffix or entry.text != entry.base:
-        raise RecipeError(f"target must be a plain arch like 12.1, not {target!r}", where=origin)
-    return ArchListsEdit(file=checked.string("file", "CMakeLists.txt"), target=target)
+        raise RecipeError(f"target must be a plain arch like 12.1, not {spark!r}", where=origin)
+    return ArchListsEdit(file=checked.string("file", "CMakeLists.txt"), base=spark,
+                         context=context)

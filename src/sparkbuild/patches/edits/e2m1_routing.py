@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import PatchError
-from sparkbuild.patches.edits import EditPlan, FileChange, Params
+from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
 from sparkbuild.patches.edits.inline_asm import route_conversions
 from sparkbuild.store.files import walk_files
 
@@ -103,7 +103,9 @@ class E2m1RoutingEdit:
         return EditPlan(tuple(changes), tuple(notes))
 
 
-def from_params(params: Mapping[str, object], base: Path, origin: str) -> E2m1RoutingEdit:
+def from_params(params: Mapping[str, object], base: Path, origin: str,
+                context: EditContext) -> E2m1RoutingEdit:
+    del context  # the routing does not depend on the target
     checked = Params(params, origin, {"file", "search", "header", "header_name"})
     header_name = checked.string("header_name", "e2m1.cuh")
     if "/" in header_name:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import PatchError
-from sparkbuild.patches.edits import EditPlan, FileChange, Params
+from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
 from sparkbuild.patches.edits.inline_asm import strip_comments
 from sparkbuild.patches.edits.shuffle_guard import (
     KERNEL,
@@ -199,8 +199,9 @@ class ShuffleRowsGuardEdit:
         return EditPlan(tuple(changes), tuple(notes))
 
 
-def from_params(params: Mapping[str, object], base: Path, origin: str) -> ShuffleRowsGuardEdit:
-    del base  # the edit brings no files of its own
+def from_params(params: Mapping[str, object], base: Path, origin: str,
+                context: EditContext) -> ShuffleRowsGuardEdit:
+    del base, context  # the edit brings no files of its own and fits every target
     search = Params(params, origin, {"search"}).string("search", "csrc")
     if search.startswith("/") or ".." in search.split("/"):
         raise PatchError(f"search must be a directory in the tree, not {search!r}", where=origin)
