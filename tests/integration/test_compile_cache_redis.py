@@ -49,8 +49,7 @@ spec = "{REPO_ROOT / 'examples' / 'mini-vllm'}"
 [series]
 path = "{REPO_ROOT / 'patches' / 'series'}"
 [target]
-cuda_archs = ["12.1"]
-allow_plain_sm121 = true
+cuda_archs = ["12.1a"]
 [build]
 job_memory_gib = 2.0
 [[pins]]
@@ -152,7 +151,7 @@ def test_second_machine_compiles_no_cuda_unit(team: dict[str, Path],
     assert manifest["build"]["compile_cache"]["hits"] == warm["hits"]
     assert manifest["build"]["launcher"].endswith("sccache")
     assert _built_wheel(second_home).read_bytes() == _built_wheel(first_home).read_bytes()
-    assert "sm_121" in _archs(_built_wheel(second_home), team["root"] / "so-b")
+    assert "sm_121a" in _archs(_built_wheel(second_home), team["root"] / "so-b")
     _verify(second_home)
     assert _sccache_left(team["stable"]) == []
 
@@ -172,7 +171,7 @@ def test_killing_redis_mid_build_goes_on_uncached(team: dict[str, Path],
     assert degraded["status"] == "degraded", degraded
     assert "failed during the build" in err and "goes on uncached" in err
     assert degraded["warnings"] and degraded["misses"] > 0 and degraded["hits"] == 0
-    assert "sm_121" in _archs(_built_wheel(home), team["root"] / "so-c")
+    assert "sm_121a" in _archs(_built_wheel(home), team["root"] / "so-c")
     _verify(home)
     assert _sccache_left(team["stable"]) == []
     # (No byte comparison here: a unit in flight when the server stops is compiled by plain
