@@ -292,7 +292,14 @@ def _check_launcher(tool: Tool | None) -> Check:
                  f"{tool.path}: used as CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++")
 
 
-def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) -> DoctorReport:
+def _existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
+    from sparkbuild.build.existing_torch import existing_torch_checks
+
+    return existing_torch_checks(tree, nvcc)
+
+
+def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
+               existing_torch: bool = False) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once."""
     tools: dict[str, Tool] = {}
@@ -314,7 +321,8 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) ->
         _check_tool("cmake", found["cmake"], MIN_CMAKE),
         _check_tool("ninja", found["ninja"], None),
         _check_gcc(found["gcc"], tree),
-        _check_torch(tree),
+        *(_existing_torch_checks(tree, tools.get("nvcc")) if existing_torch
+          else [_check_torch(tree)]),
         _check_disk(tree or Path.cwd()),
         _check_launcher(launcher),
         Check("memory", True, f"{_gib(available)} available of {_gib(total)}", "/proc/meminfo"),
@@ -323,4 +331,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None) ->
             r for r in plan.reasons if not r.startswith(("NVCC_THREADS", "compiler launcher")))),
         Check("NVCC_THREADS", True, str(plan.nvcc_threads), plan.reasons[2]),
     ]
+    if failure is None:
+        failure = next((ToolchainError(c.reason, where=c.name) for c in checks
+                        if c.hard and not c.ok), None)
     return DoctorReport(checks, plan, failure, tools)

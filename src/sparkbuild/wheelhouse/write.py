@@ -270,6 +270,7 @@ def write_wheelhouse(
     platform: str | None,
     toolchain: dict[str, str | None] | None = None,
     outside: Outside | None = None,
+    closure: bool = True,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -290,13 +291,16 @@ def write_wheelhouse(
             pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
             requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
             skip = {f.key for f in (*built, *pins)}
-            closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
-                                    outside, offline=offline)
-        files = sorted((*built, *pins, *closure), key=_by_file)
+            # closure=False (--no-closure): the built wheels and the pins only; the node
+            # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
+            closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
+                                          target, outside, offline=offline) if closure else []
+        files = sorted((*built, *pins, *closure_files), key=_by_file)
         result = WheelhouseResult(out, files, target, label)
         extra = _write_lock_and_index(staging, files, recipe, target)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
+        result.manifest["closure"] = "included" if closure else "left out (--no-closure)"
         write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
         swap_into_place(staging, out)
     return result
