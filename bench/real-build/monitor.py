@@ -45,7 +45,8 @@ def main() -> None:
                 peaks[pid] = (name, rss)
         worst_total = max(worst_total, sum(rss for _n, rss in current.values()))
         worst_jobs = max(worst_jobs, sum(1 for n, _r in current.values() if n == "cicc"))
-        meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        meminfo = dict(line.split(":", 1)
+                       for line in Path("/proc/meminfo").read_text().splitlines())
         available = int(meminfo["MemAvailable"].split()[0]) * 1024
         min_available = available if min_available is None else min(min_available, available)
         done = stop.exists()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -63,7 +64,7 @@ def main() -> None:
     torch.randn(1024, device="cuda").sum().item()
     result = {"device": torch.cuda.get_device_name(0), "cases": cases,
               "passed": sum(bool(c["passed"]) for c in cases), "total": len(cases)}
-    with open(sys.argv[1], "w") as out:
+    with Path(sys.argv[1]).open("w") as out:
         json.dump(result, out, indent=1)
     print(f"shuffle_rows: {result['passed']}/{result['total']} cases match the torch reference "
           f"(out-of-range source rows -> zero rows) on {result['device']}")

@@ -26,6 +26,7 @@ plan = plan_build(total_memory_bytes=256*gib, available_memory_bytes=256*gib,
 print("\n".join("doctor: " + r for r in plan.reasons), file=sys.stderr)
 print(plan.max_jobs)' 2>> $S/machine.txt)
 echo "MAX_JOBS=$JOBS targets=$TARGETS" | tee -a $S/machine.txt
+source $D/cudaroot.sh | tee -a $S/machine.txt; source $D/cudaroot.sh > /dev/null
 date +%s > $S/start
 setsid nohup python3 $D/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
 setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $D/vllm-0.20.0.bundle.tar.xz \

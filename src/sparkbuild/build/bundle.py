@@ -223,9 +223,13 @@ def write_archive(root: Path, out: Path, header: dict[str, Any]) -> _Written:
     first_of: dict[str, str] = {}
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
-        # xz -9: a 64 MiB window, so the repeats between CUTLASS copies are found.
-        with tarfile.open(partial, "w:xz", format=tarfile.PAX_FORMAT, preset=9) as tar:
-            for name, path in sorted(members_of(root).items(), key=lambda item: _order(item[0])):
+        files = members_of(root)
+        raw = sum(path.lstat().st_size for path in files.values())
+        # xz -9: a 64 MiB window, so the repeats between CUTLASS copies are found; a small
+        # bundle needs no window larger than itself (-6: 8 MiB, and far faster to set up).
+        with tarfile.open(partial, "w:xz", format=tarfile.PAX_FORMAT,
+                          preset=9 if raw > 8 << 20 else 6) as tar:
+            for name, path in sorted(files.items(), key=lambda item: _order(item[0])):
                 member = _file_info(name, path)
                 if member.issym():
                     members[name] = {"link": member.linkname}
