@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.bundle import MANIFEST, TOP
+from sparkbuild.build.bundle_archive import MANIFEST, TOP
 from sparkbuild.errors import VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.sources.index import fetch_sdist

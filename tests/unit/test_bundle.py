@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.bundle import MANIFEST, TOP, assemble
+from sparkbuild.build.bundle import assemble
+from sparkbuild.build.bundle_archive import MANIFEST, TOP
 from sparkbuild.build.bundle_read import import_bundle, unpack_bundle
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, WheelPlan, adjust_plan
 from sparkbuild.build.vendor_fetch import source_entry, wheelset_entry, write_tree_tarball

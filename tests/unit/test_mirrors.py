@@ -28,7 +28,11 @@ def test_the_longest_matching_base_wins_as_in_git() -> None:
 def test_git_config_args_reach_submodules() -> None:
     mirrors = Mirrors.parse(["https://github.com/=file:///srv/git/"])
     assert mirrors.git_config_args() == [
-        "-c", "url.file:///srv/git/.insteadOf=https://github.com/"]
+        "-c", "url.file:///srv/git/.insteadOf=https://github.com/",
+        "-c", "protocol.file.allow=always"]
+    remote = Mirrors.parse(["https://github.com/=https://git.corp/mirror/"])
+    assert remote.git_config_args() == [
+        "-c", "url.https://git.corp/mirror/.insteadOf=https://github.com/"]
     assert Mirrors().git_config_args() == []
     assert not Mirrors()
 

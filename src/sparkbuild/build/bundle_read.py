@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.bundle import MANIFEST, PLAN, TOP, VERIFIED_MARKER, members_of
+from sparkbuild.build.bundle import PLAN, VERIFIED_MARKER
+from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
 from sparkbuild.build.vendor_fetch import write_tree_tarball
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError

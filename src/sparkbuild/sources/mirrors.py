@@ -68,10 +68,17 @@ class Mirrors:
         return rule.replacement + url[len(rule.base):] if rule else url
 
     def git_config_args(self) -> list[str]:
-        """``-c url.R.insteadOf=B`` for each rule: git applies them to submodules too."""
+        """``-c url.R.insteadOf=B`` for each rule: git applies them to submodules too.
+
+        A rule that points at a local path (``file://`` or ``/``) also allows git's file
+        transport for submodules, which git refuses by default since 2.38.1: the user named
+        that mirror, so its repositories are the ones meant.
+        """
         args: list[str] = []
         for rule in self.rules:
             args += ["-c", f"url.{rule.replacement}.insteadOf={rule.base}"]
+        if any(rule.replacement.startswith(("file://", "/")) for rule in self.rules):
+            args += ["-c", "protocol.file.allow=always"]
         return args
 
     def to_list(self) -> list[str]:
