@@ -97,7 +97,8 @@ def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.doctor import run_doctor
 
     return run_doctor(
-        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib
+        tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
+        existing_torch=args.use_existing_torch,
     )
 
 
@@ -226,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", metavar="TREE", help="also check torch against this tree's pin")
     p.add_argument("--job-memory-gib", type=float, default=None, metavar="GIB",
                    help="memory budget per compile job")
+    p.add_argument("--use-existing-torch", action="store_true",
+                   help="compare the installed torch, its CUDA and nvcc with the tree's pins")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
