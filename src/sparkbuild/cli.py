@@ -58,25 +58,55 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 def _vendor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.vendor import vendor_tree
+    from sparkbuild.sources.mirrors import Mirrors
 
-    return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan)
+    return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
+                       mirrors=Mirrors.parse(args.mirror), sparse=args.sparse)
 
 
 def _wheel(args: argparse.Namespace) -> StageResult:
     from sparkbuild.pipeline import WheelOptions, build_wheel
+    from sparkbuild.store.cache import default_cache_root
 
+    bundle = Path(args.bundle) if args.bundle else None
+    cache = Path(args.cache) if args.cache else None
+    if bundle is not None and not args.recipe:
+        from sparkbuild.build.bundle_read import bundled_recipe
+
+        recipe = bundled_recipe(bundle, (cache or default_cache_root()).expanduser().resolve())
+    else:
+        recipe = _recipe(args)
     options = WheelOptions(
-        recipe=_recipe(args),
+        recipe=recipe,
         source=args.source,
-        cache=Path(args.cache) if args.cache else None,
+        cache=cache,
         out=Path(args.out),
-        offline=args.offline,
+        offline=args.offline or bundle is not None,
         jobs=args.jobs,
         platform=args.platform,
         update_lock=args.update_lock,
         compile_cache=args.compile_cache,
+        bundle=bundle,
+        use_existing_torch=args.use_existing_torch,
+        mirrors=tuple(args.mirror),
+        closure=not args.no_closure,
+        targets=tuple(t for t in (args.targets or "").split(",") if t),
     )
     return build_wheel(options)
+
+
+def _bundle(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.build.bundle import BundleOptions, make_bundle
+
+    return make_bundle(BundleOptions(
+        recipe=_recipe(args),
+        out=Path(args.out),
+        tree=Path(args.tree) if args.tree else None,
+        cache=Path(args.cache) if args.cache else None,
+        with_wheels=not args.without_wheels,
+        mirrors=tuple(args.mirror),
+        offline=args.offline,
+    ))
 
 
 def _doctor(args: argparse.Namespace) -> StageResult:
@@ -86,6 +116,7 @@ def _doctor(args: argparse.Namespace) -> StageResult:
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
         recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
+        existing_torch=args.use_existing_torch,
     )
 
 
@@ -135,6 +166,14 @@ def _selftest(args: argparse.Namespace) -> StageResult:
     return run_e2m1_selftest(gpu=args.gpu)
 
 
+def _add_mirror(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--mirror", action="append", default=[], metavar="BASE=REPLACEMENT",
+        help="fetch URLs starting with BASE from REPLACEMENT instead (git's insteadOf); "
+        "repeatable; also [vendor] mirrors in the recipe",
+    )
+
+
 def _add_common(parser: argparse.ArgumentParser, *, recipe: bool = False) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     if recipe:
@@ -178,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tree", required=True, metavar="TREE")
     p.add_argument("--cache", required=True, metavar="DIR")
     p.add_argument("--plan", action="store_true", help="list, download nothing")
+    p.add_argument("--sparse", action="store_true",
+                   help="leave out what a build never reads (docs, media, tests, examples)")
+    _add_mirror(p)
     _add_common(p)
     p.set_defaults(handler=_vendor)
 
@@ -194,8 +236,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-cache", metavar="URL", help="a compile cache shared through "
                    "sccache: redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory "
                    "(default: the recipe's [build] compile_cache)")
+    p.add_argument("--bundle", metavar="FILE",
+                   help="build from a bundle (`sparkbuild bundle`): verified, offline; its "
+                   "recipe unless --recipe")
+    p.add_argument("--use-existing-torch", action="store_true",
+                   help="build against the torch installed here (vLLM's use_existing_torch)")
+    p.add_argument("--no-closure", action="store_true",
+                   help="leave the runtime closure out of the wheelhouse")
+    p.add_argument("--targets", metavar="A,B",
+                   help="build only these extensions (e.g. _C,_moe_C); default: all")
+    _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)
+
+    p = sub.add_parser("bundle", help="one archive with all an air-gapped build host needs")
+    p.add_argument("--out", required=True, metavar="FILE", help="the bundle (.tar.xz)")
+    p.add_argument("--tree", metavar="TREE", help="an already prepared tree (default: "
+                   "prepare the recipe's source)")
+    p.add_argument("--cache", metavar="DIR", help="dependency cache (default: "
+                   "~/.cache/sparkbuild)")
+    p.add_argument("--without-wheels", action="store_true",
+                   help="leave out the build wheels (a host that has torch)")
+    p.add_argument("--offline", action="store_true", help="take everything from the cache")
+    _add_mirror(p)
+    _add_common(p, recipe=True)
+    p.set_defaults(handler=_bundle)
 
     p = sub.add_parser("doctor", help="check the toolchain and choose build parallelism")
     p.add_argument("--tree", metavar="TREE", help="also check torch against this tree's pin")
@@ -205,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "cache (sccache): redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory")
     p.add_argument("--recipe", metavar="FILE", help="also check this recipe's target (a plain "
                    "12.1 is refused unless it opts in) and take its job_memory_gib")
+    p.add_argument("--use-existing-torch", action="store_true",
+                   help="compare the installed torch, its CUDA and nvcc with the tree's pins")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 

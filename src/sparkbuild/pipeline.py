@@ -70,6 +70,16 @@ class WheelOptions:
     update_lock: bool = False
     compile_cache: str | None = None
     """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
+    bundle: Path | None = None
+    """Build from a bundle (``sparkbuild bundle``): verified, unpacked, offline."""
+    use_existing_torch: bool = False
+    """Build against the torch of the running environment (vLLM's use_existing_torch)."""
+    mirrors: tuple[str, ...] = ()
+    """``BASE=REPLACEMENT`` URL rewrites for vendoring, before the recipe's."""
+    closure: bool = True
+    """False: the wheelhouse holds the built wheels and pins, not the runtime closure."""
+    targets: tuple[str, ...] = ()
+    """Only these extensions of the tree (sparkbuild.build.ext_targets); () = all."""
 
 
 @dataclass
@@ -217,7 +227,8 @@ def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scrat
 
 def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
     recipe = options.recipe
-    report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib)
+    report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib,
+                        compile_cache=None, existing_torch=options.use_existing_torch)
     for check in report.warnings():
         warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
     if report.error is not None:
@@ -269,6 +280,20 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
+    if options.bundle is not None:
+        from sparkbuild.build.bundle_read import (
+            bundles_dir,
+            import_bundle,
+            prepared_from_bundle,
+            unpack_bundle,
+        )
+
+        cache = context.cache()
+        unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
+        imported = import_bundle(unpacked, cache)
+        if imported:
+            step(f"imported from the bundle into the cache: {', '.join(imported)}")
+        return prepared_from_bundle(unpacked, recipe)
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     spec = resolve_spec(options.source or recipe.source.spec, recipe)
@@ -280,13 +305,26 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
 
 def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
-    env = _environment(options.recipe)
+    from sparkbuild.build.vendor import adjust_plan
+    from sparkbuild.sources.mirrors import Mirrors
+
+    recipe = options.recipe
+    env = _environment(recipe)
+    settings = recipe.vendor
+
+    def adjust(plan: VendorPlan) -> VendorPlan:
+        plan = _with_extras(plan, _extra_sources(cache, recipe))
+        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
+        return dataclasses.replace(plan, wheels=()) if options.use_existing_torch else plan
+
     if options.offline:
-        plan = plan_tree(tree, env=env)
-        result = VendorResult(plan, cache.root, plan_only=True)
+        result = VendorResult(adjust(plan_tree(tree, env=env)), cache.root, plan_only=True)
     else:
-        result = vendor_tree(tree, cache.root, plan_only=False, env=env)
-    result.plan = _with_extras(result.plan, _extra_sources(cache, options.recipe))
+        mirrors = Mirrors.parse(options.mirrors).merged(
+            Mirrors.parse(settings.mirrors, where=str(recipe.path)))
+        result = vendor_tree(tree, cache.root, plan_only=False, env=env, mirrors=mirrors,
+                             wheels=not options.use_existing_torch, adjust=adjust,
+                             sparse=settings.sparse)
     return result
 
 
@@ -299,6 +337,13 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
     recipe = options.recipe
     toolchain = describe_toolchain()
     toolchain["torch"] = _build_torch(outcome)
+    if options.use_existing_torch:
+        from sparkbuild.build.existing_torch import running_torch
+
+        torch = running_torch()
+        toolchain["torch"] = torch.version if torch else None
+        toolchain["torch_cuda"] = torch.cuda if torch else None
+        toolchain["torch_from"] = f"existing: {torch.location}" if torch else None
     keep = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS", "CMAKE_GENERATOR")
     settings = {
         "archs": list(recipe.target.cuda_archs),
@@ -306,6 +351,9 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "nvcc_threads": plan.nvcc_threads,
         "launcher": plan.launcher,
         "offline": options.offline,
+        "use_existing_torch": options.use_existing_torch,
+        "targets": list(options.targets) or "all",
+        "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
     }
@@ -314,6 +362,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
         built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
+        closure=options.closure,
     )
 
 
@@ -349,8 +398,13 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         plan = _build_plan(options, tree)
         with _timed(seconds, "build"):
             deps = materialize(vendored.plan, cache, work)
-            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                      root=root if spec else None)
+            if options.use_existing_torch:
+                from sparkbuild.build.existing_torch import use_existing_torch
+
+                python = use_existing_torch(tree, work / "logs")
+            else:
+                python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                          root=root if spec else None)
             with open_shared_cache(spec, label=_label(recipe, prepared),
                                    requirements=vendored.plan.requirements,
                                    wheel_dir=deps.wheel_dir, work=work,
@@ -364,7 +418,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
                     jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
                     offline=options.offline, deps=deps,
                     recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
-                    launcher=plan.launcher,
+                    launcher=plan.launcher, targets=options.targets,
                 )
                 outcome = build_tree(request, python)
         compile_cache = shared.result if shared else None

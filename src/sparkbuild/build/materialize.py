@@ -142,6 +142,19 @@ def _materialize_source(cache: Cache, source: SourcePlan, deps: Path, out: Mater
         out.cmake_defines[source.override] = str(target)
 
 
+def _materialize_excluded(source: SourcePlan, deps: Path, out: Materialized) -> None:
+    """An empty directory where the recipe left a source out (``[vendor] exclude``)."""
+    root = deps / f"{source.name}-excluded"
+    target = root / source.override_subdir if source.override_subdir else root
+    target.mkdir(parents=True, exist_ok=True)
+    out.sources[source.name] = root
+    if source.method == "declare":
+        out.cmake_defines[f"FETCHCONTENT_SOURCE_DIR_{source.name.upper()}"] = str(root)
+    if source.override:
+        out.env[source.override] = str(target)
+        out.cmake_defines[source.override] = str(target)
+
+
 def _link_wheels(cache: Cache, plan: VendorPlan, wheel_dir: Path) -> None:
     entry = wheelset_entry(cache, plan)
     assert entry is not None, "require_complete() runs first"
@@ -186,6 +199,8 @@ def materialize(plan: VendorPlan, cache: Cache, work: Path) -> Materialized:
     deps.mkdir(parents=True, exist_ok=True)
     for source in plan.sources:
         _materialize_source(cache, source, deps, out)
+    for source in plan.excluded:
+        _materialize_excluded(source, deps, out)
     if plan.wheels:
         out.wheel_dir = work / "wheels"
         _link_wheels(cache, plan, out.wheel_dir)

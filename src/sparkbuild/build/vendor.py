@@ -19,6 +19,7 @@ Three kinds of things break an air-gapped build of vLLM, often an hour in:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -39,7 +40,9 @@ from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+
+    from sparkbuild.sources.mirrors import Mirrors
 
 
 CUDA_BUILD_FACTS: dict[str, str] = {
@@ -135,6 +138,9 @@ class VendorPlan:
     wheels: tuple[WheelPlan, ...]
     crates: tuple[CratePlan, ...]
     torch: str | None
+    excluded: tuple[SourcePlan, ...] = ()
+    """Sources the recipe leaves out (``[vendor] exclude``): the build gets an empty
+    directory in their place, and the report says so."""
 
     @property
     def crate_count(self) -> int:
@@ -163,7 +169,33 @@ class VendorPlan:
             "crates": self.crate_count,
             "cargo": [plan.to_dict() for plan in self.crates],
             "unreached": [source.to_dict() for source in self.unreached],
+            "excluded": [source.to_dict() for source in self.excluded],
         }
+
+
+def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] | None = None,
+                exclude: tuple[str, ...] = ()) -> VendorPlan:
+    """The recipe's ``[vendor]`` choices applied to a plan.
+
+    ``submodules`` narrows the submodules of a git source (like CMake's GIT_SUBMODULES);
+    ``exclude`` moves sources to :attr:`VendorPlan.excluded`.  Every name must be one
+    the plan holds: a misspelt name is an error, never a silent no-op.
+    """
+    submodules = dict(submodules or {})
+    names = {source.name for source in plan.sources}
+    unknown = sorted((set(submodules) | set(exclude)) - names)
+    if unknown:
+        raise RecipeError(
+            f"[vendor] names {', '.join(unknown)}, which the tree does not fetch",
+            hint=f"the tree fetches: {', '.join(sorted(names)) or 'nothing'}",
+        )
+    kept: list[SourcePlan] = []
+    excluded: list[SourcePlan] = []
+    for source in plan.sources:
+        if source.name in submodules:
+            source = dataclasses.replace(source, submodules=tuple(submodules[source.name]))
+        (excluded if source.name in exclude else kept).append(source)
+    return dataclasses.replace(plan, sources=tuple(kept), excluded=tuple(excluded))
 
 
 def python_tag() -> str:
@@ -408,6 +440,9 @@ class VendorResult:
         if plan.unreached:
             names = ", ".join(sorted({source.name for source in plan.unreached}))
             lines.append(f"not fetched by a CUDA build (other branches): {names}")
+        if plan.excluded:
+            names = ", ".join(source.name for source in plan.excluded)
+            lines.append(f"left out by the recipe (built against an empty directory): {names}")
         if not self.plan_only:
             lines.append(f"cache: {self.cache}")
             lines += [f"  {e.status:8} {e.kind} {e.name} {e.detail}".rstrip() for e in self.entries]
@@ -415,14 +450,30 @@ class VendorResult:
 
 
 def vendor_tree(
-    tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None
+    tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None,
+    mirrors: Mirrors | None = None, wheels: bool = True,
+    adjust: Callable[[VendorPlan], VendorPlan] | None = None, sparse: bool = False,
 ) -> VendorResult:
-    """Plan, and unless ``plan_only`` fetch every planned item into ``cache``."""
+    """Plan, and unless ``plan_only`` fetch every planned item into ``cache``.
+
+    ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
+    (a build against the torch already installed); ``adjust``: the recipe's choices;
+    ``sparse``: fetch git sources without what a build never reads (build.strip).
+    """
     plan = plan_tree(tree, env=env)
+    if adjust is not None:
+        plan = adjust(plan)
     result = VendorResult(plan, Path(cache).expanduser().resolve(), plan_only)
     if plan_only:
         return result
     from sparkbuild.build.vendor_fetch import fetch_plan
+    from sparkbuild.sources.mirrors import NO_MIRRORS
 
-    result.entries = fetch_plan(plan, result.cache)
+    patterns = None
+    if sparse:
+        from sparkbuild.build.strip import referenced_paths, sparse_patterns
+
+        patterns = sparse_patterns(referenced_paths(plan.tree))
+    result.entries = fetch_plan(plan, result.cache, mirrors=mirrors or NO_MIRRORS,
+                                wheels=wheels, sparse=patterns)
     return result

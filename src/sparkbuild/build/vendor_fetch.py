@@ -38,6 +38,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.proc import run
 from sparkbuild.sources.git import network_trouble, run_git
+from sparkbuild.sources.mirrors import NO_MIRRORS, Mirrors
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.download import fetch_to_cache
 from sparkbuild.store.hashing import sha256_file
@@ -107,8 +108,9 @@ def _store_tarball(cache: Cache, root: Path) -> str:
 # -- git ----------------------------------------------------------------------------------
 
 
-def _git(args: list[str], cwd: Path, *, check: bool = True) -> str:
-    result = run_git(args, cwd, check=False)
+def _git(args: list[str], cwd: Path, *, check: bool = True, mirrors: Mirrors = NO_MIRRORS
+         ) -> str:
+    result = run_git([*mirrors.git_config_args(), *args], cwd, check=False)
     if check and result.returncode != 0:
         raise CommandFailed(
             f"git {' '.join(args)} failed:\n{result.output.strip()[-2000:]}", where=str(cwd)
@@ -116,53 +118,72 @@ def _git(args: list[str], cwd: Path, *, check: bool = True) -> str:
     return result.output if result.returncode == 0 else ""
 
 
-def _fetch_ref(repo: Path, source: SourcePlan) -> str:
-    """Fetch ``source.ref`` (tag, branch or commit) into ``repo``; returns its commit."""
+def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) -> str:
+    """Fetch ``source.ref`` (tag, branch or commit) into ``repo``; returns its commit.
+
+    The remote is the upstream URL; ``mirrors`` rewrite it (git's insteadOf) on fetch.
+    """
     ref = source.ref or "HEAD"
-    shallow = run_git(["fetch", "-q", "--depth", "1", "origin", ref], repo, check=False)
+    origin = mirrors.rewrite(source.url)
+    through = f" (through the mirror {origin})" if origin != source.url else ""
+    shallow = run_git([*mirrors.git_config_args(), "fetch", "-q", "--depth", "1", "origin", ref],
+                      repo, check=False)
     if shallow.returncode == 0:
         return _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).strip()
     if network_trouble(shallow.output):
         raise NetworkError(
-            f"cannot reach the git remote of {source.name}", where=source.url,
-            hint="check the network; `sparkbuild vendor` needs it once, the build never",
+            f"cannot reach the git remote of {source.name}{through}", where=source.url,
+            hint="check the network or the mirror (--mirror BASE=REPLACEMENT); "
+            "`sparkbuild vendor` needs it once, the build never",
         )
     # Servers that refuse a shallow fetch of a commit: fetch everything, then resolve.
-    _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo)
+    _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo,
+         mirrors=mirrors)
     for candidate in (ref, f"origin/{ref}", f"refs/tags/{ref}"):
         commit = _git(["rev-parse", "--verify", "-q", f"{candidate}^{{commit}}"], repo,
                       check=False).strip()
         if commit:
             return commit
     raise SourceError(
-        f"{source.name}: ref {ref!r} does not exist in {source.url}",
-        where=source.where, hint="the tree pins a ref its upstream does not have",
+        f"{source.name}: ref {ref!r} does not exist in {source.url}{through}",
+        where=source.where, hint="the tree pins a ref its upstream (or mirror) does not have",
     )
 
 
-def checkout_git(source: SourcePlan, dest: Path) -> str:
+def checkout_git(source: SourcePlan, dest: Path, mirrors: Mirrors = NO_MIRRORS) -> str:
     """A working tree of ``source`` at its ref, with its submodules, in ``dest``."""
     dest.mkdir(parents=True)
     _git(["init", "-q"], dest)
     _git(["remote", "add", "origin", source.url], dest)
-    commit = _fetch_ref(dest, source)
+    commit = _fetch_ref(dest, source, mirrors)
     _git(["-c", "advice.detachedHead=false", "checkout", "-q", "--detach", commit], dest)
     if (dest / ".gitmodules").is_file() and source.submodules != ():
         paths = list(source.submodules or ())
-        _git(["submodule", "update", "--init", "--recursive", "--", *paths], dest)
+        _git(["submodule", "update", "--init", "--recursive", "--", *paths], dest,
+             mirrors=mirrors)
     return commit
 
 
-def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path) -> VendorEntry:
-    step(f"vendoring {source.name}: {source.url} @ {source.ref}")
+def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors,
+               sparse: list[str] | None) -> VendorEntry:
+    origin = mirrors.rewrite(source.url)
+    through = f" (from the mirror {origin})" if origin != source.url else ""
+    how = ", sparse" if sparse else ""
+    step(f"vendoring {source.name}: {source.url} @ {source.ref}{through}{how}")
     checkout = scratch / source.name
-    commit = checkout_git(source, checkout)
+    if sparse:
+        from sparkbuild.build.vendor_sparse import checkout_sparse
+
+        commit = checkout_sparse(source, checkout, mirrors, sparse)
+    else:
+        commit = checkout_git(source, checkout, mirrors)
     digest = _store_tarball(cache, checkout)
     shutil.rmtree(checkout, ignore_errors=True)
     cache.record("sources", source.key, {
         "kind": "git", "name": source.name, "url": source.url, "ref": source.ref,
         "commit": commit, "sha256": digest, "strip_top": False,
         "submodules": None if source.submodules is None else list(source.submodules),
+        **({"sparse": sparse} if sparse else {}),
     })
     return VendorEntry("source", source.name, "fetched", f"{source.ref} = {commit}", digest)
 
@@ -186,10 +207,12 @@ def _check_url_hash(source: SourcePlan, path: Path) -> None:
         )
 
 
-def _fetch_url(cache: Cache, source: SourcePlan) -> VendorEntry:
+def _fetch_url(cache: Cache, source: SourcePlan, mirrors: Mirrors) -> VendorEntry:
     step(f"vendoring {source.name}: {source.url}")
     last: NetworkError | None = None
-    for url in (source.url, *source.mirrors):
+    upstream = (source.url, *source.mirrors)
+    candidates = dict.fromkeys([mirrors.rewrite(url) for url in upstream] + list(upstream))
+    for url in candidates:
         try:
             path = fetch_to_cache(cache, url, source.sha256)
             break
@@ -215,14 +238,15 @@ def source_entry(cache: Cache, source: SourcePlan) -> dict[str, object] | None:
     return entry
 
 
-def fetch_source(cache: Cache, source: SourcePlan, scratch: Path) -> VendorEntry:
+def fetch_source(cache: Cache, source: SourcePlan, scratch: Path,
+                 mirrors: Mirrors = NO_MIRRORS, sparse: list[str] | None = None) -> VendorEntry:
     entry = source_entry(cache, source)
     if entry is not None:
         detail = str(entry.get("commit") or source.url)
         return VendorEntry("source", source.name, "cached", detail, str(entry["sha256"]))
     if source.kind == "git":
-        return _fetch_git(cache, source, scratch)
-    return _fetch_url(cache, source)
+        return _fetch_git(cache, source, scratch, mirrors, sparse)
+    return _fetch_url(cache, source, mirrors)
 
 
 # -- wheels -------------------------------------------------------------------------------
@@ -306,8 +330,14 @@ def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> V
 # -- all of it ----------------------------------------------------------------------------
 
 
-def fetch_plan(plan: VendorPlan, cache_root: Path) -> list[VendorEntry]:
-    """Fetch every item of ``plan`` missing from the cache; holds the cache lock."""
+def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRRORS,
+               wheels: bool = True, sparse: list[str] | None = None) -> list[VendorEntry]:
+    """Fetch every item of ``plan`` missing from the cache; holds the cache lock.
+
+    ``mirrors`` rewrite where sources come from (keys and records stay upstream's);
+    ``wheels=False`` leaves the build requirements out (a build on an existing torch);
+    ``sparse``: sparse-checkout patterns for git sources (:mod:`sparkbuild.build.vendor_sparse`).
+    """
     cache = Cache(cache_root)
     entries: list[VendorEntry] = []
     with cache.locked():
@@ -317,8 +347,9 @@ def fetch_plan(plan: VendorPlan, cache_root: Path) -> list[VendorEntry]:
         with tempfile.TemporaryDirectory(prefix="vendor-", dir=scratch_root) as scratch_dir:
             scratch = Path(scratch_dir)
             for source in plan.sources:
-                entries.append(fetch_source(cache, source, scratch))
-            entries.append(fetch_wheels(cache, plan, scratch))
+                entries.append(fetch_source(cache, source, scratch, mirrors, sparse))
+            if wheels:
+                entries.append(fetch_wheels(cache, plan, scratch))
             for crate in plan.crates:
                 entries.append(fetch_crates(cache, plan.tree, crate, scratch))
     return entries

@@ -333,6 +333,7 @@ def write_wheelhouse(
     outside: Outside | None = None,
     list_archs: ArchLister | None = None,
     read_functions: SassReader | None = None,
+    closure: bool = True,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -357,9 +358,11 @@ def write_wheelhouse(
             pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
             requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
             skip = {f.key for f in (*built, *pins)}
-            closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
-                                    outside, offline=offline)
-        files = sorted((*built, *pins, *closure), key=_by_file)
+            # closure=False (--no-closure): the built wheels and the pins only; the node
+            # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
+            closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
+                                          target, outside, offline=offline) if closure else []
+        files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
         late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
@@ -373,6 +376,7 @@ def write_wheelhouse(
             list_archs=list_archs, read_functions=read_functions)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
+        result.manifest["closure"] = "included" if closure else "left out (--no-closure)"
         write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
         _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)

@@ -1,0 +1,338 @@
+"""``sparkbuild bundle``: one archive with everything an air-gapped build host needs.
+
+A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
+``sparkbuild-bundle/``:
+
+* ``tree/``: the prepared tree, the series applied (docs and CI files left out);
+* ``sources/NAME/``: every source the build fetches, at its pinned commit or hash,
+  without what a build never reads (:mod:`sparkbuild.build.strip`; listed in the plan);
+* ``wheels/``: the build-requirement wheels, unless ``--without-wheels`` (a host that
+  builds against the torch it already has);
+* ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
+  the series;
+* ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
+  what was stripped;
+* ``manifest.json``, the last member: the sha256 and size of every other member.
+
+Identical files are stored once (tar hard links) and members are ordered by name, so the
+copies of CUTLASS that several dependencies carry cost little after compression.
+
+:func:`unpack_bundle` extracts a bundle safely and checks every member against the
+manifest before anything else happens: a missing, changed or unlisted member is a
+:class:`VerifyError` naming it.  :func:`import_bundle` then puts the sources and wheels
+into the cache under their upstream keys, so the ordinary offline build runs unchanged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild import __version__
+from sparkbuild.build.bundle_archive import TOP, write_archive
+from sparkbuild.build.strip import StripReport, referenced_paths, strip_tree
+from sparkbuild.build.vendor_fetch import (
+    source_entry,
+    wheelset_entry,
+)
+from sparkbuild.console import step
+from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
+from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.context import RunContext
+from sparkbuild.store.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sparkbuild.build.vendor import VendorPlan
+    from sparkbuild.recipe import Recipe
+
+BUNDLE_FORMAT = 1
+PLAN = "plan.json"
+VERIFIED_MARKER = ".sparkbuild-bundle-verified"
+TREE_STRIPPED = frozenset({"docs", ".github", ".buildkite"})
+"""Left out of the prepared tree (top level only): its own tests and sources stay."""
+TREE_SKIPPED = frozenset({"build", ".deps", "dist"})
+"""Build products of an earlier build of the same tree."""
+
+
+@dataclass
+class BundleResult:
+    out: Path
+    size: int
+    sha256: str
+    raw_bytes: int
+    members: int
+    deduplicated: int
+    sources: list[dict[str, Any]]
+    stripped: list[StripReport]
+    wheels: list[str]
+    excluded: list[str]
+    seconds: float
+    error: SparkbuildError | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "out": str(self.out), "size": self.size, "sha256": self.sha256,
+            "raw_bytes": self.raw_bytes, "members": self.members,
+            "deduplicated": self.deduplicated, "sources": self.sources,
+            "stripped": [report.to_dict() for report in self.stripped],
+            "wheels": self.wheels, "excluded": self.excluded,
+            "seconds": round(self.seconds, 1),
+        }
+
+    def summary(self) -> list[str]:
+        mib = 1 << 20
+        lines = [f"bundle {self.out}: {self.size / mib:.1f} MiB "
+                 f"({self.raw_bytes / mib:.1f} MiB unpacked, {self.members} members, "
+                 f"{self.deduplicated} stored once as links), sha256 {self.sha256}"]
+        lines += [f"  source {s['name']}: {s['url']} @ {s['ref']} = {s['commit']}"
+                  for s in self.sources]
+        lines.append(f"  wheels: {', '.join(self.wheels) or 'none (--without-wheels)'}")
+        if self.excluded:
+            lines.append(f"  left out by the recipe: {', '.join(self.excluded)}")
+        for report in self.stripped:
+            if report.files:
+                shown = ", ".join(report.paths[:6]) + (" ..." if len(report.paths) > 6 else "")
+                lines.append(f"  stripped from {report.name}: {report.files} files, "
+                             f"{report.bytes / mib:.1f} MiB ({shown})")
+        lines.append(f"  written in {self.seconds:.0f} s")
+        return lines
+
+
+# -- writing -------------------------------------------------------------------------------
+
+
+def _copy_tree(tree: Path, dest: Path) -> StripReport:
+    ignored = shutil.ignore_patterns("__pycache__", "*.pyc")
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = set(ignored(directory, names))
+        if Path(directory) == tree:
+            skipped |= {name for name in names if name in TREE_SKIPPED | TREE_STRIPPED}
+        return skipped
+
+    shutil.copytree(tree, dest, symlinks=True, ignore=ignore)
+    report = StripReport("tree")
+    for name in sorted(TREE_STRIPPED):
+        path = tree / name
+        if path.exists():
+            report.paths.append(name)
+            for _directory, _subdirs, files in os.walk(path):
+                report.files += len(files)
+                report.bytes += sum((Path(_directory) / f).lstat().st_size for f in files)
+    return report
+
+
+def _copy_source(cache: Cache, entry: dict[str, Any], dest: Path, scratch: Path) -> None:
+    digest = str(entry["sha256"])
+    staging = scratch / digest[:16]
+    shutil.rmtree(staging, ignore_errors=True)
+    extracted = extract_archive(cache.path_of(digest), staging, sha256=digest)
+    root = staging
+    top = extracted.top_level
+    if entry.get("strip_top") and len(top) == 1 and (staging / top[0]).is_dir():
+        root = staging / top[0]
+    root.rename(dest)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _bundled_recipe(recipe: Recipe, dest: Path) -> None:
+    """The recipe, its lock and its series, with ``[series] path`` pointing beside it."""
+    series_dir = dest / "series"
+    series_dir.mkdir(parents=True)
+    for path in sorted(recipe.series.parent.iterdir()):
+        if path.is_file():
+            shutil.copy2(path, series_dir / path.name)
+    # Files a structured edit names beside the series (``header = "../csrc/e2m1.cuh"``).
+    for patch in sorted(recipe.series.parent.glob("*.toml")):
+        for value in re.findall(r'=\s*"(\.\./[^"]+)"', patch.read_text(encoding="utf-8")):
+            source = (recipe.series.parent / value).resolve()
+            if source.is_file():
+                target = series_dir / value
+                target.resolve().parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target.resolve())
+    text = recipe.path.read_text(encoding="utf-8")
+    table = None
+    lines = []
+    for line in text.splitlines():
+        header = re.match(r"\s*\[\s*([A-Za-z0-9_.-]+)\s*\]", line)
+        if header:
+            table = header.group(1)
+        elif table == "series" and re.match(r"\s*path\s*=", line):
+            line = f'path = "series/{recipe.series.name}"'
+        lines.append(line)
+    (dest / recipe.path.name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if recipe.lock_path.is_file():
+        shutil.copy2(recipe.lock_path, dest / recipe.lock_path.name)
+
+
+@contextlib.contextmanager
+def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
+    scratch = cache.root / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=scratch) as directory:
+        yield Path(directory)
+
+
+def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: VendorPlan,
+             cache: Cache, out: Path, with_wheels: bool) -> BundleResult:
+    """Copy the tree, sources, wheels and recipe into a staging area, then archive it."""
+    started = time.monotonic()
+    out = out.absolute()
+    if out.exists() and not out.is_file():
+        raise DestinationError("--out exists and is not a file", where=str(out))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    keep = referenced_paths(tree)
+    with staging_area(cache, "bundle-") as staging:
+        root = staging / TOP
+        step(f"copying the prepared tree {tree}")
+        stripped = [_copy_tree(tree, root / "tree")]
+        sources = []
+        for source in plan.sources:
+            entry = source_entry(cache, source)
+            assert entry is not None, "require_complete() runs first"
+            step(f"adding {source.name} ({source.url} @ {source.ref})")
+            dest = root / "sources" / source.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            _copy_source(cache, entry, dest, staging)
+            stripped.append(strip_tree(dest, f"source {source.name}", keep))
+            sources.append({
+                "name": source.name, "key": source.key, "kind": source.kind,
+                "url": source.url, "ref": source.ref if source.kind == "git" else source.url_hash,
+                "commit": entry.get("commit"), "submodules": entry.get("submodules"),
+                "sparse": entry.get("sparse"), "cache_sha256": entry["sha256"],
+                "dir": f"sources/{source.name}",
+            })
+        wheels: dict[str, str] = {}
+        if with_wheels and plan.wheels:
+            entry = wheelset_entry(cache, plan)
+            assert entry is not None, "require_complete() runs first"
+            files = entry["files"]
+            assert isinstance(files, dict)
+            (root / "wheels").mkdir(parents=True)
+            for filename, digest in sorted(files.items()):
+                shutil.copyfile(cache.path_of(str(digest)), root / "wheels" / filename)
+                wheels[filename] = str(digest)
+        _bundled_recipe(recipe, root / "recipe")
+        plan_json = {
+            "format": BUNDLE_FORMAT, "recipe": recipe.name, "recipe_file": recipe.path.name,
+            "prepared": prepared, "plan": plan.to_dict(), "sources": sources,
+            "wheelset": {"key": plan.wheelset_key, "requirements": plan.requirements,
+                         "files": wheels} if wheels else None,
+            "without_wheels": not wheels,
+            "stripped": [report.to_dict() for report in stripped],
+        }
+        (root / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n", encoding="utf-8")
+        step(f"compressing into {out} (xz)")
+        header = {"format": BUNDLE_FORMAT, "sparkbuild": __version__, "recipe": recipe.name,
+                  "compression": "xz", "created": int(time.time())}
+        written = write_archive(root, out, header)
+    return BundleResult(
+        out, out.stat().st_size, sha256_file(out), written.raw_bytes, written.members,
+        written.links, sources, stripped, sorted(wheels),
+        [source.name for source in plan.excluded], time.monotonic() - started,
+    )
+
+
+# -- the stage -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    recipe: Recipe
+    out: Path
+    tree: Path | None = None
+    """An already prepared tree; None: prepare the recipe's source."""
+    cache: Path | None = None
+    with_wheels: bool = True
+    mirrors: tuple[str, ...] = ()
+    """``BASE=REPLACEMENT`` rules, before the recipe's ``[vendor] mirrors``."""
+    offline: bool = False
+    """Take everything from the cache; fetch nothing."""
+
+
+def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str, Any]]:
+    from sparkbuild.patches.engine import series_status
+    from sparkbuild.patches.prepare import prepare_tree
+
+    recipe = options.recipe
+    if options.tree is not None:
+        tree = options.tree.resolve()
+        report = series_status(tree, recipe)
+        missing = [p for p in report.patches if p.status not in ("applied", "already-applied")]
+        if missing:
+            raise VerifyError(
+                f"{tree} does not carry the series: "
+                + ", ".join(f"{p.name} is {p.status}" for p in missing),
+                where=str(tree),
+                hint=f"prepare it first: `sparkbuild prepare --recipe {recipe.path} --dest DIR`")
+        return tree, report.to_dict()
+    tree = cache.root / "work" / recipe.name / "bundle-tree"
+    shutil.rmtree(tree, ignore_errors=True)
+    spec = recipe.source.spec
+    if not spec.startswith(("git+", "pypi:")) and "://" not in spec:
+        location, sep, fragment = spec.partition("#")
+        if not Path(location).expanduser().is_absolute():
+            spec = str((recipe.path.parent / location).resolve()) + sep + fragment
+    context = RunContext.create(cache.root, offline=options.offline, recipe=recipe)
+    prepared = prepare_tree(spec, tree, recipe, context=context)
+    if prepared.error is not None:
+        raise prepared.error
+    return prepared.tree, prepared.to_dict()
+
+
+def _missed_sources(cache: Cache, recipe: Recipe) -> list[Any]:
+    """Sources an earlier online build recorded that the reader had missed."""
+    import dataclasses
+
+    from sparkbuild.build.vendor import SourcePlan
+
+    entry = cache.lookup("missed-sources", recipe.name) or {}
+    names = {f.name for f in dataclasses.fields(SourcePlan)}
+    found = []
+    for item in entry.get("sources", []):
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                                  for k, v in item.items() if k in names}
+        found.append(SourcePlan(**values))
+    return found
+
+
+def make_bundle(options: BundleOptions) -> BundleResult:
+    """The whole ``bundle`` command; see the module docstring."""
+    import dataclasses
+
+    from sparkbuild.build.materialize import require_complete
+    from sparkbuild.build.vendor import adjust_plan, vendor_tree
+    from sparkbuild.sources.mirrors import Mirrors
+
+    recipe = options.recipe
+    cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
+    tree, prepared = _prepared_tree(options, cache)
+    settings = recipe.vendor
+    mirrors = Mirrors.parse(options.mirrors).merged(
+        Mirrors.parse(settings.mirrors, where=str(recipe.path)))
+
+    def adjust(plan: VendorPlan) -> VendorPlan:
+        planned = {source.name for source in plan.sources}
+        extra = tuple(s for s in _missed_sources(cache, recipe) if s.name not in planned)
+        plan = dataclasses.replace(plan, sources=plan.sources + extra)
+        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
+        return plan if options.with_wheels else dataclasses.replace(plan, wheels=())
+
+    env = {**os.environ, **recipe.build.env}
+    vendored = vendor_tree(tree, cache.root, plan_only=options.offline, env=env,
+                           mirrors=mirrors, wheels=options.with_wheels, adjust=adjust,
+                           sparse=settings.sparse)
+    require_complete(vendored.plan, cache)
+    return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
+                    cache=cache, out=options.out, with_wheels=options.with_wheels)

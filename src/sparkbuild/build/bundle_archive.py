@@ -1,0 +1,116 @@
+"""The bundle's archive format: a deterministic ``.tar.xz`` with its manifest last.
+
+Every file under the staging root becomes a member ``sparkbuild-bundle/PATH`` with zero
+timestamps and owners; identical files are stored once (later copies as tar hard links);
+members are ordered by suffix and name so that the copies of one header that several
+dependencies carry sit side by side, where xz finds them.  The manifest maps every member
+to its sha256 and size (or, for a symbolic link, its target).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.store.hashing import sha256_file
+
+TOP = "sparkbuild-bundle"
+MANIFEST = "manifest.json"
+
+
+def _file_info(name: str, path: Path) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(f"{TOP}/{name}")
+    member.mtime = 0
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    if path.is_symlink():
+        member.type = tarfile.SYMTYPE
+        member.linkname = str(path.readlink())
+        member.mode = 0o777
+    else:
+        member.size = path.stat().st_size
+        member.mode = 0o755 if path.stat().st_mode & 0o111 else 0o644
+    return member
+
+
+def members_of(root: Path) -> dict[str, Path]:
+    """Every file and link under ``root``, by POSIX path relative to it."""
+    found = {}
+    for directory, _subdirs, files in os.walk(root):
+        for name in files:
+            path = Path(directory) / name
+            found[path.relative_to(root).as_posix()] = path
+    return found
+
+
+def _order(name: str) -> tuple[str, str, str]:
+    """Same-named files side by side (the CUTLASS copies), so xz finds the repeats."""
+    base = name.rsplit("/", 1)[-1]
+    return (Path(base).suffix, base, name)
+
+
+@dataclass
+class _Written:
+    members: int = 0
+    raw_bytes: int = 0
+    links: int = 0
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+def write_archive(root: Path, out: Path, header: dict[str, Any]) -> _Written:
+    """Write ``root`` as a bundle at ``out`` (atomically); the manifest goes last."""
+    written = _Written()
+    members: dict[str, dict[str, Any]] = {}
+    first_of: dict[str, str] = {}
+    partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
+    try:
+        files = members_of(root)
+        raw = sum(path.lstat().st_size for path in files.values())
+        # xz -9: a 64 MiB window, so the repeats between CUTLASS copies are found; a small
+        # bundle needs no window larger than itself (-6: 8 MiB, and far faster to set up).
+        with tarfile.open(partial, "w:xz", format=tarfile.PAX_FORMAT,
+                          preset=9 if raw > 8 << 20 else 6) as tar:
+            for name, path in sorted(files.items(), key=lambda item: _order(item[0])):
+                member = _file_info(name, path)
+                if member.issym():
+                    members[name] = {"link": member.linkname}
+                    tar.addfile(member)
+                    continue
+                digest = sha256_file(path)
+                members[name] = {"sha256": digest, "size": member.size}
+                written.raw_bytes += member.size
+                if digest in first_of:
+                    member.type, member.linkname, member.size = (
+                        tarfile.LNKTYPE, f"{TOP}/{first_of[digest]}", 0)
+                    tar.addfile(member)
+                    written.links += 1
+                    continue
+                first_of[digest] = name
+                with path.open("rb") as data:
+                    tar.addfile(member, data)
+            written.members = len(members)
+            written.manifest = {**header, "members": dict(sorted(members.items()))}
+            payload = json.dumps(written.manifest, indent=1, sort_keys=True).encode()
+            info_ = tarfile.TarInfo(f"{TOP}/{MANIFEST}")
+            info_.size, info_.mode, info_.mtime = len(payload), 0o644, 0
+            tar.addfile(info_, _BytesReader(payload))
+        partial.replace(out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+    return written
+
+
+class _BytesReader:
+    def __init__(self, data: bytes) -> None:
+        self._data, self._offset = data, 0
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self._data) if size < 0 else self._offset + size
+        chunk, self._offset = self._data[self._offset:end], min(end, len(self._data))
+        return chunk

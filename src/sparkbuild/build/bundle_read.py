@@ -1,0 +1,196 @@
+"""Reading a bundle on the build host: verify every member, then feed the offline build.
+
+:func:`unpack_bundle` extracts a bundle (written by :mod:`sparkbuild.build.bundle`) safely
+and checks every member against its manifest before anything else happens: a missing,
+changed or unlisted member is a :class:`VerifyError` that names it, and nothing is built.
+The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
+second run with the same bundle (a build resumed after an interruption) reuses it and its
+build directory.  :func:`import_bundle` puts the sources and wheels into the cache under
+their upstream keys; :func:`prepared_from_bundle` gives the prepare result the wheelhouse
+manifest needs, after checking that the tree still carries the series.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import lzma
+import os
+import shutil
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.build.bundle import PLAN, VERIFIED_MARKER
+from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
+from sparkbuild.build.vendor_fetch import write_tree_tarball
+from sparkbuild.console import info, step
+from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from sparkbuild.patches.prepare import PrepareResult
+    from sparkbuild.recipe import Recipe
+    from sparkbuild.store.cache import Cache
+
+IN_PLACE = ("applied", "already-applied")
+
+
+@dataclass(frozen=True)
+class UnpackedBundle:
+    root: Path
+    sha256: str
+    manifest: dict[str, Any]
+    plan: dict[str, Any]
+
+    @property
+    def tree(self) -> Path:
+        return self.root / "tree"
+
+    @property
+    def recipe_path(self) -> Path:
+        return self.root / "recipe" / str(self.plan["recipe_file"])
+
+
+def _problems(root: Path, manifest: dict[str, Any]) -> list[str]:
+    expected: dict[str, dict[str, Any]] = manifest.get("members", {})
+    present = set(members_of(root)) - {MANIFEST}
+    problems = []
+    for name, meta in sorted(expected.items()):
+        path = root / name
+        if name not in present:
+            problems.append(f"{name}: missing")
+        elif "link" in meta:
+            if not path.is_symlink() or str(path.readlink()) != meta["link"]:
+                problems.append(f"{name}: not the link the manifest names")
+        elif path.stat().st_size != meta.get("size") or sha256_file(path) != meta.get("sha256"):
+            problems.append(f"{name}: changed (its sha256 differs from the manifest's)")
+    problems += [f"{name}: not in the manifest" for name in sorted(present - set(expected))]
+    return problems
+
+
+def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
+    """Extract and verify ``bundle`` under ``into`` (reused when the same bundle was)."""
+    bundle = Path(bundle)
+    if not bundle.is_file():
+        raise VerifyError("the bundle does not exist", where=str(bundle),
+                          hint="pass the file `sparkbuild bundle --out FILE` wrote")
+    digest = sha256_file(bundle)
+    dest = into / f"bundle-{digest[:16]}"
+    marker = dest / VERIFIED_MARKER
+    if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest):
+        step(f"verifying the bundle {bundle}")
+        staging = into / f".bundle-{digest[:16]}.partial-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            extract_archive(bundle, staging)
+        except (SparkbuildError, lzma.LZMAError, tarfile.TarError, EOFError) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            what = exc.what if isinstance(exc, SparkbuildError) else str(exc)
+            raise VerifyError(f"the bundle cannot be read: {what}", where=str(bundle),
+                              hint="copy it again; its sha256 is printed by `bundle`") from exc
+        root = staging / TOP
+        try:
+            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise VerifyError(f"the bundle has no readable {MANIFEST}", where=str(bundle),
+                              hint="it was not written by `sparkbuild bundle`") from exc
+        problems = _problems(root, manifest)
+        if problems:
+            shutil.rmtree(staging, ignore_errors=True)
+            shown = "\n  ".join(problems[:12]) + (
+                f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else "")
+            raise VerifyError(
+                f"{len(problems)} bundle member(s) do not match its manifest:\n  {shown}",
+                where=str(bundle),
+                hint="the bundle was changed or damaged after it was written; nothing was "
+                "built; copy it again or write a new one with `sparkbuild bundle`")
+        shutil.rmtree(dest, ignore_errors=True)
+        staging.rename(dest)
+        marker = dest / VERIFIED_MARKER
+        marker.write_text(digest + "\n", encoding="utf-8")
+        info(f"bundle verified: {len(manifest['members'])} members match the manifest")
+    root = dest / TOP
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    plan = json.loads((root / PLAN).read_text(encoding="utf-8"))
+    return UnpackedBundle(root, digest, manifest, plan)
+
+
+def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
+    """Put the bundle's sources and wheels into ``cache`` under their upstream keys."""
+    imported = []
+    with cache.locked():
+        for source in unpacked.plan["sources"]:
+            present = cache.lookup("sources", source["key"])
+            if present and cache.has(str(present.get("sha256", "0" * 64))):
+                continue
+            partial = cache.new_partial_path()
+            try:
+                write_tree_tarball(unpacked.root / source["dir"], partial)
+                digest = cache.adopt_file(partial, sha256=sha256_file(partial))
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    partial.unlink()
+            cache.record("sources", source["key"], {
+                "kind": source["kind"], "name": source["name"], "url": source["url"],
+                "ref": source["ref"], "commit": source["commit"], "sha256": digest,
+                "strip_top": False, "submodules": source["submodules"],
+                "from_bundle": unpacked.sha256,
+            })
+            imported.append(source["name"])
+        wheelset = unpacked.plan.get("wheelset")
+        if wheelset:
+            files = {name: cache.put_file(unpacked.root / "wheels" / name, sha256=digest)
+                     for name, digest in wheelset["files"].items()}
+            cache.record("wheelsets", wheelset["key"], {
+                "requirements": wheelset["requirements"], "files": files,
+                "from_bundle": unpacked.sha256,
+            })
+            imported.append(f"{len(files)} wheels")
+    return imported
+
+
+def prepared_from_bundle(unpacked: UnpackedBundle, recipe: Recipe) -> PrepareResult:
+    """The prepare result recorded in the bundle, for the unpacked tree.
+
+    The tree is checked against the bundled series first: each patch must still be in
+    place (a tree edited after bundling, or a series that does not match, is refused).
+    """
+    from sparkbuild.patches.engine import series_status
+    from sparkbuild.patches.prepare import PrepareResult
+    from sparkbuild.patches.report import PatchOutcome, SeriesReport
+    from sparkbuild.sources.fetch import SourceResult
+
+    status = series_status(unpacked.tree, recipe)
+    missing = [p for p in status.patches if p.status not in IN_PLACE]
+    if missing:
+        raise VerifyError(
+            "the bundled tree does not carry the series: " + ", ".join(
+                f"{p.name} is {p.status}" for p in missing),
+            where=str(unpacked.tree), hint="write the bundle again from a prepared tree")
+    recorded = unpacked.plan["prepared"]
+    fields = ("kind", "spec", "url", "ref", "commit", "sha256")
+    source_dict = recorded.get("source", {})
+    source = SourceResult(**{key: source_dict.get(key) for key in fields},
+                          tree=unpacked.tree,
+                          kept_changes=tuple(source_dict.get("kept_changes", ())))
+    outcomes = [PatchOutcome(p["name"], p["status"], p["detail"], p["sha256"])
+                for p in recorded.get("patches", [])] or status.patches
+    uses = [(Path(u["file"]), int(u["line"])) for u in recorded.get("raw_instruction_uses", [])]
+    series = SeriesReport(unpacked.tree, outcomes, uses, source=source.to_dict())
+    return PrepareResult(unpacked.tree, source, series, 0.0)
+
+
+def bundles_dir(cache_root: Path) -> Path:
+    """Where verified bundles are unpacked: beside the work directories of the recipes."""
+    return cache_root / "work" / "bundles"
+
+
+def bundled_recipe(bundle: Path, cache_root: Path) -> Recipe:
+    """The recipe a bundle carries (the bundle is verified and unpacked first)."""
+    from sparkbuild.recipe import load_recipe
+
+    return load_recipe(unpack_bundle(bundle, bundles_dir(cache_root)).recipe_path)
