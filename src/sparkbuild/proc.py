@@ -185,12 +185,14 @@ def run(
             reader = threading.Thread(
                 target=_pump, args=(child.stdout, log_file, lines, progress, failure), daemon=True
             )
-            reader.start()
             # A timer stops the group at the deadline, so that waiting is one blocking call
             # (Popen.wait(timeout=...) polls with sleeps, which adds up over many short runs).
             timed_out = threading.Event()
-            timer = _deadline(group, timeout, timed_out)
-            try:
+            timer: threading.Timer | None = None
+            try:  # from here on a Ctrl-C stops the group, wherever it lands
+                with _stop_signals_blocked():  # the helper threads never take Ctrl-C
+                    reader.start()
+                    timer = _deadline(group, timeout, timed_out)
                 if stdin_data is not None:
                     assert child.stdin is not None
                     with contextlib.suppress(BrokenPipeError):
@@ -201,7 +203,10 @@ def run(
                     group.send(signal.SIGKILL)
             except BaseException:  # Ctrl-C: pass it on to the group, let the reader drain
                 group.stop(signal.SIGINT)
-                reader.join(timeout=GRACE_SECONDS)
+                if reader.is_alive():
+                    reader.join(timeout=GRACE_SECONDS)
+                if reader.is_alive():  # a process that left the group holds the pipe: closing
+                    child.stdout = None  # it under the reader would wait for that process
                 raise
             finally:
                 if timer is not None:
@@ -218,6 +223,27 @@ def run(
     if check and returncode != 0:
         raise _failed(argv, lines, log, f"exited with status {returncode}")
     return result
+
+
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """Threads started inside inherit a mask that blocks Ctrl-C and SIGTERM.
+
+    The kernel hands a process-directed signal to any thread that does not block it.  Had
+    the reader thread (blocked in ``read``) taken a Ctrl-C, Python would run the handler in
+    the main thread only when that thread next runs bytecode, but it sits in ``waitid`` for
+    the child, which the signal did not interrupt: the run would go on until the child
+    exits.  With the helpers blocking the signals, the main thread takes them.  A signal
+    that arrives while the mask is up waits and is taken when it is lowered.
+    """
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _deadline(
