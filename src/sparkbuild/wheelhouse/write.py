@@ -18,17 +18,20 @@ import contextlib
 import html
 import json
 import os
+import platform as py_platform
 import shutil
+import sysconfig
 import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.tags import platform_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError
+from sparkbuild.errors import DestinationError, DiskFullError, SparkbuildError, UsageError
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import DISK_FULL, write_text_atomic, writer_gone
 from sparkbuild.store.hashing import sha256_file
@@ -39,7 +42,14 @@ from sparkbuild.wheelhouse.closure import (
     fetch_closure,
     fetch_pin,
 )
-from sparkbuild.wheelhouse.lock import LOCK_NAME, ClosureTarget, LockedRequirement, render_lock
+from sparkbuild.wheelhouse.lock import (
+    LOCK_NAME,
+    ClosureTarget,
+    LockedRequirement,
+    parse_platform,
+    pip_platforms,
+    render_lock,
+)
 from sparkbuild.wheelhouse.verify import MANIFEST_NAME
 from sparkbuild.wheelhouse.wheel_rewrite import (
     local_label,
@@ -68,6 +78,8 @@ class WheelhouseResult:
     target: ClosureTarget
     label: str
     manifest: dict[str, Any] = field(default_factory=dict)
+    note: str | None = None
+    """Says when the target platform is not the machine that built the wheelhouse."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheelhouse": str(self.out), "local_label": self.label,
@@ -80,6 +92,8 @@ class WheelhouseResult:
                  f"{counts['pin']} pinned, {counts['closure']} dependencies"]
         lines += [f"  {f.role:<7} {f.file}  sha256:{f.sha256}" for f in self.files
                   if f.role != "closure"]
+        if self.note:
+            lines.append(f"  {self.note}")
         lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
         return lines
 
@@ -246,15 +260,50 @@ def staging_dir(out: Path) -> Iterator[Path]:
 # -- the stage -------------------------------------------------------------------------
 
 
-def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> None:
+def accepted_platforms(platform: str) -> set[str]:
+    """The wheel platform tags a ``platform`` machine installs (``any`` included).
+
+    A manylinux target also takes ``linux_<arch>``, the tag of a wheel built locally; a
+    platform sparkbuild cannot expand (not manylinux) accepts only itself.
+    """
+    try:
+        tags = pip_platforms(platform)
+    except UsageError:
+        return {"any", platform}
+    return {"any", *tags, f"linux_{parse_platform(platform)[1]}"}
+
+
+def fits_platform(filename: str, platform: str) -> bool:
+    """True when wheel ``filename`` has a tag that a ``platform`` machine installs."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    accepted = accepted_platforms(platform)
+    return any(tag.platform in accepted for tag in tags)
+
+
+def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> list[str]:
     """A built wheel for another machine than the closure's cannot install beside it."""
     if not target.platform:
-        return
-    arch = target.platform.rsplit("_", 1)[-1]
-    for item in files:
-        platform_tag = item.file.removesuffix(".whl").rsplit("-", 1)[-1]
-        if platform_tag != "any" and not platform_tag.endswith(arch):
-            warn(f"{item.file} is built for {platform_tag}, the closure for {target.platform}")
+        return []
+    foreign = [item.file for item in files if not fits_platform(item.file, target.platform)]
+    for file in foreign:
+        built_for = ".".join(sorted({t.platform for t in parse_wheel_filename(file)[3]}))
+        warn(f"{file} is built for {built_for}, the closure for {target.platform}")
+    return foreign
+
+
+def host_note(target: ClosureTarget, foreign: Sequence[str]) -> str | None:
+    """One line when the target platform (the recipe's) is not this machine's, else None."""
+    if not target.platform or target.platform in set(platform_tags()):
+        return None
+    host = f"this machine ({py_platform.machine() or sysconfig.get_platform()})"
+    if foreign:
+        return (f"note: the target is {target.platform}, not {host}: the built "
+                f"{', '.join(foreign)} will not install there; build on the target's platform")
+    return (f"note: the target is {target.platform}, not {host}: install this wheelhouse "
+            "on the target, not here")
 
 
 def write_wheelhouse(
@@ -285,7 +334,7 @@ def write_wheelhouse(
         step(f"writing the wheelhouse {out} (label +{label})")
         built = [_built_file(wheel, staging, label, epoch, recipe.pins)
                  for wheel in built_wheels]
-        _warn_foreign(built, target)
+        foreign = _warn_foreign(built, target)
         with cache.locked():
             pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
             requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
@@ -293,7 +342,7 @@ def write_wheelhouse(
             closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
                                     outside, offline=offline)
         files = sorted((*built, *pins, *closure), key=_by_file)
-        result = WheelhouseResult(out, files, target, label)
+        result = WheelhouseResult(out, files, target, label, note=host_note(target, foreign))
         extra = _write_lock_and_index(staging, files, recipe, target)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
