@@ -11,7 +11,6 @@ overrides (the only way to redirect vLLM's full-signature FetchContent_Populate 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -194,9 +193,3 @@ def materialize(plan: VendorPlan, cache: Cache, work: Path) -> Materialized:
         out.env["CARGO_HOME"] = str(out.cargo_home)
     out.env["CARGO_NET_OFFLINE"] = "true"
     return out
-
-
-def remove_unpacked(work: Path) -> None:
-    """Forget unpacked copies (they are rebuilt from the cache on the next build)."""
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(work / "deps")

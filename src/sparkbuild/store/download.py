@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import http.client
 import os
-import secrets
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -26,7 +25,7 @@ from sparkbuild.errors import (
     NetworkError,
     VerifyError,
 )
-from sparkbuild.store.files import DISK_FULL, discarded, replacing
+from sparkbuild.store.files import DISK_FULL, discarded
 from sparkbuild.store.hashing import CHUNK
 from sparkbuild.store.lock import seconds_from_env
 
@@ -96,26 +95,6 @@ def _stream_to(response: IO[bytes], out: IO[bytes], url: str, label: str) -> str
             hint="run again; " + OFFLINE_HINT,
         )
     return digest.hexdigest()
-
-
-def _partial_beside(dest: Path) -> Path:
-    return dest.with_name(f".partial-{os.getpid()}-{secrets.token_hex(6)}-{dest.name}")
-
-
-def download(
-    url: str, dest: Path, *, sha256: str | None = None, description: str | None = None
-) -> Path:
-    """Fetch ``url`` to ``dest`` atomically; with ``sha256`` the bytes must match it."""
-    dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    label = description or f"downloading {dest.name}"
-    with replacing(dest, _partial_beside(dest)) as partial:
-        with open_url(url) as response, _disk_full_guard(dest.parent), partial.open("wb") as out:
-            actual = _stream_to(response, out, url, label)
-            out.flush()
-            os.fsync(out.fileno())
-        check_sha256(url, sha256, actual)
-    return dest
 
 
 def check_sha256(url: str, expected: str | None, actual: str) -> None:
