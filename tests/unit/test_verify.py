@@ -136,3 +136,15 @@ def test_cli_json_reports_and_exits_with_verify_code(
 def test_arch_spellings() -> None:
     assert arch_digits("12.1") == arch_digits("sm_121") == arch_digits("sm_121a") == "121"
     assert arch_digits("sm_120f") == "120"
+
+
+def test_missing_directory_is_named_as_missing_not_as_a_killed_run(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError) as caught:
+        verify_wheelhouse(tmp_path / "absent")
+    error = caught.value
+    assert error.what == "the wheelhouse directory does not exist"
+    assert error.where == str(tmp_path / "absent")
+    assert "killed" not in f"{error.what} {error.hint}"
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(VerifyError, match="is not a directory"):
+        verify_wheelhouse(tmp_path / "file")
