@@ -73,8 +73,9 @@ def require_complete(plan: VendorPlan, cache: Cache) -> None:
             f"the cache lacks {len(missing)} thing(s) the offline build needs:\n  "
             + "\n  ".join(item.line() for item in missing),
             where=str(cache.root),
-            hint="run the same command once without --offline (or `sparkbuild vendor "
-            "--tree TREE --cache DIR`) where the network is reachable",
+            hint="run the same command once without --offline where the network is "
+            "reachable (or `sparkbuild vendor --tree TREE --cache DIR` on a tree made by "
+            "`sparkbuild prepare --dest TREE`)",
         )
 
 

@@ -134,7 +134,7 @@ def _fetch_ref(repo: Path, source: SourcePlan) -> str:
     if _NETWORK_TROUBLE.search(shallow.output):
         raise NetworkError(
             f"cannot reach the git remote of {source.name}", where=source.url,
-            hint="check the network; `sparkbuild vendor` needs it once, the build never",
+            hint="check the network; filling the cache needs it once, the build never",
         )
     # Servers that refuse a shallow fetch of a commit: fetch everything, then resolve.
     _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo)

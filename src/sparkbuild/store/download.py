@@ -25,6 +25,7 @@ from sparkbuild.errors import (
     NetworkError,
     VerifyError,
 )
+from sparkbuild.store.cache import FILL_HINT
 from sparkbuild.store.files import DISK_FULL, discarded
 from sparkbuild.store.hashing import CHUNK
 from sparkbuild.store.lock import seconds_from_env
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
 
 OFFLINE_HINT = (
-    "check the network (or the index URL); to build without a network, fill the cache "
-    "once online (`sparkbuild vendor`) and run with --offline"
+    f"check the network (or the index URL); to build without a network, {FILL_HINT}, "
+    "then run with --offline"
 )
 USER_AGENT = f"sparkbuild/{__version__}"
 
@@ -138,7 +139,7 @@ def fetch_to_cache(cache: Cache, url: str, sha256: str | None, *, offline: bool 
             raise CacheMissError(
                 f"not in the cache and --offline forbids downloading: {url}",
                 where=str(cache.root),
-                hint="run once online (`sparkbuild vendor`) to fill the cache",
+                hint=FILL_HINT,
             )
         return _download_into(cache, url, known)
 
