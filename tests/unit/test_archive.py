@@ -11,6 +11,7 @@ import random
 import stat
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def _info(name: str, kind: bytes = tarfile.REGTYPE, **attrs: object) -> tarfile.
 
 
 def make_tar(
-    members: list[tuple[tarfile.TarInfo, bytes | None]],
+    members: Sequence[tuple[tarfile.TarInfo, bytes | None]],
     *,
     mode: str = "w:gz",
     fmt: int = tarfile.PAX_FORMAT,
@@ -146,7 +147,7 @@ def test_later_member_of_the_same_name_wins(tmp_path: Path) -> None:
     assert (tmp_path / "out/p/a.txt").read_bytes() == b"second"
 
 
-HOSTILE = {
+HOSTILE: dict[str, tuple[list[tuple[tarfile.TarInfo, bytes | None]], str]] = {
     "dotdot": ([(_info("p/../../evil"), b"x")], "escapes the destination"),
     "absolute": ([(_info("/tmp/evil-abs"), b"x")], "absolute path"),
     "symlink-out": (
