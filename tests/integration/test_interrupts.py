@@ -120,6 +120,16 @@ time.sleep(30)
 """
 
 
+def default_sigint() -> None:
+    """Run in each child before it starts: SIGINT back to its default action.
+
+    A CI runner may start jobs with SIGINT ignored; an ignored signal stays ignored across
+    exec, and a Python started that way never turns SIGINT into KeyboardInterrupt, so the
+    SIGINT below would test nothing.  (``restore_signals`` covers SIGPIPE and SIGXFSZ only.)
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(script: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
@@ -127,6 +137,7 @@ def spawn(script: str, *args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SPARKBUILD_QUIET": ""},
+        preexec_fn=default_sigint,
     )
 
 
@@ -258,6 +269,7 @@ def spawn_cli(*args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SPARKBUILD_QUIET": ""},
+        preexec_fn=default_sigint,
     )
 
 
@@ -533,3 +545,27 @@ def test_prepare_after_sigkill_sweeps_and_says_so(tmp_path: Path) -> None:
     assert workspaces(dest) == [], "the next run must remove what the killed run left"
     said = again.stderr.lower()
     assert "interrupted" in said and ("clean" in said or "resum" in said), again.stderr
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("test", [
+    "test_patch_apply_sigint_leaves_tree_untouched[first]",
+    "test_download_killed_midway[early-SIGINT]",
+])
+def test_sigint_tests_hold_when_started_with_sigint_ignored(test: str) -> None:
+    """A SIGINT test run by a pytest that inherited SIGINT ignored (as some CI runners
+    start jobs) still interrupts its child: the children restore the default first."""
+    probe = subprocess.run([sys.executable, "-c",
+                            "import signal; print(int(signal.getsignal(signal.SIGINT)))"],
+                           capture_output=True, text=True, preexec_fn=ignore_sigint, check=True)
+    assert int(probe.stdout) == signal.SIG_IGN  # what a child inherits
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         f"{__file__}::{test}"],
+        capture_output=True, text=True, timeout=600, preexec_fn=ignore_sigint, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout, result.stdout[-2000:]

@@ -62,12 +62,18 @@ from sparkbuild.sources.tarformat import (
     tar_members,
 )
 from sparkbuild.sources.tarformat import unsafe as _unsafe
-from sparkbuild.sources.writerpool import POOLED_FILE_LIMIT, FileJob, WriterPool, write_file
+from sparkbuild.sources.writerpool import (
+    POOLED_FILE_LIMIT,
+    FileJob,
+    WriterPool,
+    interrupts_between_members,
+    write_file,
+)
 from sparkbuild.store.files import DISK_FULL
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator
 
     from sparkbuild.sources.inflate import Buffer
 
@@ -248,12 +254,14 @@ class _TreeWriter:
 # -- tar members onto the tree -----------------------------------------------------------
 
 
-def _extract_tar(raw: memoryview, compression: str, writer: _TreeWriter, origin: str) -> None:
+def _extract_tar(raw: memoryview, compression: str, writer: _TreeWriter, origin: str,
+                 check: Callable[[], None]) -> None:
     with byte_progress(f"extracting {Path(origin).name}", len(raw)) as advance:
         inflater = Inflater(raw, compression, advance)
         try:
             stream = ByteStream(iter(inflater))
             for member in tar_members(stream, origin):
+                check()
                 _write_tar_member(member, stream, writer, origin)
             stream.drain()
         except Truncated:
@@ -305,10 +313,12 @@ def _write_zip_member(
             writer.write_file(name, mode, _zip_mtime(info), chunks, info.file_size)
 
 
-def _extract_zip(raw: memoryview, writer: _TreeWriter, origin: str) -> None:
+def _extract_zip(raw: memoryview, writer: _TreeWriter, origin: str,
+                 check: Callable[[], None]) -> None:
     try:
         with zipfile.ZipFile(io.BytesIO(raw)) as archive:
             for info in archive.infolist():
+                check()
                 _write_zip_member(archive, info, writer, origin)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         raise _unsafe(f"corrupt or truncated zip: {exc}", origin) from None
@@ -406,20 +416,24 @@ def extract_archive(path: Path, dest: Path, *, sha256: str | None = None) -> Ext
     created = _ready_destination(dest)
     writer = _TreeWriter(root=os.fspath(dest.absolute()), origin=origin)
     view = memoryview(raw)
-    try:
-        with _write_errors(dest):
-            try:
-                if fmt == "zip":
-                    _extract_zip(view, writer, origin)
-                else:
-                    _extract_tar(view, fmt.partition(".")[2], writer, origin)
-            except BaseException:
-                writer.pool.close(abandon=True)
-                raise
-            writer.finish()
-    except BaseException:
-        _empty_again(dest, created)
-        raise
+    # Ctrl-C is raised between members only, never inside the threads' handoffs, and the
+    # cleanup below runs to the end before a pending one is raised.
+    with interrupts_between_members() as check:
+        try:
+            with _write_errors(dest):
+                try:
+                    if fmt == "zip":
+                        _extract_zip(view, writer, origin, check)
+                    else:
+                        _extract_tar(view, fmt.partition(".")[2], writer, origin, check)
+                except BaseException:
+                    writer.pool.close(abandon=True)
+                    raise
+                writer.finish()
+                check()  # a Ctrl-C during finish(): the tree is removed, as for any other
+        except BaseException:
+            _empty_again(dest, created)
+            raise
     return ExtractedArchive(
         path, actual, fmt, writer.entries, writer.size, tuple(sorted(writer.top_level))
     )

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import signal
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable, Iterator
 
     from sparkbuild.sources.inflate import Buffer
 
@@ -55,6 +56,38 @@ def write_file(job: FileJob) -> None:
                 os.utime(fd, (job.mtime, job.mtime))
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def interrupts_between_members() -> Iterator[Callable[[], None]]:
+    """Hold Ctrl-C while threads hand work to each other; raise it between members.
+
+    A KeyboardInterrupt raised at a random bytecode of the main thread can land inside a
+    ``queue.Queue`` call or a ``Thread.join``: the queue's lock stays held (the writer
+    threads and the cleanup then wait on it forever), or the join is cut short and the
+    writer threads go on creating files while the cleanup removes the tree (a workspace
+    left behind).  Inside this block SIGINT is only recorded; the ``check`` it yields
+    raises KeyboardInterrupt at a safe point (the caller calls it between archive
+    members), and leaving the block raises one still pending, after the cleanup.  Only the
+    main thread with Python's own handler is changed; elsewhere ``check`` does nothing.
+    """
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield lambda: None
+        return
+    pending: list[int] = []
+
+    def check() -> None:
+        if pending:
+            pending.clear()
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    check()
 
 
 class WriterPool:
