@@ -41,16 +41,23 @@ def test_fits_platform(wheel: str, platform: str, fits: bool) -> None:
     assert fits_platform(wheel, platform) is fits
 
 
-def test_host_note_names_target_and_foreign_wheel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_host_note_names_the_recipes_platform_and_the_foreign_wheel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr("sparkbuild.wheelhouse.write.platform_tags",
                         lambda: iter(["manylinux_2_28_x86_64", "linux_x86_64"]))
     monkeypatch.setattr("sparkbuild.wheelhouse.write.py_platform.machine", lambda: "x86_64")
     built = "mini_vllm-0.1.0+sm121.abcd-cp311-cp311-linux_x86_64.whl"
-    note = host_note(ClosureTarget(SPARK, "3.12"), [built])
+    pure = "demo-1.0-py3-none-any.whl"
+    here = ClosureTarget(None, None)  # the closure for this machine: wheel without --platform
+    note = host_note(SPARK, [built, pure], here)
     assert note is not None
-    assert SPARK in note and "x86_64" in note and built in note and "will not install" in note
-    general = host_note(ClosureTarget(SPARK, "3.12"), [])
-    assert general is not None and SPARK in general and "not here" in general
-    # no note when the target is this machine, or when no target platform was given
-    assert host_note(ClosureTarget(X86, "3.12"), []) is None
-    assert host_note(ClosureTarget(None, None), []) is None
+    assert note.startswith(f"note: the recipe targets {SPARK}, this machine is x86_64: ")
+    assert f"{built} installs only on x86_64" in note and pure not in note
+    assert f"--platform {SPARK}" in note  # the dependencies here are this machine's
+    for_spark = host_note(SPARK, [built], ClosureTarget(SPARK, "3.12"))
+    assert for_spark is not None and "--platform" not in for_spark
+    only_pure = host_note(SPARK, [pure], ClosureTarget(SPARK, "3.12"))
+    assert only_pure is not None and "platform-independent" in only_pure
+    # no note when the recipe's platform is this machine's
+    assert host_note(X86, [built], here) is None

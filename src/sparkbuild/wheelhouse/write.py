@@ -19,7 +19,9 @@ import html
 import json
 import os
 import platform as py_platform
+import shlex
 import shutil
+import sys
 import sysconfig
 import zipfile
 from dataclasses import dataclass, field
@@ -94,7 +96,8 @@ class WheelhouseResult:
                   if f.role != "closure"]
         if self.note:
             lines.append(f"  {self.note}")
-        lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
+        python = shlex.quote(sys.executable or "python3")  # a command that works as copied
+        lines.append(f"  install: {python} -m sparkbuild install {self.out} --venv VENV")
         return lines
 
     @property
@@ -283,27 +286,30 @@ def fits_platform(filename: str, platform: str) -> bool:
     return any(tag.platform in accepted for tag in tags)
 
 
-def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> list[str]:
+def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> None:
     """A built wheel for another machine than the closure's cannot install beside it."""
     if not target.platform:
-        return []
-    foreign = [item.file for item in files if not fits_platform(item.file, target.platform)]
-    for file in foreign:
-        built_for = ".".join(sorted({t.platform for t in parse_wheel_filename(file)[3]}))
-        warn(f"{file} is built for {built_for}, the closure for {target.platform}")
-    return foreign
+        return
+    for item in files:
+        if not fits_platform(item.file, target.platform):
+            built_for = ".".join(sorted({t.platform for t in parse_wheel_filename(item.file)[3]}))
+            warn(f"{item.file} is built for {built_for}, the closure for {target.platform}")
 
 
-def host_note(target: ClosureTarget, foreign: Sequence[str]) -> str | None:
-    """One line when the target platform (the recipe's) is not this machine's, else None."""
-    if not target.platform or target.platform in set(platform_tags()):
+def host_note(recipe_platform: str, built: Sequence[str], target: ClosureTarget) -> str | None:
+    """One line when the recipe's platform is not this machine's (the demo on x86_64 for an
+    aarch64 Spark), naming the built wheels that will not install there; else None."""
+    if not recipe_platform or recipe_platform in set(platform_tags()):
         return None
-    host = f"this machine ({py_platform.machine() or sysconfig.get_platform()})"
-    if foreign:
-        return (f"note: the target is {target.platform}, not {host}: the built "
-                f"{', '.join(foreign)} will not install there; build on the target's platform")
-    return (f"note: the target is {target.platform}, not {host}: install this wheelhouse "
-            "on the target, not here")
+    machine = py_platform.machine() or sysconfig.get_platform()
+    foreign = [name for name in built if not fits_platform(name, recipe_platform)]
+    what = (f"{', '.join(foreign)} installs only on {machine}, not there" if foreign
+            else "the built wheels are platform-independent")
+    closure = ("" if target.platform else
+               f"; the dependencies are for this machine (--platform {recipe_platform} for "
+               "the target's)")
+    return (f"note: the recipe targets {recipe_platform}, this machine is {machine}: "
+            f"{what}{closure}")
 
 
 def write_wheelhouse(
@@ -334,7 +340,7 @@ def write_wheelhouse(
         step(f"writing the wheelhouse {out} (label +{label})")
         built = [_built_file(wheel, staging, label, epoch, recipe.pins)
                  for wheel in built_wheels]
-        foreign = _warn_foreign(built, target)
+        _warn_foreign(built, target)
         with cache.locked():
             pins = [fetch_pin(p, cache, staging, outside, offline=offline) for p in recipe.pins]
             requirements = [r for w in built for r in runtime_requirements(staging / w.file)]
@@ -342,7 +348,8 @@ def write_wheelhouse(
             closure = fetch_closure(requirements, recipe.pins, skip, cache, staging, target,
                                     outside, offline=offline)
         files = sorted((*built, *pins, *closure), key=_by_file)
-        result = WheelhouseResult(out, files, target, label, note=host_note(target, foreign))
+        note = host_note(recipe.target.platform, [f.file for f in built], target)
+        result = WheelhouseResult(out, files, target, label, note=note)
         extra = _write_lock_and_index(staging, files, recipe, target)
         result.manifest = build_manifest(recipe, source, patches, build_settings,
                                          toolchain or outside.toolchain(), result, epoch, extra)
