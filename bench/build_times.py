@@ -5,7 +5,7 @@
 1. Cold: an empty sparkbuild cache and an empty ccache directory; `sparkbuild wheel`
    online (vendor, build environment, configure, compile, wheelhouse).
 2. Warm: the same cache and ccache, the series changed in one patch: the header that
-   nvfp4-software-e2m1 copies into the tree (csrc/e2m1.cuh) gets one comment line, so the
+   nvfp4-software-e2m1 copies into the tree (csrc/e2m1.cuh) gets one line of code, so the
    one translation unit that includes nvfp4_utils.cuh changes.  The work tree is prepared
    again from scratch, so every unit goes through the compiler launcher and ccache's
    misses are the units that really compiled.
@@ -33,7 +33,9 @@ EXAMPLE = REPO / "examples" / "mini-vllm"
 CHANGED_PATCH = "nvfp4-software-e2m1"
 CHANGED_FILE = "csrc/e2m1.cuh"
 """The file of the changed patch: the header its structured edit copies into the tree."""
-CHANGE_MARK = "// (benchmark: a changed patch)\n"
+CHANGE_MARK = 'static_assert(sizeof(float) == 4, "benchmark: a changed patch");\n'
+"""Code, not a comment: ccache would answer a comment-only change from its preprocessed
+mode (the preprocessor drops comments), and nothing would recompile."""
 
 
 def ccache_stats(env: dict[str, str]) -> dict[str, int]:
@@ -56,7 +58,7 @@ def copy_series(into: Path) -> Path:
 
 
 def change_one_patch(series: Path) -> None:
-    """One comment line more in the header nvfp4-software-e2m1 copies: one unit changes."""
+    """One line more in the header nvfp4-software-e2m1 copies: one unit changes."""
     edit = (series.parent / f"{CHANGED_PATCH}.toml").read_text(encoding="utf-8")
     if '"../csrc/e2m1.cuh"' not in edit:
         raise SystemExit(f"{CHANGED_PATCH}.toml no longer copies ../csrc/e2m1.cuh; "
@@ -173,7 +175,8 @@ def report(numbers: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        f"The changed patch was `{CHANGED_PATCH}` (one comment line added to `{CHANGED_FILE}`, "
+        f"The changed patch was `{CHANGED_PATCH}` (one `static_assert` line added to "
+        f"`{CHANGED_FILE}`, "
         "the header its structured edit copies beside `nvfp4_utils.cuh`, which one unit "
         "includes: `csrc/quantization/fp4/nvfp4_quant_kernels.cu`). The warm run prepares the tree "
         "again from scratch, so ninja sends every unit to the compiler; ccache answers the "
