@@ -4,32 +4,38 @@
 
 1. Cold: an empty sparkbuild cache and an empty ccache directory; `sparkbuild wheel`
    online (vendor, build environment, configure, compile, wheelhouse).
-2. Warm: the same cache and ccache, the series changed in one patch (a comment added to
-   what moe-shuffle-rows-bounds-guard writes, so one translation unit changes); the work
-   tree is prepared again from scratch, so every unit goes through the compiler launcher
-   and ccache's misses are the units that really compiled.
+2. Warm: the same cache and ccache, the series changed in one patch: the header that
+   nvfp4-software-e2m1 copies into the tree (csrc/e2m1.cuh) gets one line of code, so the
+   one translation unit that includes nvfp4_utils.cuh changes.  The work tree is prepared
+   again from scratch, so every unit goes through the compiler launcher and ccache's
+   misses are the units that really compiled.
 
 Needs nvcc, the network for the cold run's vendor step, and ccache on PATH (Debian:
-`apt-get install ccache`).  Writes a markdown section with the numbers.
+`apt-get install ccache`).  Writes a markdown section with the numbers, the machine's
+load average before and after each run, and the date.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "mini-vllm"
-CHANGED_PATCH = "moe-shuffle-rows-bounds-guard.diff"
+CHANGED_PATCH = "nvfp4-software-e2m1"
+CHANGED_FILE = "csrc/e2m1.cuh"
+"""The file of the changed patch: the header its structured edit copies into the tree."""
+CHANGE_MARK = 'static_assert(sizeof(float) == 4, "benchmark: a changed patch");\n'
+"""Code, not a comment: ccache would answer a comment-only change from its preprocessed
+mode (the preprocessor drops comments), and nothing would recompile."""
 
 
 def ccache_stats(env: dict[str, str]) -> dict[str, int]:
@@ -52,37 +58,17 @@ def copy_series(into: Path) -> Path:
 
 
 def change_one_patch(series: Path) -> None:
-    """Add one comment line to the code the guard patch writes: one unit changes."""
-    patch = series.parent / CHANGED_PATCH
-    lines = patch.read_text(encoding="utf-8").splitlines(keepends=True)
-    target = "+    // dst2src_map holds num_dst_rows entries: read it only for a row in range.\n"
-    if target not in lines:
-        raise SystemExit(f"{patch}: the line this benchmark extends is gone; update the bench")
-    at = lines.index(target)
-    lines.insert(at + 1, "+    // (benchmark: a changed patch)\n")
-    # Fix the hunk headers: the enclosing hunk grew by one line, later ones moved by one.
-    hunks = [i for i, line in enumerate(lines) if line.startswith("@@ ")]
-    enclosing = max(i for i in hunks if i < at)
-    for index in hunks:
-        match = re.match(r"@@ -(\d+),(\d+) \+(\d+),(\d+) @@(.*)", lines[index], re.S)
-        assert match, lines[index]
-        old_start, old_count, new_start, new_count, rest = match.groups()
-        if index == enclosing:
-            new_count = str(int(new_count) + 1)
-        elif index > enclosing:
-            new_start = str(int(new_start) + 1)
-        lines[index] = f"@@ -{old_start},{old_count} +{new_start},{new_count} @@{rest}"
-    patch.write_text("".join(lines), encoding="utf-8")
-    repin(series, patch)
+    """One line more in the header nvfp4-software-e2m1 copies: one unit changes."""
+    edit = (series.parent / f"{CHANGED_PATCH}.toml").read_text(encoding="utf-8")
+    if '"../csrc/e2m1.cuh"' not in edit:
+        raise SystemExit(f"{CHANGED_PATCH}.toml no longer copies ../csrc/e2m1.cuh; "
+                         "update the bench")
+    header = series.parent.parent / CHANGED_FILE
+    header.write_text(header.read_text(encoding="utf-8") + CHANGE_MARK, encoding="utf-8")
 
 
-def repin(series: Path, patch: Path) -> None:
-    """Put the changed patch's new sha256 on its series line (the series pins each file)."""
-    digest = hashlib.sha256(patch.read_bytes()).hexdigest()
-    text = series.read_text(encoding="utf-8")
-    pattern = re.compile(rf"^({re.escape(patch.name)}\s+sha256=)[0-9a-f]{{64}}", re.M)
-    if pattern.search(text):
-        series.write_text(pattern.sub(rf"\g<1>{digest}", text), encoding="utf-8")
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def write_recipe(path: Path, series: Path) -> Path:
@@ -104,7 +90,8 @@ job_memory_gib = 2.0
     return path
 
 
-def run_wheel(recipe: Path, cache: Path, out: Path, env: dict[str, str]) -> tuple[float, dict]:
+def run_wheel(recipe: Path, cache: Path, out: Path, env: dict[str, str]
+              ) -> tuple[float, dict[str, Any]]:
     started = time.monotonic()
     result = subprocess.run(
         [sys.executable, "-m", "sparkbuild", "wheel", "--recipe", str(recipe), "--cache",
@@ -115,25 +102,36 @@ def run_wheel(recipe: Path, cache: Path, out: Path, env: dict[str, str]) -> tupl
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-5000:])
         raise SystemExit(f"sparkbuild wheel failed ({result.returncode})")
-    return seconds, json.loads(result.stdout)
+    report: dict[str, Any] = json.loads(result.stdout)
+    return seconds, report
 
 
-def measure(root: Path) -> dict[str, object]:
+def measure(root: Path) -> dict[str, Any]:
     env = {**os.environ, "CCACHE_DIR": str(root / "ccache"), "SPARKBUILD_QUIET": "1"}
     cache = root / "cache"
     series_cold = copy_series(root / "cold")
     series_warm = copy_series(root / "warm")
     change_one_patch(series_warm)
     subprocess.run(["ccache", "--zero-stats"], env=env, check=True, capture_output=True)
+    loads = [load_average()]
     cold_s, cold = run_wheel(write_recipe(root / "cold.toml", series_cold), cache,
                              root / "out-cold", env)
     cold_stats = ccache_stats(env)
+    loads.append(load_average())
     subprocess.run(["ccache", "--zero-stats"], env=env, check=True, capture_output=True)
     warm_s, warm = run_wheel(write_recipe(root / "warm.toml", series_warm), cache,
                              root / "out-warm", env)
     warm_stats = ccache_stats(env)
+    loads.append(load_average())
     return {"cold_s": cold_s, "cold": cold, "cold_ccache": cold_stats,
-            "warm_s": warm_s, "warm": warm, "warm_ccache": warm_stats}
+            "warm_s": warm_s, "warm": warm, "warm_ccache": warm_stats, "loads": loads,
+            "ccache": _ccache_version(env)}
+
+
+def _ccache_version(env: dict[str, str]) -> str:
+    output = subprocess.run(["ccache", "--version"], env=env, capture_output=True, text=True,
+                            check=True).stdout
+    return output.splitlines()[0]
 
 
 def _misses(stats: dict[str, int]) -> int:
@@ -144,11 +142,12 @@ def _hits(stats: dict[str, int]) -> int:
     return stats.get("direct_cache_hit", 0) + stats.get("preprocessed_cache_hit", 0)
 
 
-def report(numbers: dict[str, object]) -> str:
-    cold, warm = numbers["cold"], numbers["warm"]
-    assert isinstance(cold, dict) and isinstance(warm, dict)
-    cold_stats, warm_stats = numbers["cold_ccache"], numbers["warm_ccache"]
-    assert isinstance(cold_stats, dict) and isinstance(warm_stats, dict)
+def report(numbers: dict[str, Any]) -> str:
+    cold: dict[str, Any] = numbers["cold"]
+    warm: dict[str, Any] = numbers["warm"]
+    cold_stats: dict[str, int] = numbers["cold_ccache"]
+    warm_stats: dict[str, int] = numbers["warm_ccache"]
+    loads: list[str] = numbers["loads"]
     rows = [
         ("cold: `sparkbuild wheel` online, empty caches", numbers["cold_s"], cold),
         ("warm: one patch changed, same caches", numbers["warm_s"], warm),
@@ -156,8 +155,11 @@ def report(numbers: dict[str, object]) -> str:
     lines = [
         "## mini-vllm build times (`bench/build_times.py`)",
         "",
-        f"Machine: {os.cpu_count()} cores; nvcc for TORCH_CUDA_ARCH_LIST=12.1; "
-        "ccache as the compiler launcher (chosen by doctor).",
+        f"Run {time.strftime('%Y-%m-%d %H:%M')}. Machine: {os.cpu_count()} cores; nvcc for "
+        f"TORCH_CUDA_ARCH_LIST=12.1; {numbers['ccache']} as the compiler launcher (chosen "
+        "by doctor).",
+        f"Load average (1, 5, 15 min) before the cold run: {loads[0]}; after it: {loads[1]}; "
+        f"after the warm run: {loads[2]}.",
         "",
         "| run | total s | prepare s | vendor s | build s (venv + compile) | compile s | "
         "units through the compiler | ccache misses (compiled) | ccache hits |",
@@ -173,8 +175,10 @@ def report(numbers: dict[str, object]) -> str:
         )
     lines += [
         "",
-        f"The changed patch was `{CHANGED_PATCH}` (one comment line added to the code it "
-        "writes into `csrc/moe/moe_permute_unpermute_op.cu`). The warm run prepares the tree "
+        f"The changed patch was `{CHANGED_PATCH}` (one `static_assert` line added to "
+        f"`{CHANGED_FILE}`, "
+        "the header its structured edit copies beside `nvfp4_utils.cuh`, which one unit "
+        "includes: `csrc/quantization/fp4/nvfp4_quant_kernels.cu`). The warm run prepares the tree "
         "again from scratch, so ninja sends every unit to the compiler; ccache answers the "
         "unchanged ones, and its misses count the units that really recompiled. ccache also "
         "sees CMake's try_compile probes (pybind11 checks compiler flags), which is why the "

@@ -32,8 +32,8 @@ TESTS = [
 ]
 
 
-def sass_report(wheel: Path, scratch: Path) -> dict[str, object]:
-    report: dict[str, object] = {}
+def sass_report(wheel: Path, scratch: Path) -> dict[str, dict[str, object]]:
+    report: dict[str, dict[str, object]] = {}
     with zipfile.ZipFile(wheel) as archive:
         members = [n for n in archive.namelist() if n.endswith(".so")]
         archive.extractall(scratch, members)
@@ -46,9 +46,9 @@ def sass_report(wheel: Path, scratch: Path) -> dict[str, object]:
             dump = subprocess.run([str(find_cuobjdump()), "-sass", "-arch", "sm_121a", str(path)],
                                   capture_output=True, text=True, check=False)
             functions = parse_sass(dump.stdout)
-            summary = summarize(functions, "sm_121a")
-            entry["sm_121a"] = summary.to_dict()
-            entry["sm_121a"]["kernels_with_block_scaled_mma"] = sorted(
+            summary = summarize(functions, "sm_121a").to_dict()
+            entry["sm_121a"] = summary
+            summary["kernels_with_block_scaled_mma"] = sorted(
                 {f.name[:120] for f in functions
                  if f.arch == "sm_121a" and f.block_scaled_mma()})[:20]
         entry["seconds"] = round(time.time() - started, 1)
@@ -74,7 +74,7 @@ def main() -> None:
     sass = sass_report(wheel, scratch)
     (out / "sass.json").write_text(json.dumps(sass, indent=1))
     for name, entry in sass.items():
-        sm = entry.get("sm_121a") if isinstance(entry, dict) else None
+        sm = entry.get("sm_121a")
         line = f"{name}: {entry['archs']}"
         if isinstance(sm, dict):
             line += (f"; sm_121a: {sm['functions']} functions, block_scaled_mma "

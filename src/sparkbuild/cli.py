@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild import __version__
-from sparkbuild.console import console
+from sparkbuild.console import console, set_verbose
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
 from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
@@ -174,8 +174,15 @@ def _add_mirror(parser: argparse.ArgumentParser) -> None:
     )
 
 
+VERBOSE_HELP = ("echo every command run and the environment it changes (without it, and "
+                "without a terminal, each kind of command is echoed once)")
+
+
 def _add_common(parser: argparse.ArgumentParser, *, recipe: bool = False) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    # -v after the command too (`sparkbuild wheel -v`); SUPPRESS keeps a -v given before it
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                        help=VERBOSE_HELP)
     if recipe:
         parser.add_argument(
             "--recipe", metavar="FILE", help=f"recipe TOML (default: {DEFAULT_RECIPE.name})"
@@ -196,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
         "pinned wheelhouse.",
     )
     parser.add_argument("--version", action="version", version=f"sparkbuild {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("prepare", help="fetch a source and apply the patch series into DIR")
@@ -330,6 +338,14 @@ def _print_error(error: SparkbuildError, as_json: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    set_verbose(bool(args.verbose))
+    try:
+        return _run(args)
+    finally:
+        set_verbose(True)  # for this run only: Python callers get every echo
+
+
+def _run(args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     try:
         with interrupt_on_sigterm():  # children run in sessions of their own: see proc

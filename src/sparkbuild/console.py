@@ -6,7 +6,7 @@ Standard output is kept for results (``--json`` prints one object there).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -40,6 +40,52 @@ def step(message: str) -> None:
 
 def warn(message: str) -> None:
     console.print(f"[bold yellow]warning:[/] {message}")
+
+
+# -- command echoes (proc.run's `+ cmd` and `env K=V` lines) ------------------------------
+
+
+class _Echoes:
+    """How much of each command proc.run starts is echoed.
+
+    Everything, unless the CLI asked for fewer (:func:`set_verbose` False, stderr not a
+    terminal, as in a CI log): then each kind of command (``git apply``) is echoed the
+    first time, a second one says that the rest are not, and an ``env K=V`` line is shown
+    once per run.  A failing command is named in full by its error whatever this says.
+    """
+
+    def __init__(self) -> None:
+        self.reduced = False
+        self.seen_kinds: dict[str, int] = {}
+        self.seen_env: set[tuple[str, str]] = set()
+
+
+_echoes = _Echoes()
+
+
+def set_verbose(verbose: bool) -> None:
+    """The CLI's ``-v``: echo every command; without it, fewer when stderr is no terminal."""
+    _echoes.reduced = not verbose and not console.is_terminal
+    _echoes.seen_kinds.clear()
+    _echoes.seen_env.clear()
+
+
+def echo_command(command: str, kind: str, env: Mapping[str, str]) -> None:
+    """Say ``+ command`` and the environment it changes (``kind``: ``git apply``)."""
+    if not _echoes.reduced:
+        info(f"+ {command}")
+        for key, value in sorted(env.items()):
+            info(f"  env {key}={value}")
+        return
+    count = _echoes.seen_kinds[kind] = _echoes.seen_kinds.get(kind, 0) + 1
+    if count == 2:
+        info(f"  (further `{kind}` commands are not echoed; -v echoes them all)")
+    if count == 1:
+        info(f"+ {command}")
+    for key, value in sorted(env.items()):
+        if count == 1 and (key, value) not in _echoes.seen_env:
+            info(f"  env {key}={value}")
+        _echoes.seen_env.add((key, value))
 
 
 @contextmanager

@@ -119,7 +119,7 @@ class WheelResult:
     def summary(self) -> list[str]:
         mode = "offline" if self.offline else "online"
         lines = [f"built {self.recipe.name} ({mode}) for {self.recipe.target.torch_cuda_arch_list}"]
-        lines += [f"  patch {p.name}: {p.status}" for p in self.prepared.series.patches]
+        lines += [f"  patch {p.name}: {p.label}" for p in self.prepared.series.patches]
         sources = ", ".join(s.name for s in self.vendor.plan.sources) or "none"
         lines.append(f"  sources from the cache: {sources}")
         if self.missed_by_reader:

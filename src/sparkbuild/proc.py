@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from sparkbuild.console import info
+from sparkbuild.console import echo_command
 from sparkbuild.errors import CommandFailed, ToolchainError, disk_full_as_error, is_disk_full
 
 TAIL_LINES = 40
@@ -49,6 +49,12 @@ class ProcResult:
 
 def format_command(cmd: Sequence[str | os.PathLike[str]]) -> str:
     return " ".join(shlex.quote(os.fspath(part)) for part in cmd)
+
+
+def command_kind(argv: Sequence[str]) -> str:
+    """``git apply`` for ``git apply --check -R``: the program and its subcommand."""
+    kind = Path(argv[0]).name
+    return f"{kind} {argv[1]}" if len(argv) > 1 and not argv[1].startswith("-") else kind
 
 
 def env_changes(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -155,9 +161,7 @@ def run(
     argv = [os.fspath(part) for part in cmd]
     changes = env_changes(env)
     if echo:
-        info(f"+ {format_command(argv)}")
-        for key, value in sorted(changes.items()):
-            info(f"  env {key}={value}")
+        echo_command(format_command(argv), command_kind(argv), changes)
     if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
         raise ToolchainError(
             f"program not found: {argv[0]}",

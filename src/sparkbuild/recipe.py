@@ -390,13 +390,25 @@ def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
     )
 
 
+def shipped_recipes_hint() -> str:
+    """Names the recipes sparkbuild ships, for a ``--recipe`` that does not exist."""
+    directory = recipes_dir()
+    shipped = sorted(p.name for p in directory.glob("*.toml")) if directory.is_dir() else []
+    if not shipped:
+        return "give the path of a recipe TOML file"
+    return (f"give the path of a recipe TOML file; sparkbuild ships {', '.join(shipped)} "
+            f"in {directory}")
+
+
 def load_recipe(path: Path) -> Recipe:
     """Read and validate a recipe file."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise RecipeError(f"cannot read recipe: {exc.strerror}", where=str(path)) from exc
+        hint = shipped_recipes_hint() if isinstance(exc, FileNotFoundError) else None
+        raise RecipeError(f"cannot read recipe: {exc.strerror}", where=str(path),
+                          hint=hint) from exc
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -65,7 +65,7 @@ class Case:
     fragment: str
     build: Callable[[Path], Invocation]
     needs: tuple[str, ...] = ()
-    """Modules of sparkbuild the command needs; a case whose module is absent is xfail."""
+    """Modules of sparkbuild the command needs; a case whose module is absent fails."""
 
 
 # -- postconditions --------------------------------------------------------------------
@@ -882,6 +882,14 @@ WHEEL_CASES = [
         VerifyError,
         "manifest.json is missing",
         lambda w: _wheelhouse(w, tamper=False, manifest=False),
+        VERIFY,
+    ),
+    Case(
+        "wheelhouse-directory-missing",
+        "wheelhouse",
+        VerifyError,
+        "the wheelhouse directory does not exist",
+        lambda w: Invocation(["verify", str(w / "no-such-wheelhouse")]),
         VERIFY,
     ),
 ]

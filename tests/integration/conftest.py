@@ -20,9 +20,18 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 
+HERE = Path(__file__).resolve().parent
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``integration`` on the tests under tests/integration/ only.
+
+    This hook sees every collected item of the session, not only this directory's, so
+    each item's path decides (``-m "not integration"`` must still select the unit tests).
+    """
     for item in items:
-        item.add_marker(pytest.mark.integration)
+        if item.path.resolve().is_relative_to(HERE):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")

@@ -27,7 +27,7 @@ from sparkbuild.recipe import REPO_ROOT
 from sparkbuild.toolchain.sass import list_cuda_archs
 
 if TYPE_CHECKING:
-    from conftest import RedisServer
+    from integration.conftest import RedisServer
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 

@@ -104,6 +104,12 @@ def _wheel(dirs: dict[str, Path], out: str, *extra: str, unshare: bool = False,
                           check=False, cwd=dirs["root"])
 
 
+@pytest.fixture(scope="module")
+def online_build(build_dirs: dict[str, Path]) -> subprocess.CompletedProcess[str]:
+    """The example's online build, run once: it fills the cache the offline runs read."""
+    return _wheel(build_dirs, "online")
+
+
 def _extension_archs(wheel: Path, into: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as archive:
         (member,) = [n for n in archive.namelist() if n.startswith("mini_vllm/_C") and
@@ -118,8 +124,10 @@ def _built_wheel(out: Path) -> Path:
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
-def test_online_then_offline_build(build_dirs: dict[str, Path]) -> None:
-    online = _wheel(build_dirs, "online")
+def test_online_then_offline_build(
+    build_dirs: dict[str, Path], online_build: subprocess.CompletedProcess[str]
+) -> None:
+    online = online_build
     assert online.returncode == 0, online.stderr[-4000:]
     report = json.loads(online.stdout)
     assert [p["status"] for p in report["patches"]] == ["applied"] * 4
@@ -182,16 +190,25 @@ def test_plain_12_1_without_the_opt_in_is_refused_before_any_work(
 
 
 @pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
-def test_missing_cache_entry_is_named_before_compiling(build_dirs: dict[str, Path]) -> None:
+def test_missing_cache_entry_is_named_before_compiling(
+    build_dirs: dict[str, Path], online_build: subprocess.CompletedProcess[str]
+) -> None:
+    """Runs in any order: the entry is set aside for the run and put back afterwards."""
+    assert online_build.returncode == 0, online_build.stderr[-4000:]
     cache = Cache(build_dirs["cache"])
     key = f"git:file://{build_dirs['repo']}@v3.1.0"
     entry = cache.lookup("sources", key)
-    if entry is None:
-        pytest.skip("runs after test_online_then_offline_build, which fills the cache")
-    cache.remove(entry["sha256"])
+    assert entry is not None, "the online build stored no pybind11 source in the cache"
+    blob = cache.blob_path(entry["sha256"])
+    aside = build_dirs["root"] / "set-aside.blob"
+    blob.rename(aside)
+    cache.remove(entry["sha256"])  # and its verified marker
     logs = build_dirs["cache"] / "work" / RECIPE_NAME / "logs"
     shutil.rmtree(logs, ignore_errors=True)
-    result = _wheel(build_dirs, "missing", "--offline", unshare=True)
+    try:
+        result = _wheel(build_dirs, "missing", "--offline", unshare=True)
+    finally:
+        aside.rename(blob)
     assert result.returncode == CacheMissError.exit_code, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     error = json.loads(result.stdout)["error"]

@@ -44,11 +44,17 @@ SWEEP_MESSAGE = "half-written cache file(s) left by an interrupted run"
 
 
 class SlowServer:
-    """Serves PAYLOAD in CHUNK pieces, pausing between them; counts bytes sent."""
+    """Serves PAYLOAD in CHUNK pieces, pausing between them; counts bytes sent.
+
+    With ``hold_at`` set, a response stops once that many bytes are out and waits for
+    ``gate``: the client is then certainly mid-download however slow the machine is.
+    """
 
     def __init__(self, pause: float) -> None:
         self.sent = 0
         self.requests = 0
+        self.hold_at: int | None = None
+        self.gate = threading.Event()
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -62,6 +68,8 @@ class SlowServer:
                         self.wfile.write(PAYLOAD[start : start + CHUNK])
                         self.wfile.flush()
                         server.sent += CHUNK
+                        if server.hold_at is not None and server.sent >= server.hold_at:
+                            server.gate.wait(120)
                         time.sleep(pause)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
@@ -79,6 +87,7 @@ def slow_server() -> Iterator[SlowServer]:
     server = SlowServer(pause=0.05)
     threading.Thread(target=server.httpd.serve_forever, args=(0.02,), daemon=True).start()
     yield server
+    server.gate.set()
     server.httpd.shutdown()
     server.httpd.server_close()
 
@@ -100,33 +109,48 @@ from pathlib import Path
 from sparkbuild.store.cache import Cache
 
 class Slow:
-    def __init__(self, data, chunk):
-        self.data, self.chunk, self.pos = data, chunk, 0
+    def __init__(self, data, chunk, stop_at):
+        self.data, self.chunk, self.pos, self.stop_at = data, chunk, 0, stop_at
     def read(self, _n):
         piece = self.data[self.pos : self.pos + self.chunk]
         self.pos += len(piece)
         print("chunk", self.pos // self.chunk, flush=True)
+        if self.pos // self.chunk == self.stop_at:
+            sys.stdin.readline()  # stopped here until killed: the kill point is exact
         time.sleep(0.05)
         return piece
 
 import hashlib
 chunk, chunks = int(sys.argv[2]), int(sys.argv[3])
 data = hashlib.sha256(b"seed").digest() * (chunk * chunks // 32)
+stop_at = int(sys.argv[4])
 cache = Cache(Path(sys.argv[1]))
 with cache.locked():
-    digest = cache.put_stream(Slow(data, chunk), name="payload")
+    digest = cache.put_stream(Slow(data, chunk, stop_at), name="payload")
 print("stored", digest, flush=True)
 time.sleep(30)
 """
 
 
+def default_sigint() -> None:
+    """Run in each child before it starts: SIGINT back to its default action.
+
+    A CI runner may start jobs with SIGINT ignored; an ignored signal stays ignored across
+    exec, and a Python started that way never turns SIGINT into KeyboardInterrupt, so the
+    SIGINT below would test nothing.  (``restore_signals`` covers SIGPIPE and SIGXFSZ only.)
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def spawn(script: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", script, *args],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SPARKBUILD_QUIET": ""},
+        preexec_fn=default_sigint,
     )
 
 
@@ -152,12 +176,16 @@ def test_download_killed_midway(
     slow_server: SlowServer, tmp_path: Path, sig: signal.Signals, after_bytes: int
 ) -> None:
     root = tmp_path / "cache"
+    slow_server.hold_at = after_bytes  # the server waits there until the kill is done
     child = spawn(FETCH, str(root), slow_server.url, PAYLOAD_SHA)
-    deadline = time.monotonic() + 30
-    while slow_server.sent < after_bytes and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    # the kill point: the bytes are out, and the child has its .partial file open
+    while not (slow_server.sent >= after_bytes and partials(root)):
+        assert time.monotonic() < deadline, "the download never reached the kill point"
         time.sleep(0.01)
     assert child.poll() is None, "the download finished before it could be interrupted"
     kill(child, sig)
+    slow_server.gate.set()
     assert not Cache(root).has(PAYLOAD_SHA), "a half download sits under its final name"
     assert_entries_honest(root)
     left = partials(root)
@@ -179,7 +207,8 @@ def test_download_killed_midway(
 @pytest.mark.parametrize("point", ["chunk 1", "chunk 12", "stored"])
 def test_store_killed_at_several_points(tmp_path: Path, sig: signal.Signals, point: str) -> None:
     root = tmp_path / "cache"
-    child = spawn(STORE, str(root), str(CHUNK), str(CHUNKS))
+    stop_at = int(point.split()[1]) if point.startswith("chunk") else 0
+    child = spawn(STORE, str(root), str(CHUNK), str(CHUNKS), str(stop_at))
     assert child.stdout is not None
     for line in child.stdout:
         if line.strip() == point or line.startswith(point + " "):
@@ -192,7 +221,7 @@ def test_store_killed_at_several_points(tmp_path: Path, sig: signal.Signals, poi
         assert partials(root) == []
     # the next run takes the lock at once (the kernel dropped the dead run's flock),
     # sweeps what a SIGKILL left, and either reuses the entry or stores it afresh
-    again = spawn(STORE, str(root), str(CHUNK), str(CHUNKS))
+    again = spawn(STORE, str(root), str(CHUNK), str(CHUNKS), "0")
     assert again.stdout is not None
     for line in again.stdout:
         if line.startswith("stored"):
@@ -258,6 +287,7 @@ def spawn_cli(*args: str) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "SPARKBUILD_QUIET": ""},
+        preexec_fn=default_sigint,
     )
 
 
@@ -533,3 +563,27 @@ def test_prepare_after_sigkill_sweeps_and_says_so(tmp_path: Path) -> None:
     assert workspaces(dest) == [], "the next run must remove what the killed run left"
     said = again.stderr.lower()
     assert "interrupted" in said and ("clean" in said or "resum" in said), again.stderr
+
+
+def ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("test", [
+    "test_patch_apply_sigint_leaves_tree_untouched[first]",
+    "test_download_killed_midway[early-SIGINT]",
+])
+def test_sigint_tests_hold_when_started_with_sigint_ignored(test: str) -> None:
+    """A SIGINT test run by a pytest that inherited SIGINT ignored (as some CI runners
+    start jobs) still interrupts its child: the children restore the default first."""
+    probe = subprocess.run([sys.executable, "-c",
+                            "import signal; print(int(signal.getsignal(signal.SIGINT)))"],
+                           capture_output=True, text=True, preexec_fn=ignore_sigint, check=True)
+    assert int(probe.stdout) == signal.SIG_IGN  # what a child inherits
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+         f"{__file__}::{test}"],
+        capture_output=True, text=True, timeout=600, preexec_fn=ignore_sigint, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    assert "1 passed" in result.stdout, result.stdout[-2000:]

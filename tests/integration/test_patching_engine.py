@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,15 @@ from sparkbuild.cli import main
 from sparkbuild.errors import PatchError
 from sparkbuild.patches import engine
 from sparkbuild.patches.engine import apply_series, revert_series, series_status, touched_files
-from sparkbuild.patches.report import ALREADY, APPLIED, FAILED, NOT_APPLIED, PatchOutcome
+from sparkbuild.patches.report import (
+    ALREADY,
+    APPLIED,
+    APPLIED_HERE,
+    FAILED,
+    NOT_APPLIED,
+    UPSTREAM,
+    PatchOutcome,
+)
 from sparkbuild.recipe import Recipe
 
 
@@ -116,6 +125,36 @@ def test_apply_then_reapply_then_revert(tree: Path, recipe: Recipe) -> None:
     assert statuses(reverted.patches) == [NOT_APPLIED] * 3
     assert tree_digest(tree) == pristine
     assert touched_files(tree, recipe) == []
+
+
+def test_already_applied_says_applied_here_or_upstream(
+    tree: Path, recipe: Recipe, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A tree sparkbuild patched (its records in TREE/.sparkbuild/applied/) and a source
+    that carries the same change itself are both already-applied, told apart by origin."""
+    assert statuses(apply_series(tree, recipe).patches) == [APPLIED] * 3
+    here = series_status(tree, recipe).patches
+    assert statuses(here) == [ALREADY] * 3
+    assert [p.origin for p in here] == [APPLIED_HERE] * 3
+    assert [p.to_dict()["origin"] for p in apply_series(tree, recipe).patches] == (
+        [APPLIED_HERE] * 3)
+
+    upstream = tmp_path / "upstream"  # the same bytes, shipped that way: no records
+    shutil.copytree(tree, upstream, ignore=shutil.ignore_patterns(".sparkbuild"))
+    there = series_status(upstream, recipe).patches
+    assert statuses(there) == [ALREADY] * 3
+    assert [p.origin for p in there] == [UPSTREAM] * 3
+    reverted = revert_series(upstream, recipe).patches
+    assert [(p.status, p.origin) for p in reverted] == [(ALREADY, UPSTREAM)] * 3
+
+    assert main(["patch", "status", str(upstream), "--recipe", str(recipe.path), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert [(p["status"], p["origin"]) for p in payload["patches"]] == (
+        [("already-applied", "upstream")] * 3)
+    assert main(["patch", "status", str(tree), "--recipe", str(recipe.path)]) == 0
+    captured = capsys.readouterr()
+    said = captured.out + captured.err
+    assert said.count("already-applied (applied-here)") == 3, said
 
 
 def test_a_conflict_leaves_the_tree_byte_identical(tree: Path, recipe: Recipe) -> None:

@@ -22,7 +22,7 @@ from sparkbuild.build.sccache_server import SharedCache, shared_compile_cache
 from sparkbuild.toolchain.tools import find_sccache
 
 if TYPE_CHECKING:
-    from conftest import RedisServer
+    from integration.conftest import RedisServer
 
 KERNEL = "__global__ void twice(float* x) { x[threadIdx.x] *= 2.0f; }\n" \
          "void launch(float* x) { twice<<<1, 32>>>(x); }\n"
@@ -154,7 +154,8 @@ def _doctor(url: str) -> dict[str, object]:
     run = subprocess.run([sys.executable, "-m", "sparkbuild", "doctor", "--compile-cache", url,
                           "--json"], capture_output=True, text=True, timeout=300, check=False)
     assert run.returncode == 0, run.stderr[-3000:]
-    checks = {c["name"]: c for c in json.loads(run.stdout)["checks"]}
+    checks: dict[str, dict[str, object]] = {
+        c["name"]: c for c in json.loads(run.stdout)["checks"]}
     return checks["compile cache"]
 
 

@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -57,7 +57,7 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def plan(vllm_sdist: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory
-         ) -> tuple[Path, dict[str, object]]:
+         ) -> tuple[Path, dict[str, Any]]:
     recipe = load_recipe(REPO / "recipes" / "vllm-0.33.0.toml")
     tree = tmp_path_factory.mktemp("vllm") / "tree"
     prepare_tree(f"{vllm_sdist('0.33.0')}#sha256={recipe.source.sha256}", tree, recipe)
@@ -73,7 +73,7 @@ def plan(vllm_sdist: Callable[[str], Path], tmp_path_factory: pytest.TempPathFac
 
 
 def test_plan_names_every_external_source_with_its_pinned_ref(
-    plan: tuple[Path, dict[str, object]],
+    plan: tuple[Path, dict[str, Any]],
 ) -> None:
     _tree, data = plan
     sources = data["sources"]
@@ -86,14 +86,14 @@ def test_plan_names_every_external_source_with_its_pinned_ref(
     triton = next(s for s in sources if s["name"] == "triton_kernels")
     assert "rocm" not in triton["url"].lower()
     # CPU-only sources are listed apart: a CUDA build does not fetch them.
-    assert {"oneDNN", "arm_compute"} <= {s["name"] for s in data["unreached"]}  # type: ignore[union-attr]
+    assert {"oneDNN", "arm_compute"} <= {s["name"] for s in data["unreached"]}
 
 
 def test_every_pinned_commit_in_the_cuda_cmake_files_is_planned(
-    plan: tuple[Path, dict[str, object]],
+    plan: tuple[Path, dict[str, Any]],
 ) -> None:
     tree, data = plan
-    refs = {s["ref"] for s in data["sources"]}  # type: ignore[union-attr]
+    refs = {s["ref"] for s in data["sources"]}
     written = set()
     for path in (tree / "cmake" / "external_projects").glob("*.cmake"):
         written |= set(re.findall(r"\b[0-9a-f]{40}\b", path.read_text(encoding="utf-8")))
@@ -101,10 +101,10 @@ def test_every_pinned_commit_in_the_cuda_cmake_files_is_planned(
     assert written - rocm_only <= refs
 
 
-def test_plan_has_the_torch_pin_and_the_crates(plan: tuple[Path, dict[str, object]]) -> None:
+def test_plan_has_the_torch_pin_and_the_crates(plan: tuple[Path, dict[str, Any]]) -> None:
     _tree, data = plan
     assert data["torch"] == "2.14.0"
-    requirements = [w["requirement"] for w in data["wheels"]]  # type: ignore[union-attr]
+    requirements = [w["requirement"] for w in data["wheels"]]
     assert "torch==2.14.0" in requirements
     assert any(r.startswith("setuptools-rust") for r in requirements)
     assert isinstance(data["crates"], int) and data["crates"] > 100

@@ -248,6 +248,6 @@ def test_example_two_builds_verify_and_install_offline(
     installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
                      "--venv", venv, "--json"], check=False, timeout=600)
     assert installed.returncode == 0, installed.output
-    report = install_report(installed.output)
-    assert report["pip_check"]["ok"] is True, report["pip_check"]
-    assert report["pip_check"]["problems"] == [] and "mini_vllm" in report["imported"]
+    install_json = install_report(installed.output)
+    assert install_json["pip_check"]["ok"] is True, install_json["pip_check"]
+    assert install_json["pip_check"]["problems"] == [] and "mini_vllm" in install_json["imported"]

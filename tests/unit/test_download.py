@@ -12,7 +12,7 @@ import pytest
 
 from sparkbuild.errors import CacheMissError, DiskFullError, HashMismatchError, NetworkError
 from sparkbuild.store.cache import Cache
-from sparkbuild.store.download import download, fetch_to_cache
+from sparkbuild.store.download import fetch_to_cache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -66,27 +66,21 @@ def no_partials(directory: Path) -> bool:
     return not list(directory.rglob(".partial-*"))
 
 
-def test_download_writes_the_file(server: Server, tmp_path: Path) -> None:
-    url = server.add("/f.tar.gz", BODY)
-    dest = download(url, tmp_path / "out" / "f.tar.gz", sha256=BODY_SHA)
-    assert dest.read_bytes() == BODY
-    assert no_partials(tmp_path)
-
-
 def test_hash_mismatch_names_url_expected_and_actual(server: Server, tmp_path: Path) -> None:
     url = server.add("/f.tar.gz", BODY)
     wrong = "ab" * 32
+    cache = Cache(tmp_path / "c")
     with pytest.raises(HashMismatchError) as caught:
-        download(url, tmp_path / "f.tar.gz", sha256=wrong)
+        fetch_to_cache(cache, url, wrong)
     message = caught.value.what
     assert url in message and wrong in message and BODY_SHA in message
-    assert not (tmp_path / "f.tar.gz").exists()
+    assert not cache.has(BODY_SHA) and not cache.has(wrong)
     assert no_partials(tmp_path)
 
 
 def test_http_404_is_a_network_error_with_offline_hint(server: Server, tmp_path: Path) -> None:
     with pytest.raises(NetworkError) as caught:
-        download(server.url + "/nope", tmp_path / "x")
+        fetch_to_cache(Cache(tmp_path / "c"), server.url + "/nope", None)
     assert "404" in caught.value.what
     assert caught.value.where == server.url + "/nope"
     assert "--offline" in (caught.value.hint or "")
@@ -96,38 +90,40 @@ def test_unreachable_host_is_a_network_error(server: Server, tmp_path: Path) -> 
     url = server.url + "/x"
     server.httpd.server_close()  # nothing listens on the port any more
     with pytest.raises(NetworkError):
-        download(url, tmp_path / "x")
+        fetch_to_cache(Cache(tmp_path / "c"), url, None)
 
 
 def test_short_body_is_a_network_error(server: Server, tmp_path: Path) -> None:
     url = server.add("/short", BODY[:100], **{"Content-Length": str(len(BODY))})
+    cache = Cache(tmp_path / "c")
     with pytest.raises(NetworkError):
-        download(url, tmp_path / "short")
-    assert not (tmp_path / "short").exists()
+        fetch_to_cache(cache, url, None)
+    assert cache.lookup("urls", url) is None
     assert no_partials(tmp_path)
 
 
 def test_file_url(tmp_path: Path) -> None:
     source = tmp_path / "src.bin"
     source.write_bytes(BODY)
-    dest = download(source.as_uri(), tmp_path / "dest.bin", sha256=BODY_SHA)
-    assert dest.read_bytes() == BODY
+    cache = Cache(tmp_path / "c")
+    assert fetch_to_cache(cache, source.as_uri(), BODY_SHA).read_bytes() == BODY
     with pytest.raises(NetworkError):
-        download((tmp_path / "absent").as_uri(), tmp_path / "d2")
+        fetch_to_cache(cache, (tmp_path / "absent").as_uri(), None)
 
 
 def test_disk_full_during_download(
     server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url = server.add("/f", BODY)
+    cache = Cache(tmp_path / "c")
 
     def full(_fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("os.fsync", full)
     with pytest.raises(DiskFullError):
-        download(url, tmp_path / "f")
-    assert no_partials(tmp_path) and not (tmp_path / "f").exists()
+        fetch_to_cache(cache, url, BODY_SHA)
+    assert no_partials(tmp_path) and not cache.has(BODY_SHA)
 
 
 def test_fetch_to_cache_reuses_the_entry(server: Server, tmp_path: Path) -> None:

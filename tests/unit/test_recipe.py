@@ -188,3 +188,13 @@ def test_plain_sm121_with_the_opt_in_and_the_spark_targets_pass(tmp_path: Path) 
 def test_allow_plain_sm121_must_be_a_boolean(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match="allow_plain_sm121 must be bool"):
         load_recipe(_target_recipe(tmp_path, "allow_plain_sm121 = 1\n"))
+
+
+def test_missing_recipe_lists_the_shipped_ones(tmp_path: Path) -> None:
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(tmp_path / "absent.toml")
+    hint = caught.value.hint or ""
+    shipped = sorted(p.name for p in recipes_dir().glob("*.toml"))
+    assert shipped and "qwen38next.toml" in shipped
+    assert all(name in hint for name in shipped), hint
+    assert str(recipes_dir()) in hint

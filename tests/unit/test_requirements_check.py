@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from sparkbuild.errors import CommandFailed, PinRefusedError, UsageError, VerifyError
@@ -25,6 +27,11 @@ from sparkbuild.wheelhouse.requirements_check import (
     settle_wheelhouse,
     unmet_requirements,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from sparkbuild.wheelhouse.lock import LockedRequirement
 
 SPARK = target_environment("manylinux_2_39_aarch64", "3.12")
 
@@ -117,7 +124,8 @@ def test_uv_finding_no_solution_names_the_contradicted_pin() -> None:
     assert isinstance(_uv_failure("network down\n", ["uv"], 2), CommandFailed)
     seen: list[list[str]] = []
 
-    def resolve(requirements: object, overrides: list[str]) -> list[object]:
+    def resolve(requirements: Sequence[str], overrides: Sequence[str]
+                ) -> list[LockedRequirement]:
         seen.append(list(overrides))
         raise failure
 

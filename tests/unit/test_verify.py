@@ -242,3 +242,15 @@ def test_writing_refuses_a_library_without_target_code(tmp_path: Path) -> None:
     with pytest.raises(VerifyError, match="no machine code for sm_121"):
         wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120"]}), out=out)
     assert not out.exists()
+
+
+def test_missing_directory_is_named_as_missing_not_as_a_killed_run(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError) as caught:
+        verify_wheelhouse(tmp_path / "absent")
+    error = caught.value
+    assert error.what == "the wheelhouse directory does not exist"
+    assert error.where == str(tmp_path / "absent")
+    assert "killed" not in f"{error.what} {error.hint}"
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    with pytest.raises(VerifyError, match="is not a directory"):
+        verify_wheelhouse(tmp_path / "file")

@@ -6,6 +6,7 @@ import base64
 import csv
 import hashlib
 import io
+import tracemalloc
 import zipfile
 from typing import TYPE_CHECKING
 
@@ -205,3 +206,68 @@ def test_recipe_pins_replace_the_wheels_own_requirement(tmp_path: Path) -> None:
                             "Flashinfer_Python[cu13]>=0.7")
     again = normalize_wheel(out.path, tmp_path / "o2", label=None, pins=pins)
     assert again.replaced == () and again.path.read_bytes() == out.path.read_bytes()
+
+
+def test_damaged_entry_found_midway_leaves_no_wheel_behind(tmp_path: Path) -> None:
+    """Entries are checked while they are streamed: a bad one ends the rewrite, and the
+    half-written output is discarded."""
+    wheel = make_wheel(tmp_path, extra={"demo/zz_last.py": b"LAST = 1\n"})
+    damaged = tmp_path / "bad" / wheel.name
+    damaged.parent.mkdir()
+    with zipfile.ZipFile(wheel) as source, zipfile.ZipFile(damaged, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            target.writestr(info, b"LAST = 2\n" if info.filename == "demo/zz_last.py" else data)
+    with pytest.raises(VerifyError, match=r"demo/zz_last\.py"):
+        normalize_wheel(damaged, tmp_path / "o", label="sm121.abcdef12")
+    assert list((tmp_path / "o").iterdir()) == []
+
+
+BIG_ENTRY = 96 << 20
+"""A synthetic shared library: big enough that holding it would show in the peak."""
+
+
+def _big_wheel(directory: Path) -> Path:
+    """demo 1.0 with one 96 MiB entry, written in pieces (never held whole here)."""
+    piece = hashlib.sha256(b"big").digest() * (1 << 15)  # 1 MiB, compressible
+    digest = hashlib.sha256()
+    path = directory / "demo-1.0-cp312-cp312-linux_aarch64.whl"
+    metadata = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        with archive.open(zipfile.ZipInfo("demo/_C.so"), "w", force_zip64=True) as out:
+            for n in range(BIG_ENTRY // len(piece)):
+                chunk = piece[n % 32 :] + piece[: n % 32]
+                digest.update(chunk)
+                out.write(chunk)
+        archive.writestr("demo-1.0.dist-info/METADATA", metadata)
+        record = (f"demo/_C.so,sha256={_b64(digest.digest())},{BIG_ENTRY}\n"
+                  f"demo-1.0.dist-info/METADATA,{_digest(metadata)},{len(metadata)}\n"
+                  "demo-1.0.dist-info/RECORD,,\n")
+        archive.writestr("demo-1.0.dist-info/RECORD", record)
+    return path
+
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def test_big_wheel_is_streamed_with_flat_memory(tmp_path: Path) -> None:
+    """Peak Python memory of the rewrite stays a few MiB for a 96 MiB entry (the old
+    reader held every entry, and a vLLM wheel unpacks to more than 1 GB)."""
+    wheel = _big_wheel(tmp_path)
+    tracemalloc.start()
+    try:
+        out = normalize_wheel(wheel, tmp_path / "o", label="sm121.abcdef12")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, f"peak {peak / 2**20:.1f} MiB while rewriting a 96 MiB entry"
+    with zipfile.ZipFile(out.path) as archive:
+        info = archive.getinfo("demo/_C.so")
+        record = archive.read("demo-1.0+sm121.abcdef12.dist-info/RECORD").decode()
+        digest = hashlib.sha256()
+        with archive.open(info) as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+    assert info.file_size == BIG_ENTRY
+    assert f"demo/_C.so,sha256={_b64(digest.digest())},{BIG_ENTRY}\n" in record

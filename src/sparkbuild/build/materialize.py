@@ -11,7 +11,6 @@ overrides (the only way to redirect vLLM's full-signature FetchContent_Populate 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -74,8 +73,9 @@ def require_complete(plan: VendorPlan, cache: Cache) -> None:
             f"the cache lacks {len(missing)} thing(s) the offline build needs:\n  "
             + "\n  ".join(item.line() for item in missing),
             where=str(cache.root),
-            hint="run the same command once without --offline (or `sparkbuild vendor "
-            "--tree TREE --cache DIR`) where the network is reachable",
+            hint="run the same command once without --offline where the network is "
+            "reachable (or `sparkbuild vendor --tree TREE --cache DIR` on a tree made by "
+            "`sparkbuild prepare --dest TREE`)",
         )
 
 
@@ -209,9 +209,3 @@ def materialize(plan: VendorPlan, cache: Cache, work: Path) -> Materialized:
         out.env["CARGO_HOME"] = str(out.cargo_home)
     out.env["CARGO_NET_OFFLINE"] = "true"
     return out
-
-
-def remove_unpacked(work: Path) -> None:
-    """Forget unpacked copies (they are rebuilt from the cache on the next build)."""
-    with contextlib.suppress(FileNotFoundError):
-        shutil.rmtree(work / "deps")

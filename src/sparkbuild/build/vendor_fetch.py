@@ -133,8 +133,8 @@ def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) ->
     if network_trouble(shallow.output):
         raise NetworkError(
             f"cannot reach the git remote of {source.name}{through}", where=source.url,
-            hint="check the network or the mirror (--mirror BASE=REPLACEMENT); "
-            "`sparkbuild vendor` needs it once, the build never",
+            hint="check the network or the mirror (--mirror BASE=REPLACEMENT); filling the "
+            "cache needs it once, the build never",
         )
     # Servers that refuse a shallow fetch of a commit: fetch everything, then resolve.
     _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo,

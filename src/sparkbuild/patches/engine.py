@@ -42,10 +42,12 @@ from sparkbuild.patches.journal import (
 from sparkbuild.patches.report import (
     ALREADY,
     APPLIED,
+    APPLIED_HERE,
     FAILED,
     NOT_APPLIED,
     REVERTED,
     SKIP_DIRS,
+    UPSTREAM,
     PatchOutcome,
     SeriesReport,
     describe_failure,
@@ -204,12 +206,20 @@ def _outcome(patch: Patch, status: str, detail: str, where: str | None = None,
     return PatchOutcome(patch.name, status, detail, patch.sha256, where, details or {})
 
 
+def _already(tree: Path, patch: Patch, detail: str,
+             details: dict[str, Any] | None = None) -> PatchOutcome:
+    """``already-applied``, saying whether sparkbuild applied it here or the source had it."""
+    origin = APPLIED_HERE if _records(tree, patch.name) else UPSTREAM
+    return PatchOutcome(patch.name, ALREADY, detail, patch.sha256, details=details or {},
+                        origin=origin)
+
+
 def _classify(tree: Path, patch: Patch, ready: Prepared) -> PatchOutcome:
     """Status of a prepared patch without changing the tree."""
     if ready.already is not None:
-        return _outcome(patch, ALREADY, ready.already, details=ready.details)
+        return _already(tree, patch, ready.already, details=ready.details)
     if isinstance(patch, DiffPatch) and git_apply(tree, ready.diff, check=True, reverse=True)[0]:
-        return _outcome(patch, ALREADY, "its changes are in the tree (reverse check)")
+        return _already(tree, patch, "its changes are in the tree (reverse check)")
     fits, output = git_apply(tree, ready.diff, check=True)
     if fits:
         return _outcome(patch, NOT_APPLIED, "would apply: " + ("; ".join(ready.notes) or "cleanly"),
@@ -217,7 +227,7 @@ def _classify(tree: Path, patch: Patch, ready: Prepared) -> PatchOutcome:
     if isinstance(patch, DiffPatch) and patch.applied_check is not None:
         found = applied_check(patch.applied_check)(tree)
         if found is not None:
-            return _outcome(patch, ALREADY, found)
+            return _already(tree, patch, found)
     detail, where = describe_failure(ready.files, output)
     return _outcome(patch, FAILED, detail, where)
 
@@ -269,7 +279,7 @@ def revert_one(tree: Path, patch: Patch, index: TreeIndex, journal: Journal) -> 
     if not records:
         outcome = status_one(tree, patch, index)
         if outcome.status == ALREADY:
-            return _outcome(patch, ALREADY, f"{outcome.detail}; not sparkbuild's to revert")
+            return _already(tree, patch, f"{outcome.detail}; not sparkbuild's to revert")
         return _outcome(patch, NOT_APPLIED, "was not applied")
     for record in reversed(records):
         diff = record.read_text(encoding="utf-8")
@@ -313,7 +323,8 @@ def _after_failure(
         else:
             detail = outcome.detail
         now = status_one(tree, patch, index)
-        result.append(_outcome(patch, now.status, detail, now.where))
+        result.append(PatchOutcome(patch.name, now.status, detail, patch.sha256, now.where,
+                                   now.details, now.origin))
     return result
 
 

@@ -24,6 +24,10 @@ FAILED = "failed"
 NOT_APPLIED = "not-applied"
 STATUSES = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
 REVERTED = "reverted"
+APPLIED_HERE = "applied-here"
+"""An already-applied patch that sparkbuild applied to this tree (its record is in it)."""
+UPSTREAM = "upstream"
+"""An already-applied patch whose change the source carried (no record of sparkbuild's)."""
 
 SKIP_DIRS = frozenset({".git", ".sparkbuild", "node_modules", "__pycache__"})
 C_SUFFIXES = frozenset({".cu", ".cuh", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".inl"})
@@ -42,10 +46,18 @@ class PatchOutcome:
     """For ``failed``: the file and hunk (or file and line) that did not match."""
     details: dict[str, Any] = field(default_factory=dict)
     """A structured edit's findings (each arch list before and after, guards left alone)."""
+    origin: str | None = None
+    """For ``already-applied``: :data:`APPLIED_HERE` or :data:`UPSTREAM` (JSON key ``origin``)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "detail": self.detail,
-                "sha256": self.sha256, "details": self.details}
+        shown = {"name": self.name, "status": self.status, "detail": self.detail,
+                 "sha256": self.sha256, "details": self.details}
+        return {**shown, "origin": self.origin} if self.origin else shown
+
+    @property
+    def label(self) -> str:
+        """The status as a person reads it: ``already-applied (upstream)``."""
+        return f"{self.status} ({self.origin})" if self.origin else self.status
 
 
 @dataclass
@@ -77,7 +89,9 @@ class SeriesReport:
     def summary(self) -> list[str]:
         width = max((len(p.name) for p in self.patches), default=0)
         lines = [f"patch series on {self.tree}"]
-        lines += [f"  {p.status:<15} {p.name:<{width}}  {p.detail}" for p in self.patches]
+        status_width = max((len(p.label) for p in self.patches), default=0)
+        lines += [f"  {p.label:<{status_width}} {p.name:<{width}}  {p.detail}"
+                  for p in self.patches]
         if self.raw_instruction_uses:
             lines.append(f"raw {INSTRUCTION} in the tree (a plain sm_121 build trips on "
                          "each one that is not behind an arch guard):")

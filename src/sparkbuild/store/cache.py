@@ -39,6 +39,13 @@ from sparkbuild.store.files import (
 from sparkbuild.store.hashing import CHUNK, is_sha256, sha256_bytes, sha256_file
 from sparkbuild.store.lock import CacheLock
 
+FILL_HINT = (
+    "fill the cache once online: run `sparkbuild wheel` without --offline, or prepare a "
+    "tree (`sparkbuild prepare --dest TREE`) and run `sparkbuild vendor --tree TREE "
+    "--cache DIR`"
+)
+"""How to fill the cache: ``vendor`` needs a prepared tree, ``wheel`` prepares its own."""
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -114,7 +121,7 @@ class Cache:
             raise CacheMissError(
                 f"the cache holds no entry sha256:{sha256}",
                 where=str(path),
-                hint="run once online (or `sparkbuild vendor`) to fill the cache",
+                hint=FILL_HINT,
             )
         if self._marker_matches(path):
             return path

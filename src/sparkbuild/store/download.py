@@ -26,6 +26,7 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
+from sparkbuild.store.cache import FILL_HINT
 from sparkbuild.store.files import discarded, replacing
 from sparkbuild.store.hashing import CHUNK
 from sparkbuild.store.lock import seconds_from_env
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
 
 OFFLINE_HINT = (
-    "check the network (or the index URL); to build without a network, fill the cache "
-    "once online (`sparkbuild vendor`) and run with --offline"
+    f"check the network (or the index URL); to build without a network, {FILL_HINT}, "
+    "then run with --offline"
 )
 USER_AGENT = f"sparkbuild/{__version__}"
 
@@ -104,7 +105,8 @@ def _partial_beside(dest: Path) -> Path:
 def download(
     url: str, dest: Path, *, sha256: str | None = None, description: str | None = None
 ) -> Path:
-    """Fetch ``url`` to ``dest`` atomically; with ``sha256`` the bytes must match it."""
+    """Fetch ``url`` to ``dest`` atomically (a served wheelhouse's files: install from a URL);
+    with ``sha256`` the bytes must match it."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     label = description or f"downloading {dest.name}"
@@ -150,7 +152,7 @@ def fetch_to_cache(cache: Cache, url: str, sha256: str | None, *, offline: bool 
             raise CacheMissError(
                 f"not in the cache and --offline forbids downloading: {url}",
                 where=str(cache.root),
-                hint="run once online (`sparkbuild vendor`) to fill the cache",
+                hint=FILL_HINT,
             )
         return _download_into(cache, url, known)
 

@@ -135,6 +135,10 @@ class VerifyResult:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
+    if not directory.is_dir():
+        what = "is not a directory" if directory.exists() else "does not exist"
+        raise VerifyError(f"the wheelhouse directory {what}", where=str(directory),
+                          hint="check the path; `sparkbuild wheel --out DIR` writes a wheelhouse")
     path = directory / MANIFEST_NAME
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

@@ -19,6 +19,7 @@ import os
 import re
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
@@ -29,9 +30,10 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import UnsafeArchiveError, VerifyError
 from sparkbuild.store.files import replacing
+from sparkbuild.store.hashing import CHUNK, sha256_file
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 DEFAULT_EPOCH = 315532800
 """1980-01-01 00:00:00 UTC: the earliest time a zip entry can hold."""
@@ -40,13 +42,6 @@ MAX_EPOCH = 4354819199
 APPLIED_STATUSES = ("applied", "already-applied")
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COMPRESSLEVEL = 6
-
-
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    data: bytes
-    executable: bool
 
 
 @dataclass(frozen=True)
@@ -130,6 +125,18 @@ def source_date_epoch(source: Mapping[str, Any] | None = None) -> int:
 # -- reading ---------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Member:
+    """One file of a wheel, as its zip directory lists it (its bytes stay in the zip)."""
+
+    info: zipfile.ZipInfo
+    executable: bool
+
+    @property
+    def name(self) -> str:
+        return self.info.filename
+
+
 def _checked_name(name: str, wheel: Path) -> str:
     path = PurePosixPath(name)
     if path.is_absolute() or ".." in path.parts or "\\" in name:
@@ -137,30 +144,41 @@ def _checked_name(name: str, wheel: Path) -> str:
     return name
 
 
-def read_entries(wheel: Path) -> list[Entry]:
-    """The wheel's files (directories dropped), with their executable bit."""
-    entries: dict[str, Entry] = {}
+def list_members(archive: zipfile.ZipFile, wheel: Path) -> list[Member]:
+    """The wheel's files (directories dropped), with their executable bit; nothing is read."""
+    members: dict[str, Member] = {}
+    for info in archive.infolist():
+        if info.is_dir():
+            continue
+        name = _checked_name(info.filename, wheel)
+        if name in members:
+            raise UnsafeArchiveError(f"duplicate wheel entry {name}", where=str(wheel))
+        mode = (info.external_attr >> 16) & 0o777
+        members[name] = Member(info, bool(mode & 0o111))
+    return list(members.values())
+
+
+def read_chunks(archive: zipfile.ZipFile, info: zipfile.ZipInfo, wheel: Path) -> Iterator[bytes]:
+    """The member's bytes, one chunk at a time; a damaged member is a :class:`VerifyError`."""
     try:
-        with zipfile.ZipFile(wheel) as archive:
-            for info in archive.infolist():
-                if info.is_dir():
-                    continue
-                name = _checked_name(info.filename, wheel)
-                if name in entries:
-                    raise UnsafeArchiveError(f"duplicate wheel entry {name}", where=str(wheel))
-                mode = (info.external_attr >> 16) & 0o777
-                entries[name] = Entry(name, archive.read(info), bool(mode & 0o111))
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise VerifyError(f"cannot read wheel: {exc}", where=str(wheel)) from exc
-    return list(entries.values())
+        with archive.open(info) as stream:
+            yield from iter(lambda: stream.read(CHUNK), b"")
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise VerifyError(f"cannot read wheel entry {info.filename}: {exc}",
+                          where=str(wheel)) from exc
 
 
-def dist_info_dir(entries: Sequence[Entry], wheel: Path) -> str:
+def read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, wheel: Path) -> bytes:
+    """A small member's bytes (METADATA, RECORD)."""
+    return b"".join(read_chunks(archive, info, wheel))
+
+
+def dist_info_dir(names: Iterable[str], wheel: Path) -> str:
     """The one top-level ``*.dist-info`` directory holding METADATA."""
     found = {
-        e.name.split("/", 1)[0]
-        for e in entries
-        if e.name.count("/") == 1 and e.name.endswith(".dist-info/METADATA")
+        name.split("/", 1)[0]
+        for name in names
+        if name.count("/") == 1 and name.endswith(".dist-info/METADATA")
     }
     if len(found) != 1:
         raise VerifyError(
@@ -172,23 +190,27 @@ def dist_info_dir(entries: Sequence[Entry], wheel: Path) -> str:
 
 def record_digest(data: bytes) -> str:
     """The hash form RECORD uses: urlsafe base64 without padding."""
-    digest = hashlib.sha256(data).digest()
-    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+    return _record_form(hashlib.sha256(data))
 
 
-def check_record(entries: Sequence[Entry], dist_info: str, wheel: Path) -> None:
+def _record_form(digest: hashlib._Hash) -> str:
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+
+
+def recorded_hashes(record: bytes) -> dict[str, str]:
+    """RECORD's ``sha256=`` hashes by entry name (rows without one are left out)."""
+    hashes = {}
+    for row in csv.reader(io.StringIO(record.decode("utf-8"))):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            hashes[row[0]] = row[1]
+    return hashes
+
+
+def check_recorded(name: str, actual: str, recorded: Mapping[str, str], wheel: Path) -> None:
     """Refuse a wheel whose RECORD disagrees with its own bytes: it was damaged."""
-    by_name = {e.name: e for e in entries}
-    record = by_name.get(f"{dist_info}/RECORD")
-    if record is None:
-        return
-    for row in csv.reader(io.StringIO(record.data.decode("utf-8"))):
-        if len(row) < 2 or not row[1] or row[0] not in by_name:
-            continue
-        if row[1].startswith("sha256=") and record_digest(by_name[row[0]].data) != row[1]:
-            raise VerifyError(
-                f"wheel entry {row[0]} does not match its RECORD hash", where=str(wheel)
-            )
+    expected = recorded.get(name)
+    if expected is not None and expected != actual:
+        raise VerifyError(f"wheel entry {name} does not match its RECORD hash", where=str(wheel))
 
 
 def metadata_field(metadata: bytes, field: str) -> str | None:
@@ -262,35 +284,49 @@ def _sort_key(name: str) -> tuple[int, str]:
     return (1 if top.endswith(".dist-info") else 0, name)
 
 
-def _with_record(entries: list[Entry], dist_info: str) -> list[Entry]:
-    record_name = f"{dist_info}/RECORD"
-    kept = [e for e in entries if e.name != record_name
-            and e.name not in {f"{dist_info}/{s}" for s in _SIGNATURES}]
-    kept.sort(key=lambda e: _sort_key(e.name))
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for entry in kept:
-        writer.writerow([entry.name, record_digest(entry.data), len(entry.data)])
-    writer.writerow([record_name, "", ""])
-    return [*kept, Entry(record_name, buffer.getvalue().encode("utf-8"), False)]
-
-
-def _zip_info(entry: Entry, date_time: tuple[int, int, int, int, int, int]) -> zipfile.ZipInfo:
-    info = zipfile.ZipInfo(entry.name, date_time=date_time)
+def _zip_info(name: str, executable: bool, size: int,
+              date_time: tuple[int, int, int, int, int, int]) -> zipfile.ZipInfo:
+    info = zipfile.ZipInfo(name, date_time=date_time)
     info.compress_type = zipfile.ZIP_DEFLATED
     info.create_system = 3  # Unix: the mode bits below are read
-    mode = 0o755 if entry.executable or ".data/scripts/" in entry.name else 0o644
+    mode = 0o755 if executable or ".data/scripts/" in name else 0o644
     info.external_attr = (0o100000 | mode) << 16
+    info.file_size = size  # decides zip64 up front, as writestr() does
+    # ZipFile.open(info, "w") takes the level from the ZipInfo (Python 3.13 renamed it)
+    level = "compress_level" if hasattr(info, "compress_level") else "_compresslevel"
+    setattr(info, level, _COMPRESSLEVEL)
     return info
 
 
-def write_wheel(path: Path, entries: Sequence[Entry], epoch: int) -> None:
-    """Write ``entries`` in order, atomically (temporary name, then rename)."""
-    date_time = time.gmtime(epoch)[:6]
-    with replacing(path) as partial, zipfile.ZipFile(partial, "w") as archive:
-        for entry in entries:
-            archive.writestr(_zip_info(entry, date_time), entry.data,
-                             compresslevel=_COMPRESSLEVEL)
+class _RecordWriter:
+    """Writes entries one at a time, streaming, and collects RECORD's rows as it goes."""
+
+    def __init__(self, archive: zipfile.ZipFile, epoch: int) -> None:
+        self.archive = archive
+        self.date_time = time.gmtime(epoch)[:6]
+        self.rows: list[tuple[str, str, str]] = []
+
+    def add(self, name: str, chunks: Iterable[bytes], size: int, executable: bool) -> str:
+        """Write one entry; return the sha256 of its bytes in RECORD's form."""
+        digest = hashlib.sha256()
+        written = 0
+        info = _zip_info(name, executable, size, self.date_time)
+        with self.archive.open(info, "w") as out:
+            for chunk in chunks:
+                digest.update(chunk)
+                out.write(chunk)
+                written += len(chunk)
+        hashed = _record_form(digest)
+        self.rows.append((name, hashed, str(written)))
+        return hashed
+
+    def finish(self, record_name: str) -> None:
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerows(self.rows)
+        writer.writerow([record_name, "", ""])
+        data = buffer.getvalue().encode("utf-8")
+        self.add(record_name, [data], len(data), False)
 
 
 def normalize_wheel(
@@ -304,28 +340,53 @@ def normalize_wheel(
     """Rewrite ``wheel`` into ``out_dir`` deterministically, relabelled with ``label``.
 
     ``pins`` maps canonical project names to requirements (``name==version``) that replace
-    the wheel's own requirement on that project.
+    the wheel's own requirement on that project.  The wheel is streamed: one entry at a
+    time, read, hashed (against the old RECORD) and written, so a vLLM wheel of more than
+    a gigabyte never sits in memory; RECORD is built on the way and written last.
     """
-    entries = read_entries(wheel)
-    dist_info = dist_info_dir(entries, wheel)
-    check_record(entries, dist_info, wheel)
-    metadata = next(e for e in entries if e.name == f"{dist_info}/METADATA")
-    old_version = metadata_field(metadata.data, "Version") or ""
-    new_version = relabel_version(old_version, label)
-    parsed = WheelName.parse(wheel.name)
-    old_prefix = dist_info.removesuffix(".dist-info")
-    new_prefix = f"{old_prefix.rsplit('-', 1)[0]}-{new_version}"
-    new_metadata, replaced = rewrite_metadata(metadata.data, new_version, pins or {})
-    renamed = []
-    for entry in entries:
-        data = new_metadata if entry is metadata else entry.data
-        renamed.append(Entry(_renamed(entry.name, old_prefix, new_prefix), data, entry.executable))
-    final = _with_record(renamed, f"{new_prefix}.dist-info")
-    name = WheelName(parsed.distribution, new_version, parsed.build, parsed.tags)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / name.filename
-    write_wheel(target, final, epoch)
-    data = target.read_bytes()
-    project = metadata_field(metadata.data, "Name") or parsed.distribution
-    return NormalizedWheel(target, project, new_version, hashlib.sha256(data).hexdigest(),
-                           len(data), tuple(replaced))
+    try:
+        source = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise VerifyError(f"cannot read wheel: {exc}", where=str(wheel)) from exc
+    with source:
+        members = list_members(source, wheel)
+        dist_info = dist_info_dir((m.name for m in members), wheel)
+        by_name = {m.name: m for m in members}
+        record = by_name.get(f"{dist_info}/RECORD")
+        recorded = recorded_hashes(read_member(source, record.info, wheel)) if record else {}
+        metadata = by_name[f"{dist_info}/METADATA"]
+        old_metadata = read_member(source, metadata.info, wheel)
+        check_recorded(metadata.name, record_digest(old_metadata), recorded, wheel)
+        old_version = metadata_field(old_metadata, "Version") or ""
+        new_version = relabel_version(old_version, label)
+        parsed = WheelName.parse(wheel.name)
+        old_prefix = dist_info.removesuffix(".dist-info")
+        new_prefix = f"{old_prefix.rsplit('-', 1)[0]}-{new_version}"
+        new_dist_info = f"{new_prefix}.dist-info"
+        new_metadata, replaced = rewrite_metadata(old_metadata, new_version, pins or {})
+        dropped = {f"{new_dist_info}/{n}" for n in ("RECORD", *_SIGNATURES)}
+        renamed = {m.name: _renamed(m.name, old_prefix, new_prefix) for m in members}
+        for member in members:  # RECORD and signatures are not copied; still checked
+            if renamed[member.name] in dropped and member.name in recorded:
+                actual = record_digest(read_member(source, member.info, wheel))
+                check_recorded(member.name, actual, recorded, wheel)
+        kept = sorted((m for m in members if renamed[m.name] not in dropped),
+                      key=lambda m: _sort_key(renamed[m.name]))
+        name = WheelName(parsed.distribution, new_version, parsed.build, parsed.tags)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        target = out_dir / name.filename
+        with replacing(target) as partial, zipfile.ZipFile(partial, "w") as archive:
+            writer = _RecordWriter(archive, epoch)
+            for member in kept:
+                if member is metadata:
+                    writer.add(renamed[member.name], [new_metadata], len(new_metadata),
+                               member.executable)
+                    continue
+                actual = writer.add(renamed[member.name],
+                                    read_chunks(source, member.info, wheel),
+                                    member.info.file_size, member.executable)
+                check_recorded(member.name, actual, recorded, wheel)
+            writer.finish(f"{new_dist_info}/RECORD")
+    project = metadata_field(old_metadata, "Name") or parsed.distribution
+    return NormalizedWheel(target, project, new_version, sha256_file(target, progress=False),
+                           target.stat().st_size, tuple(replaced))

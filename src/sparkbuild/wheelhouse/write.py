@@ -25,16 +25,28 @@ import contextlib
 import html
 import json
 import os
+import platform as py_platform
+import shlex
 import shutil
+import sys
+import sysconfig
 import zipfile
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
+from packaging.tags import platform_tags
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError, disk_full_as_error
+from sparkbuild.errors import (
+    DestinationError,
+    SparkbuildError,
+    UsageError,
+    VerifyError,
+    disk_full_as_error,
+)
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic, writer_gone
@@ -46,7 +58,14 @@ from sparkbuild.wheelhouse.closure import (
     fetch_closure,
     fetch_pin,
 )
-from sparkbuild.wheelhouse.lock import LOCK_NAME, ClosureTarget, LockedRequirement, render_lock
+from sparkbuild.wheelhouse.lock import (
+    LOCK_NAME,
+    ClosureTarget,
+    LockedRequirement,
+    parse_platform,
+    pip_platforms,
+    render_lock,
+)
 from sparkbuild.wheelhouse.overrides import (
     Override,
     merge_overrides,
@@ -94,6 +113,8 @@ class WheelhouseResult:
     overrides: list[Override] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     """The built wheels' shared libraries and their machine code for the target."""
+    note: str | None = None
+    """Says when the target platform is not the machine that built the wheelhouse."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheelhouse": str(self.out), "local_label": self.label,
@@ -112,7 +133,10 @@ class WheelhouseResult:
         lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
                   f"{lib.block_scaled_mma} block-scaled MMA, "
                   f"{len(lib.trap_only_kernels)} trap-only kernel(s)" for lib in self.libraries]
-        lines.append(f"  install: python -m sparkbuild install {self.out} --venv VENV")
+        if self.note:
+            lines.append(f"  {self.note}")
+        python = shlex.quote(sys.executable or "python3")  # a command that works as copied
+        lines.append(f"  install: {python} -m sparkbuild install {self.out} --venv VENV")
         return lines
 
     @property
@@ -307,15 +331,53 @@ def staging_dir(out: Path) -> Iterator[Path]:
 # -- the stage -------------------------------------------------------------------------
 
 
+def accepted_platforms(platform: str) -> set[str]:
+    """The wheel platform tags a ``platform`` machine installs (``any`` included).
+
+    A manylinux target also takes ``linux_<arch>``, the tag of a wheel built locally; a
+    platform sparkbuild cannot expand (not manylinux) accepts only itself.
+    """
+    try:
+        tags = pip_platforms(platform)
+    except UsageError:
+        return {"any", platform}
+    return {"any", *tags, f"linux_{parse_platform(platform)[1]}"}
+
+
+def fits_platform(filename: str, platform: str) -> bool:
+    """True when wheel ``filename`` has a tag that a ``platform`` machine installs."""
+    try:
+        tags = parse_wheel_filename(filename)[3]
+    except InvalidWheelFilename:
+        return False
+    accepted = accepted_platforms(platform)
+    return any(tag.platform in accepted for tag in tags)
+
+
 def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> None:
     """A built wheel for another machine than the closure's cannot install beside it."""
     if not target.platform:
         return
-    arch = target.platform.rsplit("_", 1)[-1]
     for item in files:
-        platform_tag = item.file.removesuffix(".whl").rsplit("-", 1)[-1]
-        if platform_tag != "any" and not platform_tag.endswith(arch):
-            warn(f"{item.file} is built for {platform_tag}, the closure for {target.platform}")
+        if not fits_platform(item.file, target.platform):
+            built_for = ".".join(sorted({t.platform for t in parse_wheel_filename(item.file)[3]}))
+            warn(f"{item.file} is built for {built_for}, the closure for {target.platform}")
+
+
+def host_note(recipe_platform: str, built: Sequence[str], target: ClosureTarget) -> str | None:
+    """One line when the recipe's platform is not this machine's (the demo on x86_64 for an
+    aarch64 Spark), naming the built wheels that will not install there; else None."""
+    if not recipe_platform or recipe_platform in set(platform_tags()):
+        return None
+    machine = py_platform.machine() or sysconfig.get_platform()
+    foreign = [name for name in built if not fits_platform(name, recipe_platform)]
+    what = (f"{', '.join(foreign)} installs only on {machine}, not there" if foreign
+            else "the built wheels are platform-independent")
+    closure = ("" if target.platform else
+               f"; the dependencies are for this machine (--platform {recipe_platform} for "
+               "the target's)")
+    return (f"note: the recipe targets {recipe_platform}, this machine is {machine}: "
+            f"{what}{closure}")
 
 
 def write_wheelhouse(
@@ -367,7 +429,8 @@ def write_wheelhouse(
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
         late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
                                  env, where=str(recipe.path))
-        result = WheelhouseResult(out, files, target, label,
+        note = host_note(recipe.target.platform, [f.file for f in built], target)
+        result = WheelhouseResult(out, files, target, label, note=note,
                                   overrides=merge_overrides(early, late))
         extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
         step("reading the machine code of the built wheels (cuobjdump)")
