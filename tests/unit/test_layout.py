@@ -129,3 +129,59 @@ def test_the_checker_sees_upward_imports(tmp_path: Path) -> None:
     assert [line.split(" imports ")[1] for line in found] == [
         "sparkbuild.wheelhouse.verify", "sparkbuild.cli", "sparkbuild.pipeline",
         "sparkbuild.patches"]
+
+
+def runtime_imports(path: Path, own: str) -> set[str]:
+    """The sparkbuild modules ``path`` imports when it is itself imported: top-level
+    statements only (a function's lazy import and ``if TYPE_CHECKING:`` do not count)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    top = [node for node in tree.body
+           if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try))
+           or (isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test))]
+    module = ast.Module(body=top, type_ignores=[])
+    probe = path.with_name(f".{path.name}.probe")
+    probe.write_text(ast.unparse(module), encoding="utf-8")
+    try:
+        return {target for _line, target in imported_modules(probe, own)}
+    finally:
+        probe.unlink()
+
+
+def module_path(module: str) -> Path | None:
+    relative = Path(*module.split(".")[1:])
+    for candidate in (PACKAGE / relative.with_suffix(".py"), PACKAGE / relative / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def loaded_with(module: str) -> set[str]:
+    """Every sparkbuild module that importing ``module`` loads (its packages' too)."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        name = pending.pop()
+        parts = name.split(".")
+        for end in range(1, len(parts) + 1):  # importing a.b.c runs a and a.b first
+            prefix = ".".join(parts[:end])
+            path = module_path(prefix) if prefix != "sparkbuild" else PACKAGE / "__init__.py"
+            if prefix in seen or path is None:
+                continue
+            seen.add(prefix)
+            pending.extend(runtime_imports(path, prefix))
+    return seen
+
+
+@pytest.mark.parametrize("reader", ["sparkbuild.wheelhouse.verify",
+                                    "sparkbuild.wheelhouse.install"])
+def test_reading_a_wheelhouse_loads_no_git_or_archive_code(reader: str) -> None:
+    """verify and install run on air-gapped nodes: reading a lock or a manifest must not
+    drag in the git, archive or patch machinery."""
+    loaded = loaded_with(reader)
+    assert "sparkbuild.wheelhouse.lock" in loaded and "sparkbuild.wheelhouse.manifest" in loaded
+    heavy = sorted(m for m in loaded if m.startswith(("sparkbuild.sources.git",
+                                                      "sparkbuild.sources.archive",
+                                                      "sparkbuild.sources.fetch",
+                                                      "sparkbuild.patches",
+                                                      "sparkbuild.build")))
+    assert heavy == []

@@ -32,8 +32,8 @@ from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
 from sparkbuild.wheelhouse.fingerprint import record_installation
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
 from sparkbuild.wheelhouse.pip_check import PipCheck, judge_pip_check
-from sparkbuild.wheelhouse.verify import MANIFEST_NAME, read_manifest
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -35,7 +35,8 @@ from sparkbuild.wheelhouse.installed import (
     parse_record,
     read_record,
 )
-from sparkbuild.wheelhouse.verify import MANIFEST_NAME, Mismatch
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
+from sparkbuild.wheelhouse.verify import Mismatch
 
 
 @dataclass

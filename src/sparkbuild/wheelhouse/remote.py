@@ -20,7 +20,7 @@ from sparkbuild.errors import VerifyError
 from sparkbuild.store.download import download
 from sparkbuild.wheelhouse.install import InstallResult, install_wheelhouse
 from sparkbuild.wheelhouse.lock import LOCK_NAME
-from sparkbuild.wheelhouse.verify import MANIFEST_NAME, read_manifest
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
 from sparkbuild.wheelhouse.write import SIMPLE_DIR
 
 if TYPE_CHECKING:

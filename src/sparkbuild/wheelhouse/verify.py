@@ -17,7 +17,6 @@ build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import zipfile
@@ -32,6 +31,7 @@ from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import summarize
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 
 if TYPE_CHECKING:
@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], list[SassFunction]]
-
-MANIFEST_NAME = "manifest.json"
-
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -132,32 +129,6 @@ class VerifyResult:
 
 
 # -- hashes ----------------------------------------------------------------------------
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    if not directory.is_dir():
-        what = "is not a directory" if directory.exists() else "does not exist"
-        raise VerifyError(f"the wheelhouse directory {what}", where=str(directory),
-                          hint="check the path; `sparkbuild wheel --out DIR` writes a wheelhouse")
-    path = directory / MANIFEST_NAME
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise VerifyError("not a sparkbuild wheelhouse: manifest.json is missing",
-                          where=str(directory),
-                          hint="a run that was killed leaves no manifest; build again") from exc
-    except (OSError, ValueError) as exc:
-        raise VerifyError(f"manifest.json cannot be read: {exc}", where=str(path)) from exc
-    if not isinstance(data, dict) or not isinstance(data.get("wheels"), list):
-        raise VerifyError("manifest.json has no `wheels` list", where=str(path))
-    return data
-
-
-def expected_hashes(manifest: dict[str, Any]) -> dict[str, str]:
-    """Every file the manifest vouches for (relative path -> sha256)."""
-    expected = {str(w["file"]): str(w["sha256"]) for w in manifest["wheels"]}
-    expected.update({str(k): str(v) for k, v in manifest.get("files", {}).items()})
-    return expected
 
 
 def actual_hashes(directory: Path) -> dict[str, str]:

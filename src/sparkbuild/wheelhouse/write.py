@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import html
-import json
 import os
 import platform as py_platform
 import shlex
@@ -66,6 +65,13 @@ from sparkbuild.wheelhouse.lock import (
     pip_platforms,
     render_lock,
 )
+from sparkbuild.wheelhouse.manifest import (
+    MANIFEST_NAME,
+    build_manifest,
+    expected_hashes,
+    read_manifest,
+    render_manifest,
+)
 from sparkbuild.wheelhouse.overrides import (
     Override,
     merge_overrides,
@@ -77,7 +83,6 @@ from sparkbuild.wheelhouse.overrides import (
 )
 from sparkbuild.wheelhouse.requirements_check import read_dist, settle_wheelhouse, wheel_demands
 from sparkbuild.wheelhouse.verify import (
-    MANIFEST_NAME,
     LibraryArchs,
     gpu_libraries,
     verify_wheelhouse,
@@ -97,7 +102,6 @@ if TYPE_CHECKING:
     from sparkbuild.wheelhouse.verify import ArchLister, SassReader
 
 SIMPLE_DIR = "simple"
-MANIFEST_SCHEMA = 1
 
 
 # -- results ---------------------------------------------------------------------------
@@ -225,30 +229,6 @@ def wheelhouse_lock(files: Sequence[WheelhouseFile]) -> list[LockedRequirement]:
             for (key, version), hashes in sorted(merged.items())]
 
 
-def build_manifest(recipe: Recipe, source: dict[str, Any], patches: Sequence[dict[str, Any]],
-                   build_settings: dict[str, Any], toolchain: dict[str, str | None],
-                   result: WheelhouseResult, epoch: int, extra: dict[str, str]
-                   ) -> dict[str, Any]:
-    """``libraries``: each shared library of the built wheels with its block-scaled MMA count
-    and trap-only kernels for the target (from ``result.libraries``)."""
-    return {
-        "schema": MANIFEST_SCHEMA,
-        "generator": f"sparkbuild {__version__}",
-        "recipe": {"name": recipe.name, "package": recipe.package},
-        "target": {**result.target.key(), "cuda_archs": list(recipe.target.cuda_archs)},
-        "local_label": result.label,
-        "source_date_epoch": epoch,
-        "source": source,
-        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in patches],
-        "toolchain": toolchain,
-        "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
-        "wheels": [f.to_dict() for f in result.files],
-        "overrides": [o.to_dict() for o in result.overrides],
-        "libraries": [lib.to_dict() for lib in result.libraries],
-        "files": extra,
-    }
-
-
 # -- staging and the swap --------------------------------------------------------------
 
 
@@ -291,15 +271,9 @@ def foreign_files(out: Path) -> list[str]:
     """Files under the wheelhouse ``out`` that its manifest names neither as a wheel nor as
     a file it wrote (``requirements.lock``, the ``simple/`` pages)."""
     try:
-        manifest = json.loads((out / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = {}
-    known = {MANIFEST_NAME}
-    if isinstance(manifest, dict):
-        wheels = manifest.get("wheels")
-        files = manifest.get("files")
-        known.update(str(w.get("file")) for w in wheels or [] if isinstance(w, dict))
-        known.update(files if isinstance(files, dict) else ())
+        known = {MANIFEST_NAME, *expected_hashes(read_manifest(out))}
+    except (VerifyError, KeyError, TypeError, AttributeError):  # unreadable: vouches for none
+        known = {MANIFEST_NAME}
     found = (p for p in out.rglob("*") if p.is_symlink() or not p.is_dir())
     return sorted(name for p in found if (name := p.relative_to(out).as_posix()) not in known)
 
@@ -437,10 +411,14 @@ def write_wheelhouse(
         result.libraries, _notes = gpu_libraries(
             [staging / f.file for f in built], recipe.target.cuda_archs,
             list_archs=list_archs, read_functions=read_functions)
-        result.manifest = build_manifest(recipe, source, patches, build_settings,
-                                         toolchain or outside.toolchain(), result, epoch, extra)
+        result.manifest = build_manifest(
+            recipe, target=target.key(), label=label, epoch=epoch, source=source,
+            patches=patches, toolchain=toolchain or outside.toolchain(),
+            build_settings=build_settings, wheels=[f.to_dict() for f in files],
+            overrides=[o.to_dict() for o in result.overrides],
+            libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else "left out (--no-closure)"
-        write_text_atomic(staging / MANIFEST_NAME, json.dumps(result.manifest, indent=2) + "\n")
+        write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
         _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
     return result
