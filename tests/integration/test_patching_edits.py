@@ -8,6 +8,7 @@ arch of the same major, later entries winning), through the real ``cmake -P`` pa
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from pathlib import Path
 
@@ -83,7 +84,8 @@ cuda_archs_loose_intersection(DONE_ARCHS "12.0a;12.1a" "${CUDA_ARCHS}")
 
 EDITS = {
     "archs.toml": 'kind = "cuda-arch-lists"\nfile = "CMakeLists.txt"\ntarget = "12.1"\n',
-    "e2m1.toml": f'kind = "e2m1-routing"\nfile = "nvfp4_utils.cuh"\nheader = "{HEADER}"\n',
+    "e2m1.toml": f'kind = "e2m1-routing"\nfile = "nvfp4_utils.cuh"\nheader = "{HEADER}"\n'
+                 f'header_sha256 = "{hashlib.sha256(HEADER.read_bytes()).hexdigest()}"\n',
 }
 
 

@@ -135,7 +135,7 @@ def runtime_imports(path: Path, own: str) -> set[str]:
     """The sparkbuild modules ``path`` imports when it is itself imported: top-level
     statements only (a function's lazy import and ``if TYPE_CHECKING:`` do not count)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    top = [node for node in tree.body
+    top: list[ast.stmt] = [node for node in tree.body
            if isinstance(node, (ast.Import, ast.ImportFrom, ast.Try))
            or (isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test))]
     module = ast.Module(body=top, type_ignores=[])

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.errors import PatchError
+from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
 from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
 from sparkbuild.patches.edits.inline_asm import route_conversions
 from sparkbuild.store.files import walk_files
+from sparkbuild.store.hashing import is_sha256, sha256_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -54,6 +55,9 @@ class E2m1RoutingEdit:
     search: str
     header: Path
     header_name: str
+    header_sha256: str
+    """The header's bytes are pinned in the edit's own file, so the series' pin of that file
+    (and the wheel's label, made of those pins) covers the code the edit brings."""
 
     def _header_text(self) -> str:
         if not self.header.is_file():
@@ -62,7 +66,17 @@ class E2m1RoutingEdit:
                 where=str(self.header),
                 hint="reinstall sparkbuild from its repository (csrc/e2m1.cuh)",
             )
-        return self.header.read_text(encoding="utf-8")
+        data = self.header.read_bytes()
+        actual = sha256_bytes(data)
+        if actual != self.header_sha256:
+            raise HashMismatchError(
+                f"{self.header.name} differs from the header the series pins (sha256 "
+                f"{actual}, pinned {self.header_sha256})",
+                where=str(self.header),
+                hint="after a deliberate change: put its sha256 in the edit's header_sha256, "
+                "then the edit file's new sha256 in patches/series",
+            )
+        return data.decode("utf-8")
 
     def _route(self, tree: Path, path: Path, header: str) -> tuple[list[FileChange], list[str]]:
         relative = path.relative_to(tree).as_posix()
@@ -106,7 +120,10 @@ class E2m1RoutingEdit:
 def from_params(params: Mapping[str, object], base: Path, origin: str,
                 context: EditContext) -> E2m1RoutingEdit:
     del context  # the routing does not depend on the target
-    checked = Params(params, origin, {"file", "search", "header", "header_name"})
+    checked = Params(params, origin, {"file", "search", "header", "header_name", "header_sha256"})
+    header_sha256 = checked.string("header_sha256").lower()
+    if not is_sha256(header_sha256):
+        raise RecipeError("header_sha256 must be 64 hexadecimal digits", where=origin)
     header_name = checked.string("header_name", "e2m1.cuh")
     if "/" in header_name:
         raise PatchError(f"header_name must be a file name, not {header_name!r}", where=origin)
@@ -118,4 +135,5 @@ def from_params(params: Mapping[str, object], base: Path, origin: str,
         search=search,
         header=(base / checked.string("header")).resolve(),
         header_name=header_name,
+        header_sha256=header_sha256,
     )
