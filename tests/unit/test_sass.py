@@ -226,6 +226,8 @@ def test_block_scaled_mma_counts_only_the_scaled_ones_of_the_asked_arch() -> Non
     real = sass.summarize(sass.parse_sass(GUARDED_SASS), "sm_121a")
     assert real.block_scaled_mma == 2
     assert real.trap_only_kernels == ()
+    (gemm,) = [f for f in sass.parse_sass(GUARDED_SASS) if f.arch == "sm_121a"]
+    assert gemm.e2m1_instructions() == []  # the MMAs name E2M1 but convert nothing
     assert real.to_dict()["block_scaled_mma"] == 2
 
 

@@ -80,8 +80,9 @@ class Instruction:
 
     @property
     def is_e2m1_conversion(self) -> bool:
-        """A hardware conversion to or from FP4 E2M1 (``F2FP...E2M1``, ``F2F...E2M1``)."""
-        return "E2M1" in self.modifiers
+        """A hardware conversion to or from FP4 E2M1 (``F2FP...E2M1``, ``F2F...E2M1``); an
+        FP4 MMA (``OMMA.SF...E2M1.E2M1...``) names the type too, but converts nothing."""
+        return "E2M1" in self.modifiers and not self.opcode.endswith("MMA")
 
     @property
     def is_padding(self) -> bool:
