@@ -11,9 +11,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.build.check import classify, gencode_for, header_provider, missing_headers
+from sparkbuild.build.check import classify, header_provider, missing_headers
 from sparkbuild.build.touched_units import IncludeGraph, select_units
-from sparkbuild.toolchain.cmake_recorder import parse_record
+from sparkbuild.toolchain.cmake_recorder import gencode_for, parse_record
 from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
     UnsupportedGenex,
