@@ -43,6 +43,9 @@ function(file mode)
   set(_sbf_names "")
   math(EXPR _sbf_last "${ARGC} - 1")
   foreach(_sbf_i RANGE 0 ${_sbf_last})
+    if(ARGV${_sbf_i} STREQUAL "CONFIGURE_DEPENDS")
+      continue()  # a build-system option, refused in script mode
+    endif()
     string(APPEND _sbf_code " [==[${ARGV${_sbf_i}}]==]")
     if(ARGV${_sbf_i} MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
       list(APPEND _sbf_names "${ARGV${_sbf_i}}")
@@ -76,7 +79,24 @@ foreach(_sb_cmd IN LISTS SB_CALLED_COMMANDS)
 endforeach()
 
 # Project-scope commands with nothing to record for a compile command line.
-foreach(_sb_cmd project enable_language install add_custom_target add_custom_command
+# project() and enable_language(CUDA) tell what CMake would find: nvcc of SB_CUDA_VERSION.
+macro(_sb_languages)
+  if("CUDA" IN_LIST ARGN AND "${SB_DEVICE}" STREQUAL "cuda")
+    set(CMAKE_CUDA_COMPILER_VERSION "${SB_CUDA_VERSION}")
+    set(CMAKE_CUDA_COMPILER "${SB_CUDA_ROOT}/bin/nvcc")
+  endif()
+endmacro()
+macro(project _sb_project)
+  set(PROJECT_NAME "${_sb_project}")
+  set(CMAKE_PROJECT_NAME "${_sb_project}")
+  set(PROJECT_SOURCE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
+  set(PROJECT_BINARY_DIR "${CMAKE_CURRENT_BINARY_DIR}")
+  _sb_languages(${ARGN})
+endmacro()
+macro(enable_language)
+  _sb_languages(${ARGN})
+endmacro()
+foreach(_sb_cmd install add_custom_target add_custom_command
         add_dependencies add_executable target_link_options target_link_directories
         target_precompile_headers target_compile_features add_link_options link_directories
         link_libraries source_group export enable_testing add_test set_tests_properties
@@ -354,7 +374,10 @@ foreach(_sb_t IN LISTS _sb_targets)
     endforeach()
   endforeach()
 endforeach()
-foreach(_sb_v CMAKE_CUDA_STANDARD CMAKE_CUDA_FLAGS CUDA_SUPPORTED_ARCHS CUDA_ARCHS)
+get_cmake_property(_sb_all_vars VARIABLES)
+list(FILTER _sb_all_vars INCLUDE REGEX "_SOURCE_DIR$")
+foreach(_sb_v CMAKE_CUDA_STANDARD CMAKE_CUDA_FLAGS CUDA_SUPPORTED_ARCHS CUDA_ARCHS
+        ${_sb_all_vars})
   _sb_emit(variable "${_sb_v}" value "${${_sb_v}}")
 endforeach()
 _sb_emit(done "." "." ".")

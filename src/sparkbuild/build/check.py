@@ -101,6 +101,11 @@ def target_code(gencode: tuple[str, ...], native: str) -> str | None:
     return codes[ranked[0][1]] if ranked else None
 
 
+def short_names(names: tuple[str, ...], width: int = 96) -> str:
+    """Kernel names for a message; the full names are in the JSON's ``sass``."""
+    return ", ".join(n if len(n) <= width else n[:width] + "..." for n in names)
+
+
 # --- running it ------------------------------------------------------------------------
 
 def _missing_source(plan: CheckPlan, unit: str) -> UnitOutcome | None:
@@ -148,9 +153,9 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
         reason += note
         if summary is not None and summary.trap_only_kernels:
             status = "failed"
-            reason = (f"trap-only kernel(s) for {summary.arch}: "
-                      f"{', '.join(summary.trap_only_kernels)} (a feature guard compiled the "
-                      "body to printf + trap; nvcc exited 0)")
+            reason = (f"{len(summary.trap_only_kernels)} trap-only kernel(s) for "
+                      f"{summary.arch}: {short_names(summary.trap_only_kernels)} (a feature "
+                      "guard compiled the body to printf + trap; nvcc exited 0)")
     return UnitOutcome(unit, status, reason, result.seconds, command.target, command.gencode,
                        headers, log, command.argv, summary, why)
 

@@ -77,8 +77,10 @@ class CheckResult:
         """Every reason this check is not a pass, most serious first."""
         found: list[tuple[type[SparkbuildError], str]] = []
         failed = self.with_status("failed")
-        traps = [f"{u.path}: {', '.join(u.sass.trap_only_kernels)}" for u in failed
-                 if u.sass and u.sass.trap_only_kernels]
+        traps = [f"{u.path}: {len(u.sass.trap_only_kernels)} kernel(s): "
+                 + ", ".join(k[:96] + ("..." if len(k) > 96 else "")
+                             for k in u.sass.trap_only_kernels)
+                 for u in failed if u.sass and u.sass.trap_only_kernels]
         if traps:
             found.append((CommandFailed, "trap-only kernels for the target arch (a feature "
                           "guard compiled their body to a trap): " + "; ".join(traps)))

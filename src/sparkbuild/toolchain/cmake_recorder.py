@@ -176,7 +176,8 @@ def call_line(path: Path, command: str, name: str, args: tuple[str, ...]) -> int
     best: int | None = None
     for match in pattern.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
-        call = text[match.end():text.find(")", match.end())]
+        rest = re.sub(r"#[^\n]*", "", text[match.end():match.end() + 4000])
+        call = rest[:rest.find(")")]
         if kinds and kinds[0] in call:
             return line
         best = best or line
