@@ -11,7 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.build.check import classify, header_provider, missing_headers, target_code
+from sparkbuild.build.check import (
+    classify,
+    guard_stubs,
+    header_provider,
+    missing_headers,
+    target_code,
+)
 from sparkbuild.build.check_plan import unit_key
 from sparkbuild.build.check_result import CheckResult, UnitOutcome
 from sparkbuild.build.doctor import plan_build
@@ -26,7 +32,7 @@ from sparkbuild.toolchain.compile_flags import (
     source_gencode,
     unit_command,
 )
-from sparkbuild.toolchain.sass import SassSummary
+from sparkbuild.toolchain.sass import SassFunction, SassSummary, parse_sass
 
 RECORD = "\n".join([
     "target\t_C\tsabi\t3",
@@ -275,16 +281,37 @@ def test_a_unit_that_compiled_with_real_kernels_passes() -> None:
     assert result.error is None
     sass = result.to_dict()["units"][0]["sass"]
     assert sass == {"arch": "sm_121a", "functions": 4, "instructions": 11952,
-                    "block_scaled_mma": 384, "trap_only_kernels": []}
+                    "block_scaled_mma": 384, "trap_only_kernels": [], "guard_stub_kernels": []}
 
 
 def test_trap_only_kernels_fail_the_check_and_are_named() -> None:
-    result = _result([UnitOutcome("csrc/fp4.cu", "failed", "trap", sass=TRAP)])
+    result = _result([UnitOutcome("csrc/fp4.cu", "failed", "trap", sass=TRAP,
+                                  guard_stubs=TRAP.trap_only_kernels)])
     error = result.error
     assert isinstance(error, CommandFailed)
     assert "_Z6kernelv" in error.what and "_Z7kernel2v" in error.what
-    assert result.to_dict()["units"][0]["sass"]["trap_only_kernels"] == ["_Z6kernelv",
-                                                                         "_Z7kernel2v"]
+    sass = result.to_dict()["units"][0]["sass"]
+    assert sass["trap_only_kernels"] == ["_Z6kernelv", "_Z7kernel2v"]
+    assert sass["guard_stub_kernels"] == ["_Z6kernelv", "_Z7kernel2v"]
+
+
+def _function(name: str, body: str, arch: str = "sm_121") -> SassFunction:
+    lines = [f"        Function : {name}"]
+    lines += [f"        /*{16 * i:04x}*/  {text} ;" for i, text in enumerate(body.split("|"))]
+    (function,) = parse_sass("\n".join(["\tarch = " + arch, *lines]))
+    return function
+
+
+def test_guard_stubs_are_kernels_that_only_print_and_trap_or_exit() -> None:
+    printf_exit = _function("_Z4stubv", "LDC R1, c[0x0][0x37c]|CALL.ABS.NOINC R2|EXIT")
+    printf_trap = _function("_Z4trapv", "CALL.ABS.NOINC R2|BPT.TRAP 0x1|EXIT")
+    real = _function("_Z4realv", "LDG.E R2, desc[UR4][R2.64]|STG.E desc[UR4][R4.64], R2|EXIT")
+    helper = _function("_Z6helperv", "CALL.ABS.NOINC R2|RET.REL.NODEC R20 0x0")
+    empty = _function("_Z5emptyv", "EXIT")
+    other = _function("_Z5otherv", "CALL.ABS.NOINC R2|EXIT", arch="sm_90a")
+    functions = [printf_exit, printf_trap, real, helper, empty, other]
+    assert guard_stubs(functions, "sm_121") == ("_Z4stubv", "_Z4trapv")
+    assert printf_trap.is_trap_only and not printf_exit.is_trap_only
 
 
 def test_a_check_that_compiled_nothing_is_not_a_pass() -> None:

@@ -43,13 +43,17 @@ class UnitOutcome:
     sass: SassSummary | None = None
     why: str = ""
     """Why check chose it: touched, gencode, named, all."""
+    guard_stubs: tuple[str, ...] = ()
+    """Kernels that only print and trap or exit (trap-only ones included)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "status": self.status, "reason": self.reason,
             "seconds": round(self.seconds, 2), "target": self.target,
             "gencode": list(self.gencode), "missing_headers": list(self.missing_headers),
-            "sass": self.sass.to_dict() if self.sass else None, "why": self.why,
+            "sass": ({**self.sass.to_dict(), "guard_stub_kernels": list(self.guard_stubs)}
+                     if self.sass else None),
+            "why": self.why,
             "log": str(self.log) if self.log else None,
             "command": format_command(self.command) if self.command else None,
         }
@@ -77,14 +81,14 @@ class CheckResult:
         """Every reason this check is not a pass, most serious first."""
         found: list[tuple[type[SparkbuildError], str]] = []
         failed = self.with_status("failed")
-        traps = [f"{u.path}: {len(u.sass.trap_only_kernels)} kernel(s): "
-                 + ", ".join(k[:96] + ("..." if len(k) > 96 else "")
-                             for k in u.sass.trap_only_kernels)
-                 for u in failed if u.sass and u.sass.trap_only_kernels]
+        traps = [f"{u.path}: {len(u.guard_stubs)} kernel(s), "
+                 f"{len(u.sass.trap_only_kernels) if u.sass else 0} trap-only: "
+                 + ", ".join(k[:96] + ("..." if len(k) > 96 else "") for k in u.guard_stubs)
+                 for u in failed if u.guard_stubs]
         if traps:
-            found.append((CommandFailed, "trap-only kernels for the target arch (a feature "
-                          "guard compiled their body to a trap): " + "; ".join(traps)))
-        broken = [u.path for u in failed if not (u.sass and u.sass.trap_only_kernels)]
+            found.append((CommandFailed, "kernels for the target arch compiled to a trap or "
+                          "a printf-and-exit stub by a feature guard: " + "; ".join(traps)))
+        broken = [u.path for u in failed if not u.guard_stubs]
         if broken:
             found.append((CommandFailed, f"{len(broken)} unit(s) failed to compile for "
                           f"{', '.join(self.archs)}: {', '.join(broken)}"))
