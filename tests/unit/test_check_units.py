@@ -225,6 +225,7 @@ def test_a_unit_not_compiled_natively_for_the_target_says_so() -> None:
 def test_header_providers() -> None:
     record = parse_record(RECORD)
     assert "cuBLAS" in (header_provider("cublas_v2.h", record, Path("/cuda")) or "")
+    assert "nvidia-cusparse" in (header_provider("cusparse.h", record, Path("/cuda")) or "")
     assert "torch" in (header_provider("torch/csrc/stable/tensor.h", record, Path("/c")) or "")
     assert header_provider("nvfp4_utils.cuh", record, Path("/cuda")) is None
 

@@ -43,6 +43,9 @@ MISSING_HEADER_RES = (
     re.compile(r'cannot open source file "([^"]+)"'),
 )
 UNIT_TIMEOUT_S = 3600
+CUDA_LIBRARY_HEADERS = {"cublas": "cuBLAS", "cusparse": "cuSPARSE", "cusolver": "cuSOLVER",
+                        "curand": "cuRAND", "cufft": "cuFFT"}
+"""CUDA toolkit libraries whose headers torch's ATen/cuda headers include."""
 
 
 # --- outcome of one compile ------------------------------------------------------------
@@ -60,9 +63,11 @@ def header_provider(header: str, record: BuildRecord, cuda_root: Path) -> str | 
         declared = record.fetches.get("cutlass", {}).get("declared", "the CUTLASS repository")
         return (f"CUTLASS headers ({declared}), which vLLM's CMake clones at configure time: "
                 "not reachable here; set VLLM_CUTLASS_SRC_DIR to a checkout of that tag")
-    if header.startswith("cublas"):
-        return (f"cuBLAS headers, absent from {cuda_root}/include: install the toolkit's "
-                "cuBLAS, or the nvidia-cublas wheel of the same CUDA major release")
+    library = next((lib for lib in CUDA_LIBRARY_HEADERS if header.startswith(lib)), None)
+    if library is not None:
+        return (f"{CUDA_LIBRARY_HEADERS[library]} headers, absent from {cuda_root}/include: "
+                f"install the toolkit's, or the nvidia-{library} wheel of the same CUDA major "
+                "release (`pip install 'sparkbuild[check]'`)")
     if header.startswith(("torch/", "ATen/", "c10/")):
         return "torch's headers: install the torch version the tree pins"
     return None

@@ -25,7 +25,9 @@ STATUSES = ("ok", "failed", "skipped-missing-headers", "skipped-missing-sources"
 HEADERS_HINT = (
     "CUTLASS headers: set VLLM_CUTLASS_SRC_DIR to a CUTLASS checkout at the tag the tree "
     "pins (offline: `git archive` that tag from a local mirror, or unpack the "
-    "nvidia-cutlass wheel from the package index and use its cutlass_library/source)")
+    "nvidia-cutlass wheel from the package index and use its cutlass_library/source); "
+    "CUDA library headers (cuBLAS, cuSPARSE, cuSOLVER): the full toolkit, or "
+    "`pip install 'sparkbuild[check]'`")
 
 
 @dataclass(frozen=True)
