@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.build.check_plan import CheckPlan, plan_check
+from sparkbuild.build.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.build.check_result import CheckResult, UnitOutcome
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory
 from sparkbuild.console import count_progress, info, step
@@ -209,8 +209,8 @@ def machine_plan(recipe: Recipe) -> BuildPlan:
 
 def _notes(plan: CheckPlan, selection: str) -> list[str]:
     notes = list(plan.notes)
-    notes += [f"ran the configure-time generator {Path(g).name} (on the scratch copy)"
-              for g in dict.fromkeys(plan.record.generators)]
+    notes += [f"ran the configure-time generator {unit_key(g, plan.scratch)} (on the scratch "
+              "copy)" for g in dict.fromkeys(plan.record.generators)]
     notes += [f"not run while reading CMake: {item}" for item in plan.record.skipped]
     notes += [f"{name}: a command of a fetched dependency, recorded and not run"
               for name in dict.fromkeys(plan.record.unknown_commands)]

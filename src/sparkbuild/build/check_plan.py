@@ -27,7 +27,12 @@ from sparkbuild.patches.engine import RECORD_DIR, git_apply
 from sparkbuild.patches.series import load_series, parse_diff, render_diff
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.toolchain import sass, tools
-from sparkbuild.toolchain.cmake_recorder import BuildRecord, RecordInputs, record_build
+from sparkbuild.toolchain.cmake_recorder import (
+    BuildRecord,
+    RecordInputs,
+    find_recorder_cmake,
+    record_build,
+)
 from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
     UnsupportedGenex,
@@ -152,10 +157,7 @@ class Recorder:
 
 
 def make_recorder(nvcc: tools.Tool, recipe: Recipe) -> Recorder:
-    cmake = tools.find_cmake()
-    if cmake is None:
-        raise ToolchainError("cmake not found", hint="pip install 'cmake>=3.26'")
-    return Recorder(cmake.path, nvcc, tools.cuda_root(nvcc), recipe.target.cuda_archs,
+    return Recorder(find_recorder_cmake(), nvcc, tools.cuda_root(nvcc), recipe.target.cuda_archs,
                     recipe.build.nvcc_threads)
 
 

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.errors import ToolchainError
 from sparkbuild.toolchain import tools
 from sparkbuild.toolchain.cmake_recorder import (
     BuildRecord,
     FetchDeclaration,
     RecordInputs,
     cmake_files,
+    find_recorder_cmake,
     gencode_for,
     record_build,
 )
@@ -134,9 +134,7 @@ class Recorded:
 
 def _record_one(tree: Path, work: Path, assumption: Assumption, env: Mapping[str, str],
                 overrides: list[str], torch: str) -> Recorded:
-    cmake = tools.find_cmake()
-    if cmake is None:
-        raise ToolchainError("cmake not found", hint="pip install 'cmake>=3.26'")
+    cmake = find_recorder_cmake()
     binary = work / assumption.name
     binary.mkdir(parents=True)
     cpuinfo = binary / "cpuinfo"
@@ -152,7 +150,7 @@ def _record_one(tree: Path, work: Path, assumption: Assumption, env: Mapping[str
         defines.update(markers)
         run_env.update(markers)
     inputs = RecordInputs(
-        tree=tree, binary_dir=binary / "cmake", cmake=cmake.path, python=Path(sys.executable),
+        tree=tree, binary_dir=binary / "cmake", cmake=cmake, python=Path(sys.executable),
         python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
         python_include=Path(sysconfig.get_paths()["include"]), cuda_version=assumption.cuda,
         cuda_root=tools.DEFAULT_CUDA_ROOT, arch_list=";".join(VENDOR_ARCHS),

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
+from sparkbuild.toolchain import tools
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -288,6 +289,16 @@ def _defines(inputs: RecordInputs) -> list[str]:
     for name, path in inputs.fetch_sources.items():
         values[f"FETCHCONTENT_SOURCE_DIR_{name.upper()}"] = path
     return [f"-D{key}={os.fspath(value)}" for key, value in values.items()]
+
+
+def find_recorder_cmake() -> Path:
+    """cmake for the recorder: vLLM's CMake files ask for 3.26 or newer."""
+    cmake = tools.find_cmake()
+    if cmake is None or (cmake.version is not None and cmake.version < tools.MIN_CMAKE):
+        found = f"cmake {cmake.version} at {cmake.path}" if cmake else "no cmake"
+        raise ToolchainError(f"cmake {tools.MIN_CMAKE} or newer is needed to read the tree's "
+                             f"CMake; found {found}", hint="pip install 'cmake>=3.26'")
+    return cmake.path
 
 
 def record_build(inputs: RecordInputs, *, partial_ok: bool = False) -> BuildRecord:
