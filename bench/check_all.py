@@ -3,7 +3,9 @@
 For each release named on the command line (``VERSION`` or ``VERSION=CUTLASS_DIR``), the
 sdist comes from the package index (cached), is prepared with the series at the Spark's
 target (a copy of recipes/vllm-0.33.0.toml pointed at that release, cuda_archs 12.1a), and
-every CUDA unit the build compiles for the target is compiled and its SASS read.
+every CUDA unit the build compiles for the target is compiled and its SASS read.  The
+torch whose headers and CMake serve the check is the one installed with the Python that
+runs this script: run it from a venv holding the torch the release pins.
 CUTLASS_DIR (a CUTLASS checkout at the release's pinned tag) is passed as
 VLLM_CUTLASS_SRC_DIR; without it the CUTLASS units are skipped for their headers.
 
@@ -33,8 +35,11 @@ from sparkbuild.recipe import REPO_ROOT, load_recipe
 from sparkbuild.sources.index import fetch_sdist
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.toolchain import tools
 
 RESULTS = REPO_ROOT / "bench" / "CHECK_ALL_RESULTS.md"
+ROWS = REPO_ROOT / "bench" / "CHECK_ALL_RESULTS.json"
+"""Every release's row; a run replaces the rows of the releases it ran."""
 
 
 def release_recipe(version: str, directory: Path) -> Path:
@@ -62,12 +67,14 @@ def summarize(version: str, cutlass: str | None, result: CheckResult, seconds: f
     compiled = [u for u in result.units if u.status in ("ok", "failed") and u.seconds]
     traps = {u.path: list(u.sass.trap_only_kernels) for u in result.units
              if u.sass and u.sass.trap_only_kernels}
+    stubs = {u.path: list(u.guard_stubs) for u in result.units if u.guard_stubs}
     return {
         "release": version, "cutlass": cutlass, "archs": list(result.archs),
+        "torch": str(tools.torch_version()),
         "nvcc": result.nvcc, "jobs": result.plan.max_jobs, "seconds": round(seconds),
         "counts": result.to_dict()["counts"], "units": len(result.units),
         "units_per_minute": round(len(compiled) / (seconds / 60), 2) if seconds else None,
-        "trap_only": traps,
+        "trap_only": traps, "guard_stubs": stubs,
         "block_scaled_mma": sum(u.sass.block_scaled_mma for u in result.units if u.sass),
         "failed": {u.path: u.reason for u in result.units if u.status == "failed"},
         "skipped": {u.path: u.reason for u in result.units if u.status.startswith("skipped")},
@@ -79,15 +86,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     out = ["# check --all on real vLLM releases (series applied, cuda_archs 12.1a)", "",
            f"Machine: {platform.machine()}, {os.cpu_count()} cores; written by "
            "bench/check_all.py.", "",
-           "| release | CUTLASS | units | ok | failed | skipped | not built | trap-only "
-           "kernels | block-scaled MMA | jobs | minutes | units/min |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| release | torch | CUTLASS | units | ok | failed | skipped | not built | trap-only "
+           "kernels | guard stubs | block-scaled MMA | jobs | minutes | units/min |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["counts"]
         skipped = c["skipped-missing-headers"] + c["skipped-missing-sources"]
         traps = sum(len(k) for k in r["trap_only"].values())
-        out.append(f"| {r['release']} | {r['cutlass'] or 'none'} | {r['units']} | {c['ok']} | "
-                   f"{c['failed']} | {skipped} | {c['not-built']} | {traps} | "
+        stubs = sum(len(k) for k in r.get("guard_stubs", {}).values())
+        out.append(f"| {r['release']} | {r.get('torch')} | {r['cutlass'] or 'none'} | "
+                   f"{r['units']} | {c['ok']} | "
+                   f"{c['failed']} | {skipped} | {c['not-built']} | {traps} | {stubs} | "
                    f"{r['block_scaled_mma']} | {r['jobs']} | {r['seconds'] / 60:.0f} | "
                    f"{r['units_per_minute']} |")
     for r in rows:
@@ -104,7 +113,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("releases", nargs="+", metavar="VERSION[=CUTLASS_DIR]")
     args = parser.parse_args(argv)
-    rows = []
+    rows: list[dict[str, Any]] = (json.loads(ROWS.read_text(encoding="utf-8"))
+                                  if ROWS.is_file() else [])
     with tempfile.TemporaryDirectory(prefix="check-all-") as scratch:
         for item in args.releases:
             version, _, cutlass = item.partition("=")
@@ -119,7 +129,8 @@ def main(argv: list[str]) -> int:
             result = check_tree(tree, recipe, all_units=True)
             row = summarize(version, cutlass or None, result, time.monotonic() - started)
             print(json.dumps(row, indent=1), flush=True)
-            rows.append(row)
+            rows = [r for r in rows if r["release"] != version] + [row]
+            ROWS.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
             RESULTS.write_text(markdown(rows), encoding="utf-8")
     return 0
 
