@@ -123,7 +123,7 @@ def _doctor(args: argparse.Namespace) -> StageResult:
 def _check(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.check import check_tree
 
-    return check_tree(Path(args.tree), _recipe(args))
+    return check_tree(Path(args.tree), _recipe(args), only=args.unit, all_units=args.all)
 
 
 def _lock(args: argparse.Namespace) -> StageResult:
@@ -283,8 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
-    p = sub.add_parser("check", help="compile only the units the series touched, for 12.1")
+    p = sub.add_parser("check", help="compile the units the series changed for the target "
+                       "arch, and read their machine code")
     p.add_argument("--tree", required=True, metavar="TREE")
+    units = p.add_mutually_exclusive_group()
+    units.add_argument("--unit", action="append", metavar="PATH",
+                       help="compile only this unit (tree-relative .cu path; repeatable)")
+    units.add_argument("--all", action="store_true",
+                       help="compile every CUDA unit the build compiles for the target")
     _add_common(p, recipe=True)
     p.set_defaults(handler=_check)
 

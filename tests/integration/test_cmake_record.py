@@ -1,9 +1,10 @@
 """The CMake recorder on a small project written here: what it runs, what it records,
-and what it refuses to run (generators, external projects), with the real cmake."""
+and what it runs only on request (generators), with the real cmake and torch's CMake."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ project(tiny LANGUAGES CXX)
 set(CMAKE_CUDA_STANDARD 20)
 include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
 find_package(Torch REQUIRED)
+find_package(Python REQUIRED COMPONENTS Interpreter)
 tiny_take_archs(CUDA_ARCH_LIST)
 run_python(JOINED "print(';'.join(['a', 'b']))" "python failed")
 set(FLAGS "--expt-relaxed-constexpr")
@@ -43,7 +45,7 @@ Python_add_library(_tiny MODULE USE_SABI 3.11 WITH_SOABI ${SRCS})
 target_include_directories(_tiny PRIVATE csrc ${CUTLASS_INCLUDE_DIR})
 target_compile_options(_tiny PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${FLAGS}>)
 target_compile_definitions(_tiny PRIVATE TINY=1)
-include(cmake/external_projects/never.cmake)
+include(cmake/external_projects/extra.cmake)
 message(FATAL_ERROR "needs a newer compiler")
 add_library(after_the_stop MODULE csrc/late.cu)
 """
@@ -72,10 +74,25 @@ endmacro()
 """
 
 
+EXTRA = r"""
+include(FetchContent)
+FetchContent_Populate(extra SOURCE_DIR "${FETCHCONTENT_BASE_DIR}/extra-src"
+  GIT_REPOSITORY https://example.invalid/extra.git GIT_TAG 0123abcd)
+file(READ "${extra_SOURCE_DIR}/version.txt" EXTRA_VERSION)
+add_library(_extra MODULE csrc/extra_a.cu)
+target_sources(_extra PRIVATE csrc/extra_b.cu ${extra_SOURCE_DIR}/kernels.cu)
+set_target_properties(_extra PROPERTIES COMPILE_DEFINITIONS "EXTRA=1")
+get_target_property(EXTRA_DEFS _extra COMPILE_DEFINITIONS)
+target_compile_options(_extra PRIVATE "-DEXTRA_DEFS=${EXTRA_DEFS}")
+dependency_defined_command(_extra FROM_A_FETCHED_PROJECT)
+"""
+
+
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     tree = tmp_path / "tree"
-    (tree / "cmake").mkdir(parents=True)
+    (tree / "cmake" / "external_projects").mkdir(parents=True)
+    (tree / "cmake" / "external_projects" / "extra.cmake").write_text(EXTRA, encoding="utf-8")
     (tree / "csrc").mkdir()
     (tree / "CMakeLists.txt").write_text(CMAKELISTS, encoding="utf-8")
     (tree / "cmake" / "utils.cmake").write_text(UTILS, encoding="utf-8")
@@ -91,7 +108,7 @@ def _inputs(tree: Path, tmp_path: Path, cutlass: Path | None = None) -> RecordIn
     return RecordInputs(
         tree=tree, binary_dir=tmp_path / "bin", cmake=cmake.path, python=Path(sys.executable),
         python_version="3.11", python_include=Path("/py/include"), cuda_version="13.0",
-        cuda_root=Path("/cuda"), gencode="-gencode arch=compute_121,code=sm_121",
+        cuda_root=Path("/cuda"), arch_list="12.1", gencode="-gencode arch=compute_121,code=sm_121",
         torch_version="2.13.0", torch_includes=(Path("/torch/include"),), cxx_version="12.2",
         fetch_sources={"cutlass": cutlass} if cutlass else {},
     )
@@ -109,8 +126,18 @@ def test_recorder_runs_the_trees_logic_and_records_targets(project: Path, tmp_pa
     assert record.fatals == ["needs a newer compiler"]
     assert "after_the_stop" not in record.targets
     assert any("generate.py" in item for item in record.skipped)
-    assert any("external_projects/never.cmake" in item for item in record.skipped)
     assert not (project / "GENERATED").exists()
+    # cmake/external_projects/*.cmake are read too: fetches, targets, target_sources.
+    (extra,) = [d for d in record.declarations if d.name == "extra"]
+    assert extra.method == "populate" and "GIT_TAG" in extra.args
+    assert extra.where.endswith("extra.cmake:3")
+    deps = tmp_path / "bin" / "_deps" / "extra-src"
+    assert record.targets["_extra"].sources == [
+        "csrc/extra_a.cu", "csrc/extra_b.cu", f"{deps}/kernels.cu"]
+    assert record.targets["_extra"].kind == "MODULE"
+    assert record.targets["_extra"].options == ["-DEXTRA_DEFS=EXTRA=1"]
+    assert "dependency_defined_command" in record.unknown_commands
+    assert any(f"{deps}/version.txt" in item for item in record.skipped)
     assert record.variables["CMAKE_CUDA_STANDARD"] == "20"
 
     command = unit_command(record, target, "csrc/kernel.cu", tree=project, nvcc=Path("nvcc"),
@@ -130,3 +157,27 @@ def test_a_recorder_failure_is_a_clear_toolchain_error(project: Path, tmp_path: 
     with pytest.raises(ToolchainError, match=r"could not read the tree's CMakeLists\.txt") as err:
         record_build(_inputs(project, tmp_path))
     assert "record.log" in (err.value.where or "")
+
+
+def test_generators_run_on_request_and_torch_cmake_gives_the_cuda_flags(
+    project: Path, tmp_path: Path
+) -> None:
+    """torch's own share/cmake decides CMAKE_CUDA_FLAGS: the gencode of the arch list and
+    the flags torch's cuda.cmake appends; its exported targets give interface defines."""
+    includes = tools.torch_include_dirs()
+    assert includes, "torch must be installed for this test"
+    inputs = replace(_inputs(project, tmp_path), arch_list="12.1a", gencode="",
+                     torch_cmake_dir=includes[0].parent / "share" / "cmake",
+                     run_generators=True, stop_at_fatal=False)
+    record = record_build(inputs)
+    assert (project / "GENERATED").read_text() == "x"
+    assert "after_the_stop" in record.targets  # stop_at_fatal=False: the run goes on
+    target = record.targets["_tiny"]
+    command = unit_command(record, target, "csrc/kernel.cu", tree=project, nvcc=Path("nvcc"),
+                           obj=tmp_path / "k.o", build_type="Release", extra_system_includes=[])
+    # tiny_take_archs moved torch's gencode out of CMAKE_CUDA_FLAGS; 12.1a is kept as 12.1
+    assert command.gencode == ("arch=compute_121,code=sm_121",)
+    for flag in ("--expt-relaxed-constexpr", "--expt-extended-lambda",
+                 "-DONNX_NAMESPACE=onnx_c2", "-Xcudafe"):
+        assert flag in command.argv, flag
+    assert "torch_cpu" in record.imported

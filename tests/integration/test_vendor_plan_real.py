@@ -1,8 +1,8 @@
-"""The vendor plan of the prepared real vllm 0.33.0 tree.
+"""The vendor plan of the prepared real vllm 0.33.0 tree, and of the 0.11.0 sdist.
 
-The expected pins below were read from that release's CMake files (the sdist is pinned
-by sha256 in recipes/vllm-0.33.0.toml, so they cannot drift); the test also checks,
-independently of the reader, that every 40-hex GIT_TAG written in the CUDA build's
+The expected pins below were read from those releases' CMake files (the 0.33.0 sdist is
+pinned by sha256 in recipes/vllm-0.33.0.toml, so they cannot drift); the test also checks,
+independently of the recorder, that every 40-hex GIT_TAG written in the CUDA build's
 external-project files appears in the plan.
 """
 
@@ -13,11 +13,13 @@ import os
 import re
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from sparkbuild.build.vendor import plan_tree
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import load_recipe
 
@@ -52,6 +54,15 @@ OVERRIDES = {
     "cutlass": "VLLM_CUTLASS_SRC_DIR", "vllm-flash-attn": "VLLM_FLASH_ATTN_SRC_DIR",
     "flashmla": "FLASH_MLA_SRC_DIR", "qutlass": "QUTLASS_SRC_DIR",
     "deepgemm": "DEEPGEMM_SRC_DIR", "triton_kernels": "TRITON_KERNELS_SRC_DIR",
+    "deepselect": "DEEPSELECT_SRC_DIR", "fmha_sm100": "FMHA_SM100_SRC_DIR",
+    "flashkda": "FLASH_KDA_SRC_DIR", "tml_fa4": "TML_FA4_SRC_DIR",
+}
+EXPECTED_0_11_0 = {
+    "cutlass": ("https://github.com/nvidia/cutlass.git", "v4.0.0"),
+    "flashmla": ("https://github.com/vllm-project/FlashMLA",
+                 "5f65b85703c7ed75fda01e06495077caad207c3f"),
+    "vllm-flash-attn": ("https://github.com/vllm-project/flash-attention.git",
+                        "ee4d25bd84e0cbc7e0b9b9685085fd5db2dcb62a"),
 }
 
 
@@ -83,6 +94,11 @@ def test_plan_names_every_external_source_with_its_pinned_ref(
     overrides = {s["name"]: s.get("override") for s in sources}
     for name, variable in OVERRIDES.items():
         assert overrides[name] == variable
+    assert all(s["certain"] for s in sources)
+    assert data["notes"] == []
+    wheres = {s["name"]: s["where"] for s in sources}
+    assert wheres["cutlass"].startswith("CMakeLists.txt:")
+    assert wheres["qutlass"].startswith("cmake/external_projects/qutlass.cmake:")
     triton = next(s for s in sources if s["name"] == "triton_kernels")
     assert "rocm" not in triton["url"].lower()
     # CPU-only sources are listed apart: a CUDA build does not fetch them.
@@ -108,3 +124,15 @@ def test_plan_has_the_torch_pin_and_the_crates(plan: tuple[Path, dict[str, Any]]
     assert "torch==2.14.0" in requirements
     assert any(r.startswith("setuptools-rust") for r in requirements)
     assert isinstance(data["crates"], int) and data["crates"] > 100
+
+
+def test_plan_of_the_0_11_0_sdist(
+    vllm_sdist: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """An older release, read as it is shipped (no series needed to plan it)."""
+    with tarfile.open(vllm_sdist("0.11.0")) as sdist:
+        sdist.extractall(tmp_path, filter="data")
+    data = plan_tree(tmp_path / "vllm-0.11.0", env={}).to_dict()
+    found = {s["name"]: (s["url"], s["ref"]) for s in data["sources"]}
+    assert found == EXPECTED_0_11_0
+    assert [s["name"] for s in data["unreached"]] == ["oneDNN"]

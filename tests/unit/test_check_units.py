@@ -11,16 +11,28 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.build.check import classify, gencode_for, header_provider, missing_headers
-from sparkbuild.build.touched_units import IncludeGraph, select_units
-from sparkbuild.toolchain.cmake_recorder import parse_record
+from sparkbuild.build.check import (
+    classify,
+    guard_stubs,
+    header_provider,
+    missing_headers,
+    target_code,
+)
+from sparkbuild.build.check_plan import unit_key
+from sparkbuild.build.check_result import CheckResult, UnitOutcome
+from sparkbuild.build.doctor import plan_build
+from sparkbuild.build.touched_units import IncludeGraph, cuda_units, gencode_changed, select_units
+from sparkbuild.errors import CommandFailed, ToolchainError
+from sparkbuild.toolchain.cmake_recorder import gencode_for, parse_record
 from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
     UnsupportedGenex,
     evaluate_genex,
     sabi_definition,
+    source_gencode,
     unit_command,
 )
+from sparkbuild.toolchain.sass import SassFunction, SassSummary, parse_sass
 
 RECORD = "\n".join([
     "target\t_C\tsabi\t3",
@@ -213,5 +225,159 @@ def test_a_unit_not_compiled_natively_for_the_target_says_so() -> None:
 def test_header_providers() -> None:
     record = parse_record(RECORD)
     assert "cuBLAS" in (header_provider("cublas_v2.h", record, Path("/cuda")) or "")
+    assert "nvidia-cusparse" in (header_provider("cusparse.h", record, Path("/cuda")) or "")
     assert "torch" in (header_provider("torch/csrc/stable/tensor.h", record, Path("/c")) or "")
     assert header_provider("nvfp4_utils.cuh", record, Path("/cuda")) is None
+
+
+# -- choosing units by their gencode, and judging the machine code -------------------------
+
+
+def test_units_whose_gencode_moved_are_chosen() -> None:
+    before = {"a.cu": ("arch=compute_120,code=sm_120",), "b.cu": ("arch=compute_90a,code=sm_90a",),
+              "gone.cu": ("arch=compute_120,code=sm_120",)}
+    after = {"a.cu": ("arch=compute_121a,code=sm_121a",), "b.cu": ("arch=compute_90a,code=sm_90a",),
+             "new.cu": ("arch=compute_121a,code=sm_121a",)}
+    assert gencode_changed(before, after) == ["a.cu", "new.cu"]
+    assert cuda_units({"a.cu", "bind.cpp", "k.cuh", "x/y.cu"}) == ["a.cu", "x/y.cu"]
+
+
+def test_a_recorded_source_is_named_relative_to_the_scratch_tree() -> None:
+    root = Path("/w/src")
+    assert unit_key("/w/src/csrc/marlin/sm80_kernel_a.cu", root) == "csrc/marlin/sm80_kernel_a.cu"
+    assert unit_key("csrc/a.cu", root) == "csrc/a.cu"
+    assert unit_key("/w/cmake/_deps/q-src/gemm.cu", root) == "/w/cmake/_deps/q-src/gemm.cu"
+
+
+@pytest.mark.parametrize(
+    ("gencode", "expected"),
+    [
+        (("arch=compute_121a,code=sm_121a",), "sm_121a"),
+        (("arch=compute_121f,code=sm_121f",), "sm_121f"),
+        (("arch=compute_120f,code=sm_120f", "arch=compute_121a,code=sm_121a"), "sm_121a"),
+        (("arch=compute_120f,code=sm_120f",), "sm_120f"),
+        (("arch=compute_121,code=sm_121",), "sm_121"),
+        (("arch=compute_90a,code=sm_90a",), None),
+        (("arch=compute_121,code=compute_121",), None),
+    ],
+)
+def test_the_sass_read_is_the_code_that_runs_on_the_target(
+    gencode: tuple[str, ...], expected: str | None
+) -> None:
+    assert target_code(gencode, "sm_121a") == expected
+
+
+def _result(units: list[UnitOutcome], stops: list[str] | None = None) -> CheckResult:
+    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
+                      job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
+    return CheckResult(Path("/t"), ("12.1a",), "13.0", [], units, plan, stops or [])
+
+
+TRAP = SassSummary("sm_121", 4, 44, 0, ("_Z6kernelv", "_Z7kernel2v"))
+REAL = SassSummary("sm_121a", 4, 11952, 384, ())
+
+
+def test_a_unit_that_compiled_with_real_kernels_passes() -> None:
+    result = _result([UnitOutcome("csrc/fp4.cu", "ok", "compiled", sass=REAL)])
+    assert result.error is None
+    sass = result.to_dict()["units"][0]["sass"]
+    assert sass == {"arch": "sm_121a", "functions": 4, "instructions": 11952,
+                    "block_scaled_mma": 384, "trap_only_kernels": [], "guard_stub_kernels": []}
+
+
+def test_trap_only_kernels_fail_the_check_and_are_named() -> None:
+    result = _result([UnitOutcome("csrc/fp4.cu", "failed", "trap", sass=TRAP,
+                                  guard_stubs=TRAP.trap_only_kernels)])
+    error = result.error
+    assert isinstance(error, CommandFailed)
+    assert "_Z6kernelv" in error.what and "_Z7kernel2v" in error.what
+    sass = result.to_dict()["units"][0]["sass"]
+    assert sass["trap_only_kernels"] == ["_Z6kernelv", "_Z7kernel2v"]
+    assert sass["guard_stub_kernels"] == ["_Z6kernelv", "_Z7kernel2v"]
+
+
+def _function(name: str, body: str, arch: str = "sm_121") -> SassFunction:
+    lines = [f"        Function : {name}"]
+    lines += [f"        /*{16 * i:04x}*/  {text} ;" for i, text in enumerate(body.split("|"))]
+    (function,) = parse_sass("\n".join(["\tarch = " + arch, *lines]))
+    return function
+
+
+def test_guard_stubs_are_kernels_that_only_print_and_trap_or_exit() -> None:
+    printf_exit = _function("_Z4stubv", "LDC R1, c[0x0][0x37c]|CALL.ABS.NOINC R2|EXIT")
+    printf_trap = _function("_Z4trapv", "CALL.ABS.NOINC R2|BPT.TRAP 0x1|EXIT")
+    real = _function("_Z4realv", "LDG.E R2, desc[UR4][R2.64]|STG.E desc[UR4][R4.64], R2|EXIT")
+    helper = _function("_Z6helperv", "CALL.ABS.NOINC R2|RET.REL.NODEC R20 0x0")
+    empty = _function("_Z5emptyv", "EXIT")
+    other = _function("_Z5otherv", "CALL.ABS.NOINC R2|EXIT", arch="sm_90a")
+    functions = [printf_exit, printf_trap, real, helper, empty, other]
+    assert guard_stubs(functions, "sm_121") == ("_Z4stubv", "_Z4trapv")
+    assert printf_trap.is_trap_only and not printf_exit.is_trap_only
+
+
+def test_a_check_that_compiled_nothing_is_not_a_pass() -> None:
+    assert isinstance(_result([]).error, ToolchainError)
+    only_not_built = _result([UnitOutcome("csrc/sm100.cu", "not-built", "no arch")])
+    assert only_not_built.error is not None
+    assert "no unit was compiled" in only_not_built.error.what
+
+
+def test_a_unit_skipped_for_headers_fails_and_says_how_to_get_them() -> None:
+    result = _result([UnitOutcome("a.cu", "ok", "compiled", sass=REAL),
+                      UnitOutcome("b.cu", "skipped-missing-headers", "cutlass/cutlass.h")])
+    error = result.error
+    assert isinstance(error, ToolchainError)
+    assert "VLLM_CUTLASS_SRC_DIR" in (error.hint or "")
+    assert "nvidia-cutlass" in (error.hint or "")
+
+
+def test_a_configure_that_would_stop_is_not_a_pass() -> None:
+    result = _result([UnitOutcome("a.cu", "ok", "compiled", sass=REAL)],
+                     ["GCC >= 13 is required to build vLLM with CUDA (found 12.2.0)"])
+    error = result.error
+    assert isinstance(error, ToolchainError)
+    assert "GCC >= 13" in error.what and "CXX" in (error.hint or "")
+
+
+RECORD_MORE = "\n".join([
+    "target\t_C\tkind\tMODULE",
+    "target\t_C\tsources\t/w/src/csrc/gen/sm80_kernel_a.cu;csrc/b.cu",
+    "target\t_C\tsources\tcsrc/b.cu;csrc/c.cu",
+    "target\t_C\tlinks\tPRIVATE;torch;CUDA::cudart",
+    "tprop\t_C\tCOMPILE_OPTIONS\t-DFROM_PROPERTY",
+    "imported\ttorch\tkind\tSHARED;IMPORTED",
+    "tprop\ttorch\tINTERFACE_LINK_LIBRARIES\ttorch_cpu_library",
+    "tprop\ttorch_cpu_library\tINTERFACE_COMPILE_DEFINITIONS\t"
+    "$<TARGET_PROPERTY:torch_cpu,INTERFACE_COMPILE_DEFINITIONS>",
+    "tprop\ttorch_cpu\tINTERFACE_COMPILE_DEFINITIONS\tUSE_DISTRIBUTED;USE_C10D_GLOO",
+    "declare\tcutlass\tdeclare@/nonexistent/CMakeLists.txt\tGIT_REPOSITORY;https://x;GIT_TAG;v1",
+    "generator\t/w/src/csrc/gen/generate_kernels.py\tcommand\t [==[COMMAND]==]",
+    "unknown\tpybind11_add_module\targs\t_C;MODULE;a.cu",
+    "variable\tCMAKE_CUDA_FLAGS\tvalue\t -DONNX_NAMESPACE=onnx_c2 --expt-extended-lambda "
+    "-gencode arch=compute_121a,code=sm_121a",
+    "done\t.\t.\t.",
+])
+
+
+def test_record_of_targets_links_properties_and_torchs_interface() -> None:
+    record = parse_record(RECORD_MORE)
+    target = record.targets["_C"]
+    assert target.kind == "MODULE"
+    assert target.sources == ["/w/src/csrc/gen/sm80_kernel_a.cu", "csrc/b.cu", "csrc/c.cu"]
+    assert target.links == ["torch", "CUDA::cudart"]
+    assert target.properties == {"COMPILE_OPTIONS": "-DFROM_PROPERTY"}
+    assert set(record.imported) == {"torch", "torch_cpu_library", "torch_cpu"}
+    (declaration,) = record.declarations
+    assert (declaration.name, declaration.method) == ("cutlass", "declare")
+    assert declaration.args == ("GIT_REPOSITORY", "https://x", "GIT_TAG", "v1")
+    assert record.generators == ["/w/src/csrc/gen/generate_kernels.py"]
+    assert record.unknown_commands == ["pybind11_add_module"]
+    assert record.complete
+    command = unit_command(record, target, "csrc/b.cu", tree=Path("/t"), nvcc=Path("nvcc"),
+                           obj=Path("/w/b.o"), build_type="Release", extra_system_includes=[])
+    for flag in ("-D_C_EXPORTS", "-DUSE_DISTRIBUTED", "-DUSE_C10D_GLOO", "-DFROM_PROPERTY",
+                 "--expt-extended-lambda", "-DONNX_NAMESPACE=onnx_c2"):
+        assert flag in command.argv, flag
+    assert command.gencode == ("arch=compute_121a,code=sm_121a",)
+    assert source_gencode(record, target, "csrc/b.cu") == command.gencode
+    assert not parse_record("target\t_C\tsources\ta.cu\n").complete

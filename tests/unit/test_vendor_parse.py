@@ -1,11 +1,11 @@
-"""The CMake reader, the vendor plan, cache completeness and the build environment.
+"""The vendor plan assembled from recorded CMake runs, and the build environment.
 
-Every tree here is written by the test; nothing spawns a process.
+Records here are written as the recorder's TSV lines; nothing spawns a process (the runs
+of real cmake are in tests/integration/test_vendor_plan.py and test_vendor_plan_real.py).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -14,296 +14,122 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
-from sparkbuild.build.cmake_reader.conditions import Condition, Token, Unknown
-from sparkbuild.build.cmake_reader.scan import parse_cmake, scan_tree
 from sparkbuild.build.compile import BuildRequest, NinjaProgress, build_environment, read_fetch_log
-from sparkbuild.build.materialize import Materialized, missing_entries, require_complete
-from sparkbuild.build.vendor import cmake_defines, plan_tree
-from sparkbuild.errors import CacheMissError, UsageError
+from sparkbuild.build.materialize import Materialized
+from sparkbuild.build.vendor import plan_sources_from, recorder_notes
+from sparkbuild.build.vendor_sources import (
+    Assumption,
+    Recorded,
+    cmake_defines,
+    fetch_options,
+    override_names,
+)
+from sparkbuild.errors import UsageError
 from sparkbuild.pipeline import resolve_spec
 from sparkbuild.recipe import load_recipe
-from sparkbuild.store.cache import Cache
+from sparkbuild.toolchain.cmake_recorder import call_line, parse_record
 
-SHA = "ab" * 20
+# -- the plan, from recorded runs ------------------------------------------------------------
 
-
-# -- the lexer -------------------------------------------------------------------------------
-
-
-def test_lexer_reads_quoted_bracket_and_unquoted_arguments() -> None:
-    text = (
-        '#[[ a bracket\ncomment ]] set(A "x y" [=[raw ${NOT}]=] plain) # trailing\n'
-        'message(STATUS "line one \\\ncontinued")\n'
-        "if((A AND B) OR C)\n"
-    )
-    commands = parse_cmake(text)
-    assert [c.name for c in commands] == ["set", "message", "if"]
-    first = commands[0]
-    assert [a.text for a in first.args] == ["A", "x y", "raw ${NOT}", "plain"]
-    assert [a.quoted for a in first.args] == [False, True, True, False]
-    assert first.args[2].bracket
-    assert commands[1].args[1].text == "line one continued"
-    assert commands[2].line == 5  # the bracket comment and the continuation span lines
-    assert [a.text for a in commands[2].args] == ["(", "A", "AND", "B", ")", "OR", "C"]
+TREE = Path("/t")
 
 
-def test_lexer_keeps_variable_references_with_spaces_inside_one_argument() -> None:
-    (command,) = parse_cmake('set(X ${CMAKE_CURRENT_LIST_DIR}/a$ENV{HOME}b)')
-    assert [a.text for a in command.args] == ["X", "${CMAKE_CURRENT_LIST_DIR}/a$ENV{HOME}b"]
+def _run(name: str, lines: list[str], *, device: str = "cuda", overrides: bool = False,
+         markers: dict[str, str] | None = None) -> Recorded:
+    assumption = Assumption(name, device=device, overrides=overrides)
+    return Recorded(assumption, parse_record("\n".join([*lines, "done\t.\t.\t."])),
+                    markers or {})
 
 
-# -- conditions ------------------------------------------------------------------------------
+def _declare(name: str, args: str, where: str = "/t/CMakeLists.txt", method: str = "declare"
+             ) -> str:
+    return f"declare\t{name}\t{method}@{where}\t{args}"
 
 
-class _Vars:
-    def __init__(self, values: dict[str, str], env: dict[str, str] | None = None) -> None:
-        self.values = values
-        self.environment = env or {}
-        self.tree = Path("/nonexistent-tree")
-
-    def value(self, name: str) -> str | None:
-        if name in self.values:
-            return self.values[name]
-        if name.endswith("_SRC_DIR"):
-            return None
-        raise Unknown(name)
-
-    def env(self, name: str) -> str | None:
-        return self.environment.get(name)
+GIT = "GIT_REPOSITORY;https://example.invalid/lib.git;GIT_TAG;v1;GIT_SUBMODULES;a;b"
 
 
-def _decide(words: str, values: dict[str, str], env: dict[str, str] | None = None) -> bool | None:
-    tokens = [Token(w.strip('"'), w.startswith('"')) for w in words.split()]
-    return Condition(tokens, _Vars(values, env)).evaluate()
+def test_plan_from_records_takes_cuda_runs_overrides_and_other_devices() -> None:
+    marker = "/w/overrides/LIB_SRC_DIR"
+    runs = [
+        _run("cuda-12.9", [_declare("lib", GIT)]),
+        _run("cuda-13.0", [_declare("lib", GIT),
+                           _declare("new", "URL;https://x.invalid/a.tgz;https://m.invalid/a.tgz;"
+                                    "URL_HASH;SHA256=00")]),
+        _run("cuda-overrides", [_declare("lib", f"SOURCE_DIR;{marker}")], overrides=True,
+             markers={"LIB_SRC_DIR": marker}),
+        _run("cpu-x86_64", [_declare("onednn", "GIT_REPOSITORY;https://o.invalid;GIT_TAG;v3",
+                                     "/t/cmake/cpu.cmake:7"), _declare("lib", GIT)],
+             device="cpu"),
+    ]
+    sources, unreached = plan_sources_from(runs, TREE)
+    by_name = {s.name: s for s in sources}
+    assert set(by_name) == {"lib", "new"}
+    assert by_name["lib"].certain and not by_name["new"].certain
+    assert by_name["lib"].override == "LIB_SRC_DIR"
+    assert by_name["lib"].submodules == ("a", "b")
+    assert by_name["lib"].override_subdir is None
+    assert (by_name["new"].kind, by_name["new"].mirrors) == ("url", ("https://m.invalid/a.tgz",))
+    assert by_name["new"].sha256 == "00"
+    assert [(s.name, s.where) for s in unreached] == [("onednn", "cmake/cpu.cmake:7")]
 
 
-@pytest.mark.parametrize(
-    ("words", "values", "expected"),
-    [
-        ('LANG STREQUAL "CUDA"', {"LANG": "CUDA"}, True),
-        ('LANG STREQUAL "CUDA"', {"LANG": "HIP"}, False),
-        ('LANG STREQUAL "CUDA"', {}, None),  # not known here: both branches stay possible
-        ("V VERSION_GREATER_EQUAL 12.8", {"V": "13.0"}, True),
-        ("V VERSION_GREATER_EQUAL 12.8", {"V": "12.4.1"}, False),
-        ("NOT FOO_SRC_DIR", {}, True),  # an override sparkbuild has not set
-        ("UNKNOWN AND FALSE", {}, False),  # Kleene logic: decided without UNKNOWN
-        ("UNKNOWN OR ON", {}, True),
-        ("NOT UNKNOWN", {}, None),
-        ("DEFINED ENV{X_SRC_DIR}", {}, False),
-        ("A IN_LIST L", {"A": "b", "L": "a;b;c"}, True),
-        ('"x86_64" MATCHES "x86|amd64"', {}, True),
-    ],
-)
-def test_conditions_are_three_valued(
-    words: str, values: dict[str, str], expected: bool | None
-) -> None:
-    assert _decide(words, values) is expected
+def test_an_override_that_sets_the_source_dir_variable_is_found() -> None:
+    """deepgemm-style: the override branch sets <name>_SOURCE_DIR, no FetchContent call."""
+    marker = "/w/overrides/DEEP_SRC_DIR"
+    runs = [_run("cuda-13.0", [_declare("deep", GIT, method="populate")]),
+            _run("cuda-overrides", [f"variable\tdeep_SOURCE_DIR\tvalue\t{marker}"],
+                 overrides=True, markers={"DEEP_SRC_DIR": marker})]
+    (deep,), _ = plan_sources_from(runs, TREE)
+    assert (deep.method, deep.override) == ("populate", "DEEP_SRC_DIR")
 
 
-def test_defined_env_reads_the_given_environment() -> None:
-    assert _decide("DEFINED ENV{X_SRC_DIR}", {}, {"X_SRC_DIR": "/src"}) is True
+def test_a_local_copy_without_source_subdir_points_the_override_at_the_subdirectory() -> None:
+    marker = "/w/overrides/K_SRC_DIR"
+    runs = [_run("cuda-13.0", [_declare("k", GIT + ";SOURCE_SUBDIR;python/k")]),
+            _run("cuda-overrides", [_declare("k", f"SOURCE_DIR;{marker}")], overrides=True,
+                 markers={"K_SRC_DIR": marker})]
+    (k,), _ = plan_sources_from(runs, TREE)
+    assert (k.override, k.override_subdir) == ("K_SRC_DIR", "python/k")
 
 
-# -- the evaluator ---------------------------------------------------------------------------
-
-VLLM_LIKE = {
-    "CMakeLists.txt": """
-cmake_minimum_required(VERSION 3.26)
-project(demo LANGUAGES CXX)
-set(TARGET_DEVICE "cuda" CACHE STRING "target")
-include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
-include(FetchContent)
-if (NOT HIP_FOUND AND CUDA_FOUND)
-  set(GPU_LANG "CUDA")
-elseif(HIP_FOUND)
-  set(GPU_LANG "HIP")
-endif()
-set(LIB_REVISION "v4.7.1" CACHE STRING "pinned")
-if(GPU_LANG STREQUAL "CUDA")
-  if (DEFINED ENV{LIB_SRC_DIR})
-    set(LIB_SRC_DIR $ENV{LIB_SRC_DIR})
-  endif()
-  if(LIB_SRC_DIR)
-    FetchContent_Declare(lib SOURCE_DIR ${LIB_SRC_DIR})
-  else()
-    FetchContent_Declare(
-        lib
-        GIT_REPOSITORY https://example.invalid/lib.git
-        # a comment between arguments
-        GIT_TAG ${LIB_REVISION}
-        GIT_SHALLOW TRUE)
-  endif()
-  FetchContent_MakeAvailable(lib)
-endif()
-if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
-  FetchContent_Declare(maybe URL https://example.invalid/maybe.tar.gz URL_HASH SHA256=@HASH@)
-endif()
-if(GPU_LANG STREQUAL "CUDA" OR GPU_LANG STREQUAL "HIP")
-  include(cmake/external/kernels.cmake)
-endif()
-if(TARGET_DEVICE STREQUAL "cpu")
-  include(cmake/cpu.cmake)
-endif()
-""".replace("@HASH@", "cd" * 32),
-    "cmake/utils.cmake": "function(helper)\n  set(IGNORED 1)\nendfunction()\n",
-    "cmake/external/kernels.cmake": """
-if (DEFINED ENV{KERNELS_SRC_DIR})
-  FetchContent_Declare(kernels SOURCE_DIR $ENV{KERNELS_SRC_DIR})
-else()
-  if (TARGET_DEVICE STREQUAL "rocm")
-    set(KERNELS_GIT "https://example.invalid/rocm-fork.git")
-  else()
-    set(KERNELS_GIT "https://example.invalid/kernels.git")
-  endif()
-  FetchContent_Declare(kernels GIT_REPOSITORY ${KERNELS_GIT} GIT_TAG v3.5.1
-                       SOURCE_SUBDIR python/kernels/kernels)
-endif()
-FetchContent_MakeAvailable(kernels)
-set(_root "${FETCHCONTENT_BASE_DIR}")
-if(DEEP_SRC_DIR)
-  set(deep_SOURCE_DIR "${DEEP_SRC_DIR}")
-else()
-  FetchContent_Populate(deep SOURCE_DIR "${_root}/deep-src"
-    GIT_REPOSITORY "https://example.invalid/deep.git" GIT_TAG "@SHA@"
-    GIT_SUBMODULES "third-party/a" "third-party/b")
-endif()
-""".replace("@SHA@", SHA),
-    "cmake/cpu.cmake": (
-        "FetchContent_Declare(onednn GIT_REPOSITORY https://example.invalid/onednn.git"
-        " GIT_TAG v3.9)\n"
-    ),
-    "pyproject.toml": """
-[build-system]
-requires = ["cmake>=3.26.1", "ninja", "torch == 2.14.0", "setuptools>=77,<81"]
-build-backend = "setuptools.build_meta"
-""",
-    "requirements/build/cuda.txt": (
-        "# comment\ncmake>=3.26.1\ntorch==2.14.0\njinja2>=3.1.6  # why\n"
-        "windows-only; sys_platform == 'win32'\n"
-    ),
-    "requirements/build/rocm.txt": "torch==2.12.0+rocm7.14.0\n",
-    "rust/Cargo.lock": """
-version = 4
-[[package]]
-name = "local"
-version = "0.1.0"
-[[package]]
-name = "serde"
-version = "1.0.0"
-source = "registry+https://github.com/rust-lang/crates.io-index"
-checksum = "00"
-[[package]]
-name = "anyhow"
-version = "1.0.0"
-source = "registry+https://github.com/rust-lang/crates.io-index"
-""",
-    "rust-toolchain.toml": '[toolchain]\nchannel = "1.95"\n',
-}
+def test_a_run_cut_short_is_named_in_the_notes() -> None:
+    cut = Recorded(Assumption("cuda-12.9"), parse_record(_declare("lib", GIT)), {})
+    assert cut.record.complete is False
+    assert recorder_notes([cut]) == [
+        "cuda-12.9: the tree's CMake stopped with an error in script mode; declarations "
+        "after it are not in the plan"]
 
 
-def test_scan_resolves_variables_and_takes_the_cuda_branches(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, VLLM_LIKE)
-    state = scan_tree(tree, defines={"CUDA_FOUND": "TRUE", "HIP_FOUND": "FALSE"})
-    fetching = {d.name: d for d in state.declarations if d.reached and (
-        d.first("GIT_REPOSITORY") or d.first("URL"))}
-    assert fetching["lib"].first("GIT_TAG") == "v4.7.1"
-    assert fetching["lib"].certain
-    assert fetching["kernels"].first("GIT_REPOSITORY") == "https://example.invalid/kernels.git"
-    assert fetching["deep"].method == "populate"
-    assert fetching["deep"].options["GIT_SUBMODULES"] == ("third-party/a", "third-party/b")
-    # The compiler version is not known to a reader: the branch may or may not run.
-    assert not fetching["maybe"].certain
-    unreached = {d.name for d in state.declarations if not d.reached}
-    assert "onednn" in unreached
-    assert "lib" in state.made_available
+def test_fetch_options_split_keywords_and_values() -> None:
+    options = fetch_options(("lib", "URL", "a", "b", "URL_HASH", "SHA256=0", "GIT_SHALLOW",
+                             "TRUE", "SOURCE_SUBDIR", "x"))
+    assert options == {"URL": ("a", "b"), "URL_HASH": ("SHA256=0",),
+                       "GIT_SHALLOW": ("TRUE",), "SOURCE_SUBDIR": ("x",)}
 
 
-def test_command_line_defines_win_over_cache_defaults(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, VLLM_LIKE)
-    state = scan_tree(tree, defines={"CUDA_FOUND": "TRUE", "HIP_FOUND": "FALSE",
-                                     "LIB_REVISION": "v9.9.9"})
-    (lib,) = [d for d in state.declarations if d.name == "lib" and d.first("GIT_TAG")]
-    assert lib.first("GIT_TAG") == "v9.9.9"
+def test_the_line_of_a_call_is_found_in_the_text(tmp_path: Path) -> None:
+    cmake = tmp_path / "deps.cmake"
+    cmake.write_text("if(X_SRC_DIR)\n  FetchContent_Declare(x SOURCE_DIR ${X_SRC_DIR})\n"
+                     "else()\n  FetchContent_Declare(\n    x  # the (real) one\n"
+                     "    GIT_REPOSITORY https://x.invalid)\nendif()\n", encoding="utf-8")
+    assert call_line(cmake, "FetchContent_Declare", "x", ("GIT_REPOSITORY", "u")) == 4
+    assert call_line(cmake, "FetchContent_Declare", "x", ("SOURCE_DIR", "/s")) == 2
+    assert call_line(cmake, "FetchContent_Declare", "y", ()) is None
 
 
-def test_environment_override_switches_to_the_local_copy(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, VLLM_LIKE)
-    state = scan_tree(tree, defines={"CUDA_FOUND": "TRUE", "HIP_FOUND": "FALSE"},
-                      env={"KERNELS_SRC_DIR": "/somewhere"})
-    kernels = [d for d in state.declarations if d.name == "kernels" and d.reached]
-    assert [d.first("SOURCE_DIR") for d in kernels] == ["/somewhere"]
-
-
-# -- the plan --------------------------------------------------------------------------------
-
-
-def test_plan_names_sources_wheels_torch_and_crates(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path, VLLM_LIKE)
-    plan = plan_tree(tree, env={})
-    data = plan.to_dict()
-    json.dumps(data)  # the --json output must serialise
-    by_name = {s["name"]: s for s in data["sources"]}
-    assert (by_name["lib"]["url"], by_name["lib"]["ref"]) == (
-        "https://example.invalid/lib.git", "v4.7.1")
-    assert by_name["lib"]["override"] == "LIB_SRC_DIR"
-    assert by_name["deep"]["override"] == "DEEP_SRC_DIR"
-    assert by_name["deep"]["submodules"] == ["third-party/a", "third-party/b"]
-    assert by_name["kernels"]["override"] == "KERNELS_SRC_DIR"
-    assert by_name["maybe"]["url_hash"] == "SHA256=" + "cd" * 32
-    assert "https://example.invalid/rocm-fork.git" not in json.dumps(data["sources"])
-    kernels = next(s for s in plan.sources if s.name == "kernels")
-    # The local-copy declaration has no SOURCE_SUBDIR: the override names the subdirectory.
-    assert kernels.override_subdir == "python/kernels/kernels"
-    requirements = [w["requirement"] for w in data["wheels"]]
-    assert "torch==2.14.0" in requirements
-    assert "jinja2>=3.1.6" in requirements
-    assert not any("rocm" in r or "windows" in r for r in requirements)
-    assert data["torch"] == "2.14.0"
-    assert data["crates"] == 2
-    assert data["cargo"][0]["toolchain"] == "1.95"
-    assert [s["name"] for s in data["unreached"]] == ["onednn"]
+def test_override_names_are_read_from_the_trees_cmake_files(tmp_path: Path) -> None:
+    tree = write_tree(tmp_path, {
+        "CMakeLists.txt": "if(DEFINED ENV{A_SRC_DIR})\nendif()\ninclude(cmake/b.cmake)\n",
+        "cmake/b.cmake": "set(x ${B_SRC_DIR})\n",
+        "tests/c.cmake": "set(x ${C_SRC_DIR})\n",
+    })
+    assert override_names(tree) == ["A_SRC_DIR", "B_SRC_DIR"]
 
 
 def test_cmake_args_defines_are_read_like_setup_py_passes_them() -> None:
     env = {"CMAKE_ARGS": "-DA=1 -DB:STRING=two -Wno-dev -DC="}
     assert cmake_defines(env) == {"A": "1", "B": "two", "C": ""}
-
-
-def test_example_project_plan(tmp_path: Path) -> None:
-    example = Path(__file__).resolve().parents[2] / "examples" / "mini-vllm"
-    plan = plan_tree(example, env={})
-    (source,) = plan.sources
-    assert source.name == "pybind11" and source.kind == "url"
-    assert source.sha256 is not None and source.url.endswith("pybind11-3.1.0.tar.gz")
-    assert "torch==2.13.0" in plan.requirements
-    git = plan_tree(example, env={"CMAKE_ARGS": "-DMINI_VLLM_PYBIND11_GIT_REPOSITORY="
-                                  "file:///srv/pybind11.git -DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0"})
-    (source,) = git.sources
-    assert (source.kind, source.url, source.ref) == ("git", "file:///srv/pybind11.git", "v3.1.0")
-
-
-# -- completeness of the cache ---------------------------------------------------------------
-
-
-def test_missing_entries_are_each_named(tmp_path: Path) -> None:
-    tree = write_tree(tmp_path / "tree", VLLM_LIKE)
-    plan = plan_tree(tree, env={})
-    cache = Cache(tmp_path / "cache")
-    missing = missing_entries(plan, cache)
-    names = {(m.kind, m.name) for m in missing}
-    assert ("source", "lib") in names and ("source", "kernels") in names
-    assert ("wheels", "build requirements") in names
-    assert ("crates", "rust/Cargo.lock") in names
-    with pytest.raises(CacheMissError) as caught:
-        require_complete(plan, cache)
-    assert "lib" in caught.value.what and "v4.7.1" in caught.value.what
-
-    lib = next(s for s in plan.sources if s.name == "lib")
-    digest = cache.put_bytes(b"not really a tarball")
-    cache.record("sources", lib.key, {"sha256": digest, "kind": "git"})
-    assert ("source", "lib") not in {(m.kind, m.name) for m in missing_entries(plan, cache)}
-    cache.remove(digest)  # the index entry alone does not count
-    assert ("source", "lib") in {(m.kind, m.name) for m in missing_entries(plan, cache)}
 
 
 # -- the build environment -------------------------------------------------------------------

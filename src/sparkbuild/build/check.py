@@ -1,123 +1,51 @@
-"""``sparkbuild check``: compile only what the series touched, for the target arch, now.
+"""``sparkbuild check``: compile what the series changed, for the target arch, and read the SASS.
 
-A vLLM build takes hours; a patch that breaks one fp4 kernel for sm_121 shows up near the
-end.  ``check`` finds the translation units the series changed (see
-:mod:`sparkbuild.build.touched_units`), asks the tree's own CMake how the build would compile
-each one (see :mod:`sparkbuild.toolchain.cmake_recorder`), and runs exactly those nvcc commands in
-parallel, as many at once as doctor's build plan allows.  Minutes instead of hours.
+A vLLM build takes hours; a patch that breaks one FP4 kernel for the Spark shows up near
+the end, or not at all: a kernel whose arch guard shuts the target out compiles to a trap
+and nvcc exits 0.  ``check`` records the tree's CMake as the build would run it (see
+:mod:`sparkbuild.build.check_plan`), picks the units, compiles exactly the nvcc commands the
+build would run, as many at once as doctor's plan allows, and reads each object's machine
+code for the target arch with cuobjdump (:mod:`sparkbuild.toolchain.sass`).
 
-A unit whose headers cannot be had on this machine (CUTLASS is cloned from GitHub at
-configure time) is reported as ``skipped-missing-headers`` with the header named, not
-as a failure of the tree; a header missing from the tree itself is a failure.
+Which units: by default those whose text the series changed (directly or through a
+header) and those whose ``-gencode`` the series changed; ``--unit PATH`` only the named
+ones; ``--all`` every CUDA unit the build compiles for the target.  A unit whose headers
+cannot be had here (CUTLASS is cloned at configure time) is ``skipped-missing-headers``
+with the header named; the result says how to get them.  See
+:mod:`sparkbuild.build.check_result` for what counts as a pass.
 """
 
 from __future__ import annotations
 
 import os
-import platform
 import re
-import sys
-import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from sparkbuild.build.check_plan import CheckPlan, plan_check, unit_key
+from sparkbuild.build.check_result import CheckResult, UnitOutcome
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory
-from sparkbuild.build.touched_units import select_units
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
 from sparkbuild.proc import format_command, run
-from sparkbuild.toolchain import tools
-from sparkbuild.toolchain.cmake_recorder import BuildRecord, RecordInputs, record_build
-from sparkbuild.toolchain.compile_flags import UnitCommand, UnsupportedGenex, unit_command
+from sparkbuild.toolchain import sass
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.toolchain.cmake_recorder import BuildRecord
+    from sparkbuild.toolchain.compile_flags import UnitCommand
 
 MISSING_HEADER_RES = (
     re.compile(r"fatal error: ([^\s:]+): No such file or directory"),
     re.compile(r'cannot open source file "([^"]+)"'),
 )
 UNIT_TIMEOUT_S = 3600
-BUILD_TYPE = "RelWithDebInfo"
-"""vLLM's setup.py default."""
-
-
-@dataclass(frozen=True)
-class UnitOutcome:
-    path: str
-    status: str
-    """ok, failed, skipped-missing-headers, or not-built (CMake does not compile it)."""
-    reason: str
-    seconds: float = 0.0
-    target: str | None = None
-    gencode: tuple[str, ...] = ()
-    missing_headers: tuple[str, ...] = ()
-    log: Path | None = None
-    command: tuple[str, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path, "status": self.status, "reason": self.reason,
-            "seconds": round(self.seconds, 2), "target": self.target,
-            "gencode": list(self.gencode), "missing_headers": list(self.missing_headers),
-            "log": str(self.log) if self.log else None,
-            "command": format_command(self.command) if self.command else None,
-        }
-
-
-@dataclass
-class CheckResult:
-    tree: Path
-    archs: tuple[str, ...]
-    nvcc: str
-    touched: list[str]
-    units: list[UnitOutcome]
-    plan: BuildPlan
-    configure_stops: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    def with_status(self, status: str) -> list[UnitOutcome]:
-        return [unit for unit in self.units if unit.status == status]
-
-    @property
-    def error(self) -> CommandFailed | None:
-        failed = self.with_status("failed")
-        if not failed:
-            return None
-        return CommandFailed(
-            f"{len(failed)} of {len(self.units)} touched unit(s) failed to compile for "
-            f"{', '.join(self.archs)}: {', '.join(unit.path for unit in failed)}",
-            where=f"log: {failed[0].log}",
-            hint="the full build would fail the same way; fix the series and run check again",
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tree": str(self.tree), "archs": list(self.archs), "nvcc": self.nvcc,
-            "touched": self.touched, "units": [unit.to_dict() for unit in self.units],
-            "plan": self.plan.to_dict(), "configure_stops": self.configure_stops,
-            "notes": self.notes, "seconds": round(self.seconds, 2),
-        }
-
-    def summary(self) -> list[str]:
-        lines = [f"check of {self.tree} for {', '.join(self.archs)} with nvcc {self.nvcc} "
-                 f"({self.plan.max_jobs} job(s), {self.seconds:.0f} s)"]
-        for unit in self.units:
-            arch = f" [{' '.join(unit.gencode)}]" if unit.gencode else ""
-            lines.append(f"  {unit.status:24} {unit.path}{arch} {unit.seconds:.0f} s"
-                         f" -- {unit.reason}")
-        lines.extend(f"  note: {note}" for note in self.notes)
-        lines.extend(f"  the real configure would stop: {stop}" for stop in self.configure_stops)
-        counts = {s: len(self.with_status(s)) for s in
-                  ("ok", "failed", "skipped-missing-headers", "not-built")}
-        lines.append("  " + ", ".join(f"{n} {s}" for s, n in counts.items()))
-        return lines
+CUDA_LIBRARY_HEADERS = {"cublas": "cuBLAS", "cusparse": "cuSPARSE", "cusolver": "cuSOLVER",
+                        "curand": "cuRAND", "cufft": "cuFFT"}
+"""CUDA toolkit libraries whose headers torch's ATen/cuda headers include."""
 
 
 # --- outcome of one compile ------------------------------------------------------------
@@ -135,9 +63,11 @@ def header_provider(header: str, record: BuildRecord, cuda_root: Path) -> str | 
         declared = record.fetches.get("cutlass", {}).get("declared", "the CUTLASS repository")
         return (f"CUTLASS headers ({declared}), which vLLM's CMake clones at configure time: "
                 "not reachable here; set VLLM_CUTLASS_SRC_DIR to a checkout of that tag")
-    if header.startswith("cublas"):
-        return (f"cuBLAS headers, absent from {cuda_root}/include: install the toolkit's "
-                "cuBLAS, or the nvidia-cublas wheel of the same CUDA major release")
+    library = next((lib for lib in CUDA_LIBRARY_HEADERS if header.startswith(lib)), None)
+    if library is not None:
+        return (f"{CUDA_LIBRARY_HEADERS[library]} headers, absent from {cuda_root}/include: "
+                f"install the toolkit's, or the nvidia-{library} wheel of the same CUDA major "
+                "release (`pip install 'sparkbuild[check]'`)")
     if header.startswith(("torch/", "ATen/", "c10/")):
         return "torch's headers: install the torch version the tree pins"
     return None
@@ -165,148 +95,102 @@ def classify(
     return "failed", f"{first}{arch_note}", ()
 
 
-# --- what to compile, and how ---------------------------------------------------------
-
-def gencode_for(archs: tuple[str, ...]) -> str:
-    """What torch's CMake puts in CMAKE_CUDA_FLAGS for TORCH_CUDA_ARCH_LIST=archs."""
-    flags = []
-    for arch in archs:
-        base = arch.replace("+PTX", "").replace(".", "")
-        flags.append(f"-gencode arch=compute_{base},code=sm_{base}")
-        if arch.endswith("+PTX"):
-            flags.append(f"-gencode arch=compute_{base},code=compute_{base}")
-    return " ".join(flags)
+def target_code(gencode: tuple[str, ...], native: str) -> str | None:
+    """The SASS target among ``gencode`` that runs on ``native`` (sm_121a): itself, another
+    12.1 variant, or the SM12x family code sm_120f; None when none does."""
+    codes = [g.split("code=", 1)[1] for g in gencode if "code=sm_" in g]
+    number = native.rstrip("af")
+    ranked = sorted((0 if code == native else 1 if code.rstrip("af") == number else 2, i)
+                    for i, code in enumerate(codes) if code.rstrip("af") == number
+                    or code == "sm_120f")
+    return codes[ranked[0][1]] if ranked else None
 
 
-@dataclass(frozen=True)
-class CheckPlan:
-    """Everything decided before the first compile."""
-
-    tree: Path
-    archs: tuple[str, ...]
-    work: Path
-    nvcc: tools.Tool
-    record: BuildRecord
-    touched: list[str]
-    units: list[str]
-    not_built: list[str]
-    extra_includes: list[Path]
-    cuda_root: Path
-
-    @property
-    def native_code(self) -> str:
-        return "sm_" + self.archs[0].replace("+PTX", "").replace(".", "")
-
-    def command(self, unit: str, obj: Path) -> UnitCommand:
-        target = self.record.targets_of(unit)[0]
-        try:
-            return unit_command(self.record, target, unit, tree=self.tree, nvcc=self.nvcc.path,
-                                obj=obj, build_type=BUILD_TYPE,
-                                extra_system_includes=self.extra_includes)
-        except UnsupportedGenex as exc:
-            raise ToolchainError(
-                f"the tree's CMake gives {unit} a generator expression sparkbuild cannot "
-                f"evaluate: {exc}",
-                where=str(self.tree / "CMakeLists.txt"),
-                hint="report it; `sparkbuild wheel` is not affected",
-            ) from exc
-
-
-def _record(
-    tree: Path, work: Path, archs: tuple[str, ...], nvcc: tools.Tool, cuda_root: Path
-) -> BuildRecord:
-    cmake = tools.find_cmake()
-    if cmake is None:
-        raise ToolchainError("cmake not found", hint="pip install 'cmake>=3.26'")
-    torch_includes = tools.torch_include_dirs()
-    torch = tools.torch_version()
-    if not torch_includes or torch is None:
-        raise ToolchainError(
-            "torch is not installed, so its headers (torch/include, "
-            "torch/include/torch/csrc/api/include) cannot be had",
-            hint="pip install the torch the tree pins (`sparkbuild doctor --tree` names it); "
-            "a CPU build of torch has the same headers",
-        )
-    gcc = tools.find_host_compiler()
-    version = nvcc.version or tools.MIN_NVCC_FOR_SM121
-    inputs = RecordInputs(
-        tree=tree, binary_dir=work / "cmake", cmake=cmake.path, python=Path(sys.executable),
-        python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
-        python_include=Path(sysconfig.get_paths()["include"]),
-        cuda_version=f"{version.major}.{version.minor}", cuda_root=cuda_root,
-        gencode=gencode_for(archs), torch_version=str(torch.public),
-        torch_includes=tuple(torch_includes),
-        cxx_version=str(gcc.version) if gcc and gcc.version else "0",
-        build_type=BUILD_TYPE, processor=platform.machine(),
-    )
-    step(f"reading {tree / 'CMakeLists.txt'} with cmake {cmake.version} in script mode")
-    return record_build(inputs)
-
-
-def _extra_includes(cuda_root: Path) -> list[Path]:
-    """NVIDIA library wheels' headers, only when the toolkit lacks cuBLAS's."""
-    if (cuda_root / "include" / "cublas_v2.h").is_file():
-        return []
-    return tools.wheel_cuda_include_dirs()
-
-
-def _search_dirs(record: BuildRecord, tree: Path) -> list[Path]:
-    dirs = [*record.directory.get("includes", [])]
-    for target in record.targets.values():
-        dirs.extend(target.includes)
-    return [tree / d for d in dict.fromkeys(dirs) if "$<" not in d and not Path(d).is_absolute()]
-
-
-def _touched(tree: Path, recipe: Recipe) -> list[str]:
-    from sparkbuild.patches.engine import touched_files
-
-    relative = set()
-    for path in touched_files(tree, recipe):
-        absolute = path if path.is_absolute() else tree / path
-        relative.add(absolute.resolve().relative_to(tree).as_posix())
-    return sorted(relative)
-
-
-def plan_check(tree: Path, recipe: Recipe) -> CheckPlan:
-    """Find the touched units and how the build compiles them; compile nothing yet."""
-    tree = tree.resolve()
-    if not (tree / "CMakeLists.txt").is_file():
-        raise UsageError("not a source tree with a CMakeLists.txt", where=str(tree),
-                         hint="pass the directory `sparkbuild prepare --dest` wrote")
-    nvcc = tools.find_nvcc()
-    tools.require_sm121(nvcc)
-    touched = _touched(tree, recipe)
-    work = tree / ".sparkbuild" / "check"
-    archs = recipe.target.cuda_archs
-    cuda_root = tools.cuda_root(nvcc)
-    record = _record(tree, work, archs, nvcc, cuda_root)
-    units, not_built = select_units(tree, touched, record.sources(), _search_dirs(record, tree))
-    extra = _extra_includes(cuda_root)
-    return CheckPlan(tree, archs, work, nvcc, record, touched, units, not_built, extra, cuda_root)
+def short_names(names: tuple[str, ...], width: int = 96) -> str:
+    """Kernel names for a message; the full names are in the JSON's ``sass``."""
+    return ", ".join(n if len(n) <= width else n[:width] + "..." for n in names)
 
 
 # --- running it ------------------------------------------------------------------------
 
-def _compile(plan: CheckPlan, unit: str) -> UnitOutcome:
-    name = unit.replace("/", "__")
+def _missing_source(plan: CheckPlan, unit: str) -> UnitOutcome | None:
+    """A unit of a fetched dependency whose source is not on this machine."""
+    if (plan.scratch / unit).is_file():
+        return None
+    for name, fetch in plan.record.fetches.items():
+        available = fetch.get("available", "")
+        if available and unit.startswith(available.rstrip("/") + "/"):
+            declared = fetch.get("declared", "")
+            return UnitOutcome(unit, "skipped-missing-sources", f"a source of {name} "
+                               f"({declared}), fetched at configure time and not here: set its "
+                               "*_SRC_DIR override (`sparkbuild vendor --plan` names it)")
+    return UnitOutcome(unit, "skipped-missing-sources", "the source file does not exist")
+
+
+def guard_stubs(functions: list[sass.SassFunction], arch: str) -> tuple[str, ...]:
+    """Kernels for ``arch`` that only print and trap or exit: no memory access, no MMA.
+
+    A superset of :attr:`SassFunction.is_trap_only`: CUTLASS 4.7 guards compile an
+    unsupported kernel to printf + ``BPT.TRAP``, CUTLASS 4.2 to printf + ``EXIT`` -- a kernel
+    that silently does nothing.  Device functions (they end in ``RET``) are not kernels."""
+    stubs = set()
+    for function in functions:
+        body = function.body
+        if function.arch != arch or not any(i.opcode == "EXIT" for i in body):
+            continue
+        speaks = any(i.opcode == "CALL" or (i.opcode == "BPT" and "TRAP" in i.modifiers)
+                     for i in body)
+        works = any(i.opcode in sass.MEMORY_OPCODES or i.opcode.endswith("MMA") for i in body)
+        if speaks and not works:
+            stubs.add(function.name)
+    return tuple(sorted(stubs))
+
+
+def _read_machine_code(plan: CheckPlan, command: UnitCommand, obj: Path, log: Path
+                       ) -> tuple[sass.SassSummary | None, tuple[str, ...], str]:
+    arch = target_code(command.gencode, plan.native_code)
+    if arch is None:
+        return None, (), f"; no SASS for {plan.native_code} (gencode {', '.join(command.gencode)})"
+    functions = sass.read_sass(obj, log=log.with_suffix(".sass.log"))
+    return sass.summarize(functions, arch), guard_stubs(functions, arch), ""
+
+
+def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
+    missing = _missing_source(plan, unit)
+    if missing is not None:
+        return UnitOutcome(missing.path, missing.status, missing.reason, why=why)
+    name = unit.strip("/").replace("/", "__")
     log = plan.work / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     (plan.work / "obj").mkdir(parents=True, exist_ok=True)
-    command = plan.command(unit, plan.work / "obj" / f"{name}.o")
+    obj = plan.work / "obj" / f"{name}.o"
+    obj.unlink(missing_ok=True)
+    command = plan.command(unit, obj)
     log.with_suffix(".cmd").write_text(format_command(command.argv) + "\n", encoding="utf-8")
-    result = run(command.argv, cwd=plan.tree, log=log, echo=False, check=False,
+    result = run(command.argv, cwd=plan.scratch, log=log, echo=False, check=False,
                  timeout=UNIT_TIMEOUT_S)
-    status, reason, missing = classify(command, result.returncode, result.output,
+    status, reason, headers = classify(command, result.returncode, result.output,
                                        plan.record, plan.cuda_root, plan.native_code)
+    summary: sass.SassSummary | None = None
+    stubs: tuple[str, ...] = ()
+    if status == "ok":
+        summary, stubs, note = _read_machine_code(plan, command, obj, log)
+        reason += note
+        if summary is not None and stubs:
+            status = "failed"
+            reason = (f"{len(stubs)} kernel(s) for {summary.arch} compiled to a guard stub "
+                      f"({len(summary.trap_only_kernels)} trap-only): {short_names(stubs)} "
+                      "(a feature guard left printf + trap or exit; nvcc exited 0)")
     return UnitOutcome(unit, status, reason, result.seconds, command.target, command.gencode,
-                       missing, log, command.argv)
+                       headers, log, command.argv, summary, why, stubs)
 
 
-def _compile_all(plan: CheckPlan, units: list[str], jobs: int) -> list[UnitOutcome]:
+def _compile_all(plan: CheckPlan, jobs: int) -> list[UnitOutcome]:
     outcomes: list[UnitOutcome] = []
+    units = list(plan.units.items())
     workers = max(1, min(jobs, len(units)))
-    with count_progress("compiling touched units") as update, ThreadPoolExecutor(workers) as pool:
-        for outcome in pool.map(lambda unit: _compile(plan, unit), units):
+    with count_progress("compiling units") as update, ThreadPoolExecutor(workers) as pool:
+        for outcome in pool.map(lambda item: _compile(plan, *item), units):
             outcomes.append(outcome)
             update(len(outcomes), len(units))
             info(f"{outcome.status}: {outcome.path} ({outcome.seconds:.0f} s)")
@@ -323,37 +207,36 @@ def machine_plan(recipe: Recipe) -> BuildPlan:
     )
 
 
-def _notes(plan: CheckPlan, only: Sequence[str] | None) -> list[str]:
-    notes: list[str] = []
-    for item in plan.record.skipped:
-        scripts = [part for part in item.split(";") if part.endswith(".py")]
-        note = "not run while reading CMake: " + (scripts[0] if scripts else item)
-        if note not in notes:
-            notes.append(note)
+def _notes(plan: CheckPlan, selection: str) -> list[str]:
+    notes = list(plan.notes)
+    notes += [f"ran the configure-time generator {unit_key(g, plan.scratch)} (on the scratch "
+              "copy)" for g in dict.fromkeys(plan.record.generators)]
+    notes += [f"not run while reading CMake: {item}" for item in plan.record.skipped]
+    notes += [f"{name}: a command of a fetched dependency, recorded and not run"
+              for name in dict.fromkeys(plan.record.unknown_commands)]
     if plan.extra_includes:
         notes.append("cuBLAS headers taken from installed NVIDIA wheels: "
                      + ", ".join(str(p) for p in plan.extra_includes))
-    if only is not None:
-        notes.append(f"restricted to {len(only)} requested unit(s)")
-    if not plan.units:
-        notes.append(f"no compiled unit is touched by the series "
-                     f"({len(plan.touched)} file(s) changed)")
+    if selection == "series" and not plan.units:
+        notes.append(f"no compiled unit is touched by the series and none had its gencode "
+                     f"changed ({len(plan.touched)} file(s) changed)")
     return notes
 
 
-def check_tree(tree: Path, recipe: Recipe, *, only: Sequence[str] | None = None) -> CheckResult:
-    """Compile the units the series touched, as the build would, for the recipe's archs.
-
-    ``only`` narrows the run to some of those units (tree-relative paths)."""
+def check_tree(
+    tree: Path, recipe: Recipe, *, only: Sequence[str] | None = None, all_units: bool = False
+) -> CheckResult:
+    """Compile the chosen units as the build would, for the recipe's archs, and read their
+    SASS.  ``only``: just these units (tree-relative paths); ``all_units``: every CUDA unit."""
     started = time.monotonic()
-    plan = plan_check(tree, recipe)
-    units = [u for u in plan.units if only is None or u in only]
+    plan = plan_check(tree, recipe, only=only, all_units=all_units)
+    selection = "named" if only else "all" if all_units else "series"
     build_plan = machine_plan(recipe)
-    step(f"compiling {len(units)} touched unit(s), {build_plan.max_jobs} at a time")
-    outcomes = _compile_all(plan, units, build_plan.max_jobs) if units else []
-    outcomes += [UnitOutcome(path, "not-built", "includes a touched file, but the tree's "
-                             f"CMake does not compile it for {', '.join(plan.archs)}")
-                 for path in plan.not_built if only is None or path in only]
+    step(f"compiling {len(plan.units)} unit(s), {build_plan.max_jobs} at a time")
+    outcomes = _compile_all(plan, build_plan.max_jobs) if plan.units else []
+    outcomes += [UnitOutcome(path, "not-built", "the tree's CMake does not compile it for "
+                             f"{', '.join(plan.archs)}", why="touched" if not only else "named")
+                 for path in plan.not_built]
     return CheckResult(plan.tree, plan.archs, str(plan.nvcc.version), plan.touched, outcomes,
-                       build_plan, plan.record.fatals, _notes(plan, only),
-                       time.monotonic() - started)
+                       build_plan, plan.record.fatals, _notes(plan, selection),
+                       time.monotonic() - started, plan.gencode_changed, selection)

@@ -9,6 +9,7 @@ system and library headers, which a series never patches.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from sparkbuild.store.files import walk_files
@@ -79,3 +80,19 @@ def select_units(
         selected |= {unit for unit in tree_units(tree)
                      if graph.closure(tree / unit) & headers}
     return sorted(selected & built), sorted(selected - built)
+
+
+CUDA_UNIT_SUFFIXES = frozenset({".cu"})
+
+
+def gencode_changed(
+    before: Mapping[str, tuple[str, ...]], after: Mapping[str, tuple[str, ...]]
+) -> list[str]:
+    """Units whose ``-gencode`` values the series changed: compiled for other archs than
+    before, or compiled now and not before.  Keys are unit names, values gencode tuples."""
+    return sorted(unit for unit, codes in after.items() if before.get(unit) != codes)
+
+
+def cuda_units(sources: set[str]) -> list[str]:
+    """The CUDA translation units among a build's sources."""
+    return sorted(s for s in sources if Path(s).suffix in CUDA_UNIT_SUFFIXES)

@@ -3,15 +3,14 @@
 Three kinds of things break an air-gapped build of vLLM, often an hour in:
 
 * FetchContent sources (CUTLASS, flash-attention, FlashMLA, DeepGEMM, ...).  They are
-  found by reading the tree's CMake files with :mod:`sparkbuild.build.cmake_reader.scan`, which
-  resolves ``set()`` variables (``GIT_TAG ${CUTLASS_REVISION}``) and decides ``if()``
-  branches for a CUDA build.  Why a reader rather than a recorded configure: vLLM's
-  configure needs a CUDA build of torch and nvcc, and clones every dependency as it goes,
-  so it can neither run here nor before the sources are there.  CMake still has the last
-  word: every build runs with sparkbuild's dependency provider
-  (``build_tools/sparkbuild_provider.cmake``), which records each dependency the real
-  configure asks for; a dependency the reader missed is vendored from that record after
-  an online build, and an offline build stops at configure naming it.
+  found by running the tree's own CMake with real cmake in script mode under a few
+  assumption sets (:mod:`sparkbuild.build.vendor_sources`), ``cmake/external_projects``
+  included, and pinned as the tree pins them.  A real configure cannot run instead: it
+  needs a CUDA build of torch and nvcc, and clones every dependency as it goes.  CMake
+  still has the last word at build time: every build runs with sparkbuild's dependency
+  provider (``build_tools/sparkbuild_provider.cmake``), which records each dependency the
+  real configure asks for; one the plan missed is vendored from that record after an
+  online build, and an offline build stops at configure naming it.
 * Build requirements: ``[build-system] requires`` and ``requirements/build*`` of the
   tree, as wheels (torch at the tree's pin).
 * Cargo crates, where the tree has a Cargo.lock (``cargo vendor``).
@@ -24,17 +23,22 @@ import json
 import os
 import platform
 import re
-import shlex
 import sys
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
-from sparkbuild.build.cmake_reader.scan import Declaration, scan_tree
+from sparkbuild.build.vendor_sources import (
+    Recorded,
+    override_of,
+    record_assumptions,
+    relative_where,
+    source_fields,
+)
 from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
@@ -43,23 +47,15 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from sparkbuild.sources.mirrors import Mirrors
+    from sparkbuild.toolchain.cmake_recorder import FetchDeclaration
 
 
-CUDA_BUILD_FACTS: dict[str, str] = {
-    "CUDA_FOUND": "TRUE",
-    "HIP_FOUND": "FALSE",
-    "PYTORCH_FOUND_HIP": "FALSE",
-}
-"""What find_package(Torch) reports for a CUDA build of torch: the reader cannot run
-find_package, and without these a CUDA build's ROCm branches would look possible too."""
-
-DISCOVERY = "cmake-reader"
+DISCOVERY = "cmake-recorder"
 """How sources are found; see the module docstring."""
 
 OTHER_DEVICES = frozenset({"cpu", "rocm", "rock", "tpu", "xpu", "hpu", "neuron", "openvino"})
 """requirements/build files for these targets are not a CUDA build's."""
 
-_OVERRIDE_VAR = re.compile(r"\b([A-Z][A-Z0-9_]*_SRC_DIR)\b")
 
 
 @dataclass(frozen=True)
@@ -141,6 +137,7 @@ class VendorPlan:
     excluded: tuple[SourcePlan, ...] = ()
     """Sources the recipe leaves out (``[vendor] exclude``): the build gets an empty
     directory in their place, and the report says so."""
+    notes: tuple[str, ...] = ()
 
     @property
     def crate_count(self) -> int:
@@ -170,6 +167,7 @@ class VendorPlan:
             "cargo": [plan.to_dict() for plan in self.crates],
             "unreached": [source.to_dict() for source in self.unreached],
             "excluded": [source.to_dict() for source in self.excluded],
+            "notes": list(self.notes),
         }
 
 
@@ -206,75 +204,61 @@ def python_tag() -> str:
 # -- FetchContent sources ----------------------------------------------------------------
 
 
-def cmake_defines(env: Mapping[str, str]) -> dict[str, str]:
-    """The ``-DNAME=VALUE`` entries of CMAKE_ARGS (how setup.py passes options to CMake)."""
-    defines: dict[str, str] = {}
-    for word in shlex.split(env.get("CMAKE_ARGS", "")):
-        match = re.fullmatch(r"-D([A-Za-z0-9_]+)(?::[A-Za-z]+)?=(.*)", word)
-        if match:
-            defines[match.group(1)] = match.group(2)
-    return defines
-
-
-def _override_of(declaration: Declaration) -> str | None:
-    """The innermost enclosing condition that tests a ``*_SRC_DIR`` override."""
-    for condition in reversed(declaration.conditions):
-        match = _OVERRIDE_VAR.search(condition)
-        if match:
-            return match.group(1)
-    return None
-
-
-def _source_plan(declaration: Declaration, tree: Path, local_subdirs: dict[str, bool]) -> (
-    SourcePlan | None
-):
-    where = f"{declaration.file.relative_to(tree)}:{declaration.line}"
-    git = declaration.first("GIT_REPOSITORY")
-    urls = declaration.options.get("URL", ())
-    override = _override_of(declaration)
-    subdir = declaration.first("SOURCE_SUBDIR")
-    override_subdir = subdir if subdir and local_subdirs.get(declaration.name) is False else None
-    common: dict[str, Any] = dict(
-        name=declaration.name, method=declaration.method, where=where,
-        certain=declaration.certain, override=override, override_subdir=override_subdir,
+def _plan_of(declaration: FetchDeclaration, tree: Path, certain: bool,
+             overrides: Recorded | None) -> SourcePlan | None:
+    fields = source_fields(declaration)
+    if fields is None:
+        return None  # SOURCE_DIR only: a local copy, nothing to fetch
+    override, local_has_subdir = (None, True)
+    if overrides is not None:
+        override, local_has_subdir = override_of(declaration.name, overrides)
+    subdir = fields.pop("subdir")
+    return SourcePlan(
+        name=declaration.name, method=declaration.method,
+        where=relative_where(declaration, tree), certain=certain, override=override,
+        # A local copy declared without SOURCE_SUBDIR: the override names the subdirectory
+        # itself (triton_kernels: TRITON_KERNELS_SRC_DIR is the python package).
+        override_subdir=subdir if override and not local_has_subdir else None, **fields,
     )
-    if git:
-        submodules = declaration.options.get("GIT_SUBMODULES")
-        return SourcePlan(
-            kind="git", url=git, ref=declaration.first("GIT_TAG") or "HEAD",
-            submodules=None if submodules is None else tuple(s for s in submodules if s),
-            **common,
-        )
-    if urls:
-        return SourcePlan(
-            kind="url", url=urls[0], ref=None, url_hash=declaration.first("URL_HASH"),
-            mirrors=tuple(urls[1:]), **common,
-        )
-    return None  # SOURCE_DIR only: a local copy, nothing to fetch
 
 
-def plan_sources(
-    tree: Path, *, defines: Mapping[str, str], env: Mapping[str, str]
+def plan_sources_from(
+    recorded: list[Recorded], tree: Path
 ) -> tuple[list[SourcePlan], list[SourcePlan]]:
-    """(sources the CUDA configure fetches, sources only in branches it does not take)."""
-    state = scan_tree(tree, defines={**CUDA_BUILD_FACTS, **defines}, env=dict(env))
-    # A local-copy declaration without SOURCE_SUBDIR means the override points at the
-    # subdirectory itself (triton_kernels: TRITON_KERNELS_SRC_DIR is the python package).
-    local_subdirs: dict[str, bool] = {}
-    for declaration in state.declarations:
-        if "SOURCE_DIR" in declaration.options and not (
-            declaration.first("GIT_REPOSITORY") or declaration.options.get("URL")
-        ):
-            local_subdirs[declaration.name] = "SOURCE_SUBDIR" in declaration.options
+    """(sources a CUDA build fetches, sources only other builds fetch), from the records."""
+    cuda = [r for r in recorded if r.assumption.device == "cuda" and not r.assumption.overrides]
+    overrides = next((r for r in recorded if r.assumption.overrides), None)
+    seen_in: dict[str, int] = {}
+    for run in cuda:
+        keys = set()
+        for declaration in run.record.declarations:
+            plan = _plan_of(declaration, tree, True, None)
+            if plan is not None:
+                keys.add(plan.key)
+        for key in keys:
+            seen_in[key] = seen_in.get(key, 0) + 1
     reached: dict[str, SourcePlan] = {}
+    for run in cuda:
+        for declaration in run.record.declarations:
+            plan = _plan_of(declaration, tree, False, overrides)
+            if plan is not None and plan.key not in reached:
+                reached[plan.key] = replace(plan, certain=seen_in[plan.key] == len(cuda))
     unreached: dict[str, SourcePlan] = {}
-    for declaration in state.declarations:
-        plan = _source_plan(declaration, state.tree, local_subdirs)
-        if plan is None:
+    for run in recorded:
+        if run in cuda or run is overrides:
             continue
-        bucket = reached if declaration.reached else unreached
-        bucket.setdefault(plan.key, plan)
-    return list(reached.values()), [p for k, p in unreached.items() if k not in reached]
+        for declaration in run.record.declarations:
+            plan = _plan_of(declaration, tree, True, None)
+            if plan is not None and plan.key not in reached:
+                unreached.setdefault(plan.key, plan)
+    return list(reached.values()), list(unreached.values())
+
+
+def recorder_notes(recorded: list[Recorded]) -> list[str]:
+    """Runs a CMake error cut short: what they recorded is in the plan, what follows is not."""
+    return [f"{run.assumption.name}: the tree's CMake stopped with an error in script mode; "
+            "declarations after it are not in the plan" for run in recorded
+            if not run.record.complete]
 
 
 # -- build requirements ------------------------------------------------------------------
@@ -386,12 +370,16 @@ def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None) -> VendorPlan
             hint="point --tree at a prepared tree (`sparkbuild prepare --dest DIR`)",
         )
     environment = dict(os.environ if env is None else env)
-    sources, unreached = plan_sources(
-        tree, defines=cmake_defines(environment), env=environment
-    )
     wheels, torch = plan_wheels(tree)
+    sources: list[SourcePlan] = []
+    unreached: list[SourcePlan] = []
+    notes: list[str] = []
+    if (tree / "CMakeLists.txt").is_file():
+        recorded = record_assumptions(tree, environment, torch)
+        sources, unreached = plan_sources_from(recorded, tree)
+        notes = recorder_notes(recorded)
     return VendorPlan(tree, tuple(sources), tuple(unreached), tuple(wheels),
-                      tuple(plan_crates(tree)), torch)
+                      tuple(plan_crates(tree)), torch, notes=tuple(notes))
 
 
 @dataclass
@@ -432,7 +420,7 @@ class VendorResult:
         lines = [f"tree: {plan.tree}", f"sources ({DISCOVERY}): {len(plan.sources)}"]
         for source in plan.sources:
             ref = source.ref or source.url_hash or "(no pin)"
-            maybe = "" if source.certain else "  (in an undecided branch)"
+            maybe = "" if source.certain else "  (not under every CUDA toolkit)"
             lines.append(f"  {source.name}: {source.url} @ {ref}{maybe}")
         lines.append(f"wheels: {len(plan.wheels)} requirements, torch pin: {plan.torch}")
         lines += [f"  {wheel.requirement}  ({wheel.origin})" for wheel in plan.wheels]
@@ -443,6 +431,7 @@ class VendorResult:
         if plan.excluded:
             names = ", ".join(source.name for source in plan.excluded)
             lines.append(f"left out by the recipe (built against an empty directory): {names}")
+        lines += [f"note: {note}" for note in plan.notes]
         if not self.plan_only:
             lines.append(f"cache: {self.cache}")
             lines += [f"  {e.status:8} {e.kind} {e.name} {e.detail}".rstrip() for e in self.entries]

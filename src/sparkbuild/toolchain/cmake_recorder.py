@@ -1,243 +1,48 @@
-"""Ask a tree's own CMakeLists.txt what it would compile, without configuring a build.
+"""Ask a tree's own CMake what it would build and fetch, without configuring a build.
 
 A real configure of vLLM needs a CUDA build of torch and clones about ten repositories
 from GitHub, so it cannot run here or on an air-gapped machine.  Yet the per-file flags
--- which arch each kernel is compiled for, the ``-D`` switches, the include directories,
-torch's header hot-fix -- are decided by CMake code in the tree, and reproducing that
-logic in Python would go stale with the next vLLM release.  So sparkbuild runs the
-tree's CMakeLists.txt in CMake's script mode (``cmake -P``), with the commands that need
-a configured project (``add_library``, ``target_*``, ``FetchContent_*``, ...) replaced by
-functions that record their arguments.  The tree's own arch-list code
-(``cuda_archs_loose_intersection``, ``set_gencode_flags_for_srcs``) runs for real.
+and the list of dependencies are decided by CMake code in the tree, and reproducing that
+logic in Python would go stale with the next vLLM release.  So sparkbuild runs the tree's
+CMakeLists.txt in CMake's script mode (``cmake -P build_tools/cmake_recorder.cmake``),
+with the commands that need a configured project (``add_library``, ``target_*``,
+``FetchContent_*``, ...) replaced by functions that record their arguments.  The tree's
+own code (arch lists, ``set_gencode_flags_for_srcs``, ``cmake/external_projects/*``) runs
+for real, and so do the parts of torch's installed CMake that decide the CUDA flags.  This
+is sparkbuild's one CMake evaluator: ``check`` reads compile commands from it and
+``vendor`` reads the FetchContent sources.
 
-What is not executed: generator scripts (they write into the source tree), external
-projects under ``cmake/external_projects/`` (their targets are not the series'), and the
-fetching of sources (CUTLASS comes from ``VLLM_CUTLASS_SRC_DIR`` or
-``FETCHCONTENT_SOURCE_DIR_CUTLASS`` when given).  A ``FATAL_ERROR`` is recorded and ends
-the file or function that raised it, so that everything declared before it is reported.
+Configure-time generators (the tree's Python scripts run by ``execute_process``) run only
+when ``run_generators`` is set, which callers do on a scratch copy of the tree: they write
+next to themselves.  A ``FATAL_ERROR`` is recorded; with ``stop_at_fatal`` it ends the file
+or function that raised it, as the real configure would stop there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
+from sparkbuild.resources import build_tools_dir
+from sparkbuild.toolchain import tools
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
-RECORDER = r"""
-# Written by sparkbuild (cmake_record.py): run a CMakeLists.txt in script mode, recording.
-set(CMAKE_SOURCE_DIR "${SB_TREE}")
-set(CMAKE_CURRENT_SOURCE_DIR "${SB_TREE}")
-set(CMAKE_BINARY_DIR "${SB_BINARY_DIR}")
-set(CMAKE_CURRENT_BINARY_DIR "${SB_BINARY_DIR}")
-set(FETCHCONTENT_BASE_DIR "${SB_BINARY_DIR}/_deps")
-set(CMAKE_BUILD_TYPE "${SB_BUILD_TYPE}")
-set(CMAKE_SYSTEM_PROCESSOR "${SB_PROCESSOR}")
-set(CMAKE_CXX_COMPILER_ID "GNU")
-set(CMAKE_CXX_COMPILER_VERSION "${SB_CXX_VERSION}")
-set(VLLM_PYTHON_EXECUTABLE "${SB_PYTHON}")
-set(VLLM_TARGET_DEVICE "cuda")
-file(WRITE "${SB_OUT}" "")
-
-function(_sb_emit kind name key value)
-  string(REPLACE "\n" " " value "${value}")
-  string(REPLACE "\t" " " value "${value}")
-  file(APPEND "${SB_OUT}" "${kind}\t${name}\t${key}\t${value}\n")
-endfunction()
-
-foreach(_sb_cmd project enable_language install add_custom_target add_custom_command
-        add_dependencies target_link_libraries set_target_properties target_link_options
-        add_executable)
-  cmake_language(EVAL CODE "function(${_sb_cmd})\nendfunction()")
-endforeach()
-
-function(add_library name)
-  _sb_emit(target "${name}" sources "${ARGN}")
-  set_property(GLOBAL APPEND PROPERTY SB_TARGETS "${name}")
-  set_property(GLOBAL PROPERTY "SB_SOURCES_${name}" "${ARGN}")
-endfunction()
-function(Python_add_library name)
-  cmake_parse_arguments(PARSE_ARGV 1 A "MODULE;SHARED;STATIC;WITH_SOABI" "USE_SABI" "")
-  _sb_emit(target "${name}" sabi "${A_USE_SABI}")
-  add_library(${name} ${A_UNPARSED_ARGUMENTS})
-endfunction()
-function(target_compile_definitions name)
-  _sb_emit(target "${name}" definitions "${ARGN}")
-endfunction()
-function(target_compile_options name)
-  _sb_emit(target "${name}" options "${ARGN}")
-endfunction()
-function(target_include_directories name)
-  _sb_emit(target "${name}" includes "${ARGN}")
-endfunction()
-function(include_directories)
-  _sb_emit(directory "." includes "${ARGN}")
-endfunction()
-function(add_compile_definitions)
-  _sb_emit(directory "." definitions "${ARGN}")
-endfunction()
-function(add_compile_options)
-  _sb_emit(directory "." options "${ARGN}")
-endfunction()
-function(set_source_files_properties)
-  cmake_parse_arguments(PARSE_ARGV 0 A "" "" "PROPERTIES")
-  list(LENGTH A_PROPERTIES n)
-  set(i 0)
-  while(i LESS n)
-    math(EXPR j "${i} + 1")
-    list(GET A_PROPERTIES ${i} key)
-    list(GET A_PROPERTIES ${j} value)
-    set_property(SOURCE ${A_UNPARSED_ARGUMENTS} APPEND PROPERTY "${key}" "${value}")
-    math(EXPR i "${i} + 2")
-  endwhile()
-endfunction()
-
-macro(find_package _sb_name)
-  if("${_sb_name}" STREQUAL "Torch")
-    set(Torch_FOUND TRUE)
-    set(Torch_VERSION "${SB_TORCH_VERSION}")
-    set(TORCH_INCLUDE_DIRS "${SB_TORCH_INCLUDES}")
-    set(CUDA_FOUND TRUE)
-    set(CUDA_VERSION "${SB_CUDA_VERSION}")
-    set(CUDA_TOOLKIT_ROOT_DIR "${SB_CUDA_ROOT}")
-    set(CMAKE_CUDA_COMPILER_VERSION "${SB_CUDA_VERSION}")
-    set(CMAKE_CUDA_FLAGS "${SB_GENCODE}")
-    _sb_emit(directory "." system_includes "${SB_TORCH_INCLUDES}")
-  elseif("${_sb_name}" STREQUAL "Python")
-    set(Python_FOUND TRUE)
-    set(Python_EXECUTABLE "${SB_PYTHON}")
-    string(REPLACE "." ";" _sb_pyver "${SB_PYTHON_VERSION}")
-    list(GET _sb_pyver 0 Python_VERSION_MAJOR)
-    list(GET _sb_pyver 1 Python_VERSION_MINOR)
-    set(Python_VERSION "${SB_PYTHON_VERSION}")
-    set(Python_INCLUDE_DIRS "${SB_PYTHON_INCLUDE}")
-    _sb_emit(directory "." system_includes "${SB_PYTHON_INCLUDE}")
-  else()
-    set(${_sb_name}_FOUND FALSE)
-  endif()
-endmacro()
-
-# Defined inside a function so that include(FetchContent) can be overridden again.
-function(_sb_define_fetch_stubs)
-  function(FetchContent_Declare name)
-    cmake_parse_arguments(PARSE_ARGV 1 A "" "SOURCE_DIR;GIT_REPOSITORY;GIT_TAG;URL" "")
-    string(TOUPPER "${name}" upper)
-    set(dir "${A_SOURCE_DIR}")
-    if(DEFINED FETCHCONTENT_SOURCE_DIR_${upper})
-      set(dir "${FETCHCONTENT_SOURCE_DIR_${upper}}")
-    endif()
-    _sb_emit(fetch "${name}" declared "${A_GIT_REPOSITORY}${A_URL}@${A_GIT_TAG}")
-    set_property(GLOBAL PROPERTY "SB_FETCH_SOURCE_${name}" "${dir}")
-  endfunction()
-  macro(FetchContent_MakeAvailable)
-    foreach(_sb_name ${ARGN})
-      get_property(_sb_dir GLOBAL PROPERTY "SB_FETCH_SOURCE_${_sb_name}")
-      set(${_sb_name}_SOURCE_DIR "${_sb_dir}")
-      set(${_sb_name}_POPULATED TRUE)
-      string(TOUPPER "${_sb_name}" _sb_upper)
-      if(_sb_upper STREQUAL "CUTLASS" AND _sb_dir)
-        set(CUTLASS_DIR "${_sb_dir}")
-        set(CUTLASS_INCLUDE_DIR "${_sb_dir}/include")
-        set(CUTLASS_TOOLS_UTIL_INCLUDE_DIR "${_sb_dir}/tools/util/include")
-      endif()
-      _sb_emit(fetch "${_sb_name}" available "${_sb_dir}")
-    endforeach()
-  endmacro()
-  macro(FetchContent_Populate _sb_name)
-    _sb_emit(fetch "${_sb_name}" available "")
-  endmacro()
-endfunction()
-_sb_define_fetch_stubs()
-
-# run_python passes expressions holding ';', which a macro cannot forward intact.
-function(_sb_define_utils_overrides)
-  function(run_python OUT EXPR ERR_MSG)
-    _execute_process(
-      COMMAND "${SB_PYTHON}" "-c" "${EXPR}"
-      OUTPUT_VARIABLE out RESULT_VARIABLE rc ERROR_VARIABLE err
-      OUTPUT_STRIP_TRAILING_WHITESPACE)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "${ERR_MSG}: ${err}")
-    endif()
-    set(${OUT} "${out}" PARENT_SCOPE)
-  endfunction()
-endfunction()
-
-# Generator scripts write into the source tree: skipped; everything else runs.
-macro(execute_process)
-  set(_sb_args "${ARGV}")
-  if(_sb_args MATCHES "\\.py(;|$)")
-    _sb_emit(skipped "execute_process" command "${ARGV}")
-    set(_sb_take FALSE)
-    foreach(_sb_arg IN LISTS _sb_args)
-      if(_sb_take)
-        set(${_sb_arg} 0)
-        set(_sb_take FALSE)
-      elseif(_sb_arg STREQUAL "RESULT_VARIABLE")
-        set(_sb_take TRUE)
-      endif()
-    endforeach()
-  else()
-    _execute_process(${ARGV})
-  endif()
-endmacro()
-
-macro(message _sb_mode)
-  if("${_sb_mode}" STREQUAL "FATAL_ERROR" OR "${_sb_mode}" STREQUAL "SEND_ERROR")
-    set(_sb_text "${ARGN}")
-    string(REPLACE ";" "" _sb_text "${_sb_text}")
-    _sb_emit(fatal "message" text "${_sb_text}")
-    _message(WARNING "sparkbuild: the real configure would stop here: ${_sb_text}")
-    return()
-  else()
-    _message(${ARGV})
-  endif()
-endmacro()
-
-macro(include _sb_file)
-  if("${_sb_file}" MATCHES "external_projects/")
-    _sb_emit(skipped "include" file "${_sb_file}")
-  else()
-    _include(${ARGV})
-    if("${_sb_file}" MATCHES "utils\\.cmake$")
-      _sb_define_utils_overrides()
-    elseif("${_sb_file}" STREQUAL "FetchContent")
-      _sb_define_fetch_stubs()
-    endif()
-  endif()
-endmacro()
-
-_include("${SB_TREE}/CMakeLists.txt")
-
-get_property(_sb_targets GLOBAL PROPERTY SB_TARGETS)
-foreach(_sb_t IN LISTS _sb_targets)
-  get_property(_sb_srcs GLOBAL PROPERTY "SB_SOURCES_${_sb_t}")
-  foreach(_sb_s IN LISTS _sb_srcs)
-    foreach(_sb_p COMPILE_OPTIONS COMPILE_FLAGS COMPILE_DEFINITIONS INCLUDE_DIRECTORIES)
-      get_property(_sb_v SOURCE "${_sb_s}" PROPERTY ${_sb_p})
-      if(_sb_v)
-        _sb_emit(source "${_sb_s}" "${_sb_p}" "${_sb_v}")
-      endif()
-    endforeach()
-  endforeach()
-endforeach()
-foreach(_sb_v CMAKE_CUDA_STANDARD CMAKE_CUDA_FLAGS CUDA_SUPPORTED_ARCHS CUDA_ARCHS)
-  _sb_emit(variable "${_sb_v}" value "${${_sb_v}}")
-endforeach()
-"""
-
+RECORDER_SCRIPT = "cmake_recorder.cmake"
 SCOPE_KEYWORDS = frozenset({"PRIVATE", "PUBLIC", "INTERFACE", "BEFORE", "AFTER", "SYSTEM"})
+_COMMAND_CALL = re.compile(r"^[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*\(", re.MULTILINE)
+_CMAKE_SKIP_DIRS = frozenset({".git", ".sparkbuild", "build", "_deps", "tests", "docs"})
 
 
 @dataclass(frozen=True)
 class RecordInputs:
-    """What the recorded configure is told about this machine (what find_package says)."""
+    """What the recorded configure is told about the machine (what find_package says)."""
 
     tree: Path
     binary_dir: Path
@@ -247,15 +52,30 @@ class RecordInputs:
     python_include: Path
     cuda_version: str
     cuda_root: Path
-    gencode: str
-    """What torch's CMake puts in CMAKE_CUDA_FLAGS for TORCH_CUDA_ARCH_LIST."""
+    arch_list: str
+    """TORCH_CUDA_ARCH_LIST, e.g. ``12.1a``."""
     torch_version: str
     torch_includes: tuple[Path, ...]
     cxx_version: str
+    torch_cmake_dir: Path | None = None
+    """torch's ``share/cmake``: when given, torch's own CMake decides CMAKE_CUDA_FLAGS."""
+    gencode: str = ""
+    """CMAKE_CUDA_FLAGS when torch's CMake is not at hand (see :func:`gencode_for`)."""
     build_type: str = "RelWithDebInfo"
     """vLLM's setup.py default."""
     processor: str = "x86_64"
+    device: str = "cuda"
+    """VLLM_TARGET_DEVICE."""
+    run_generators: bool = False
+    stop_at_fatal: bool = True
+    cpuinfo: Path | None = None
+    """A file read in place of /proc/cpuinfo (the CPU features of the assumed machine)."""
     fetch_sources: Mapping[str, Path] = field(default_factory=dict)
+    defines: Mapping[str, str] = field(default_factory=dict)
+    """More ``-D`` values, as CMAKE_ARGS would pass them."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    clear_env: tuple[str, ...] = ()
+    """Environment variables the recorded configure must not see."""
 
 
 @dataclass
@@ -265,7 +85,22 @@ class TargetRecord:
     options: list[str] = field(default_factory=list)
     definitions: list[str] = field(default_factory=list)
     includes: list[str] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    kind: str = "STATIC"
     sabi: str = ""
+
+
+@dataclass(frozen=True)
+class FetchDeclaration:
+    """One FetchContent_Declare, or FetchContent_Populate with its full signature."""
+
+    name: str
+    method: str
+    """``declare`` or ``populate``."""
+    where: str
+    """``FILE:LINE`` of the call."""
+    args: tuple[str, ...]
 
 
 @dataclass
@@ -273,12 +108,20 @@ class BuildRecord:
     """Everything the tree's CMake declared, as CMake lists (generator expressions kept)."""
 
     targets: dict[str, TargetRecord] = field(default_factory=dict)
+    imported: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Imported targets (torch's) and their properties."""
     source_properties: dict[str, dict[str, str]] = field(default_factory=dict)
     directory: dict[str, list[str]] = field(default_factory=dict)
     variables: dict[str, str] = field(default_factory=dict)
     fetches: dict[str, dict[str, str]] = field(default_factory=dict)
+    declarations: list[FetchDeclaration] = field(default_factory=list)
     fatals: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    generators: list[str] = field(default_factory=list)
+    unknown_commands: list[str] = field(default_factory=list)
+    toolchain_problems: list[str] = field(default_factory=list)
+    complete: bool = False
+    """The run reached the end of the recorder script (no CMake error cut it short)."""
 
     def targets_of(self, source: str) -> list[TargetRecord]:
         return [target for target in self.targets.values() if source in target.sources]
@@ -295,14 +138,67 @@ def without_keywords(items: list[str]) -> list[str]:
     return [item for item in items if item not in SCOPE_KEYWORDS]
 
 
+def gencode_for(archs: tuple[str, ...]) -> str:
+    """``-gencode`` flags for a TORCH_CUDA_ARCH_LIST, for when torch's CMake is not at hand
+    (``vendor`` on a machine without torch).  ``check`` always uses torch's own CMake."""
+    flags = []
+    for arch in archs:
+        base = arch.replace("+PTX", "").replace(".", "")
+        flags.append(f"-gencode arch=compute_{base},code=sm_{base}")
+        if arch.endswith("+PTX"):
+            flags.append(f"-gencode arch=compute_{base},code=compute_{base}")
+    return " ".join(flags)
+
+
 def _record_target(record: BuildRecord, name: str, key: str, value: str) -> None:
     target = record.targets.setdefault(name, TargetRecord(name))
     if key == "sources":
-        target.sources.extend(cmake_list(value))
+        target.sources.extend(s for s in cmake_list(value) if s not in target.sources)
     elif key == "sabi":
         target.sabi = value
-    elif key in ("options", "definitions", "includes"):
+    elif key == "kind":
+        target.kind = value
+    elif key in ("options", "definitions", "includes", "links"):
         getattr(target, key).extend(without_keywords(cmake_list(value)))
+
+
+def call_line(path: Path, command: str, name: str, args: tuple[str, ...]) -> int | None:
+    """The line of ``command(name ...)`` in ``path`` that matches ``args`` best.
+
+    CMake tells a function the file it was called from, not the line; the call is found
+    in the text: of several calls for ``name``, the one that names the same source kind
+    (GIT_REPOSITORY, URL or SOURCE_DIR) as the recorded arguments."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    pattern = re.compile(rf"{command}\s*\(\s*\"?{re.escape(name)}\b", re.IGNORECASE)
+    kinds = [k for k in ("GIT_REPOSITORY", "URL", "SOURCE_DIR") if k in args]
+    best: int | None = None
+    for match in pattern.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        rest = re.sub(r"#[^\n]*", "", text[match.end():match.end() + 4000])
+        call = rest[:rest.find(")")]
+        if kinds and kinds[0] in call:
+            return line
+        best = best or line
+    return best
+
+
+def _record_declaration(record: BuildRecord, name: str, key: str, value: str) -> None:
+    method, _, file = key.partition("@")
+    args = tuple(value.split(";"))
+    command = "FetchContent_Declare" if method == "declare" else "FetchContent_Populate"
+    line = call_line(Path(file), command, name, args)
+    where = f"{file}:{line}" if line else file
+    record.declarations.append(FetchDeclaration(name, method, where, args))
+
+
+def _record_property(record: BuildRecord, name: str, key: str, value: str) -> None:
+    if name in record.targets:
+        record.targets[name].properties[key] = value
+    else:
+        record.imported.setdefault(name, {})[key] = value
 
 
 def parse_record(text: str) -> BuildRecord:
@@ -315,6 +211,10 @@ def parse_record(text: str) -> BuildRecord:
         kind, name, key, value = parts
         if kind == "target":
             _record_target(record, name, key, value)
+        elif kind == "tprop":
+            _record_property(record, name, key, value)
+        elif kind == "imported":
+            record.imported.setdefault(name, {})
         elif kind == "source":
             record.source_properties.setdefault(name, {})[key] = value
         elif kind == "directory":
@@ -323,11 +223,41 @@ def parse_record(text: str) -> BuildRecord:
             record.variables[name] = value
         elif kind == "fetch":
             record.fetches.setdefault(name, {})[key] = value
+        elif kind == "declare":
+            _record_declaration(record, name, key, value)
         elif kind == "fatal":
             record.fatals.append(value)
         elif kind == "skipped":
             record.skipped.append(f"{name}: {value}")
+        elif kind == "generator":
+            record.generators.append(name)
+        elif kind == "unknown":
+            record.unknown_commands.append(name)
+        elif kind == "toolchain":
+            record.toolchain_problems.append(value)
+        elif kind == "done":
+            record.complete = True
     return record
+
+
+def cmake_files(tree: Path) -> list[Path]:
+    """CMakeLists.txt and *.cmake files of the tree itself (not tests, docs or builds)."""
+    found: list[Path] = []
+    for root, dirs, files in os.walk(tree):
+        dirs[:] = sorted(d for d in dirs if d not in _CMAKE_SKIP_DIRS)
+        found += [Path(root, name) for name in sorted(files)
+                  if name == "CMakeLists.txt" or name.endswith(".cmake")]
+    return found
+
+
+def called_commands(tree: Path) -> list[str]:
+    """Names of every command the tree's own CMake files call (CMakeLists.txt, *.cmake)."""
+    names: set[str] = set()
+    for path in cmake_files(tree):
+        names.update(_COMMAND_CALL.findall(path.read_text(encoding="utf-8", errors="replace")))
+    names -= {"if", "elseif", "else", "endif", "foreach", "endforeach", "while", "endwhile",
+              "function", "endfunction", "macro", "endmacro", "block", "endblock"}
+    return sorted(names)
 
 
 def _defines(inputs: RecordInputs) -> list[str]:
@@ -340,30 +270,55 @@ def _defines(inputs: RecordInputs) -> list[str]:
         "SB_PYTHON_INCLUDE": inputs.python_include,
         "SB_CUDA_VERSION": inputs.cuda_version,
         "SB_CUDA_ROOT": inputs.cuda_root,
+        "SB_ARCH_LIST": inputs.arch_list,
         "SB_GENCODE": inputs.gencode,
         "SB_TORCH_VERSION": inputs.torch_version,
         "SB_TORCH_INCLUDES": ";".join(os.fspath(p) for p in inputs.torch_includes),
+        "SB_TORCH_CMAKE_DIR": inputs.torch_cmake_dir or "",
         "SB_CXX_VERSION": inputs.cxx_version,
         "SB_BUILD_TYPE": inputs.build_type,
         "SB_PROCESSOR": inputs.processor,
+        "SB_DEVICE": inputs.device,
+        "SB_RUN_GENERATORS": "ON" if inputs.run_generators else "OFF",
+        "SB_STOP_AT_FATAL": "ON" if inputs.stop_at_fatal else "OFF",
+        "SB_CPUINFO": inputs.cpuinfo or "",
+        "SB_CALLED_COMMANDS": ";".join(called_commands(inputs.tree)),
+        "SB_CLEAR_ENV": ";".join(inputs.clear_env),
+        **inputs.defines,
     }
     for name, path in inputs.fetch_sources.items():
         values[f"FETCHCONTENT_SOURCE_DIR_{name.upper()}"] = path
     return [f"-D{key}={os.fspath(value)}" for key, value in values.items()]
 
 
-def record_build(inputs: RecordInputs) -> BuildRecord:
-    """Run the recorder over ``inputs.tree``; its output and log land in binary_dir."""
+def find_recorder_cmake() -> Path:
+    """cmake for the recorder: vLLM's CMake files ask for 3.26 or newer."""
+    cmake = tools.find_cmake()
+    if cmake is None or (cmake.version is not None and cmake.version < tools.MIN_CMAKE):
+        found = f"cmake {cmake.version} at {cmake.path}" if cmake else "no cmake"
+        raise ToolchainError(f"cmake {tools.MIN_CMAKE} or newer is needed to read the tree's "
+                             f"CMake; found {found}", hint="pip install 'cmake>=3.26'")
+    return cmake.path
+
+
+def record_build(inputs: RecordInputs, *, partial_ok: bool = False) -> BuildRecord:
+    """Run the recorder over ``inputs.tree``; its output and log land in binary_dir.
+
+    A CMake error that ends the run raises :class:`ToolchainError`, unless ``partial_ok``:
+    then what was recorded before it is returned, with ``complete`` False.
+    """
     inputs.binary_dir.mkdir(parents=True, exist_ok=True)
-    script = inputs.binary_dir / "sparkbuild-record.cmake"
-    script.write_text(RECORDER, encoding="utf-8")
     log = inputs.binary_dir / "record.log"
-    result = run(
-        [inputs.cmake, *_defines(inputs), "-P", script],
-        cwd=inputs.tree, log=log, echo=False, check=False, timeout=600,
-    )
     out = inputs.binary_dir / "record.tsv"
-    if result.returncode != 0 or not out.is_file():
+    result = run(
+        [inputs.cmake, *_defines(inputs), "-P", build_tools_dir() / RECORDER_SCRIPT],
+        cwd=inputs.tree, env=dict(inputs.env), log=log, echo=False, check=False, timeout=900,
+    )
+    record = parse_record(out.read_text(encoding="utf-8")) if out.is_file() else BuildRecord()
+    if record.toolchain_problems:
+        raise ToolchainError(record.toolchain_problems[0], where=f"full log: {log}",
+                             hint="report the torch version; check needs torch's CUDA flags")
+    if (result.returncode != 0 or not record.complete) and not partial_ok:
         tail = "\n".join(result.output.strip().splitlines()[-15:])
         raise ToolchainError(
             "could not read the tree's CMakeLists.txt in script mode:\n" + tail,
@@ -371,4 +326,4 @@ def record_build(inputs: RecordInputs) -> BuildRecord:
             hint="the tree's CMake uses a command sparkbuild does not record yet; "
             "report it with the log",
         )
-    return parse_record(out.read_text(encoding="utf-8"))
+    return record

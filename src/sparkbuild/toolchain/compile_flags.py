@@ -1,16 +1,19 @@
 """Turn a recorded CMake declaration into the nvcc command line CMake would generate.
 
 CMake's Ninja generator builds a CUDA object as ``nvcc -forward-unknown-to-host-compiler
-DEFINES INCLUDES FLAGS -x cu -c SRC -o OBJ`` where FLAGS are the build type's flags, the
-language standard, ``-Xcompiler=-fPIC`` for a module, then the target's and the source's
-COMPILE_OPTIONS with generator expressions evaluated for the CUDA language.  This module
-does the same from a :class:`BuildRecord`, so that ``check`` compiles a unit the way the
-real build will.
+DEFINES INCLUDES FLAGS -x cu -c SRC -o OBJ`` where DEFINES hold ``<target>_EXPORTS`` for a
+shared library or module and the interface definitions of the libraries it links (torch's
+``USE_DISTRIBUTED``, ...), FLAGS are CMAKE_CUDA_FLAGS (what torch's CMake put there), the
+build type's flags, the language standard, ``-Xcompiler=-fPIC`` for a module, then the
+target's and the source's COMPILE_OPTIONS with generator expressions evaluated for the CUDA
+language.  This module does the same from a :class:`BuildRecord`, so that ``check``
+compiles a unit the way the real build will.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,6 +106,31 @@ def sabi_definition(sabi: str) -> list[str]:
     return [f"-DPy_LIMITED_API=0x{int(major):02X}{int(minor):02X}0000"]
 
 
+_TARGET_PROPERTY = re.compile(r"\$<TARGET_PROPERTY:([^,>]+),[A-Z_]+>")
+
+
+def linked_interface(record: BuildRecord, target: TargetRecord, prop: str) -> list[str]:
+    """``prop`` (INTERFACE_COMPILE_DEFINITIONS, ...) of every imported target ``target``
+    links, followed through INTERFACE_LINK_LIBRARIES and ``$<TARGET_PROPERTY:...>``."""
+    found: list[str] = []
+    seen: set[str] = set()
+    pending = [name for name in target.links if name in record.imported]
+    while pending:
+        name = pending.pop(0)
+        if name in seen:
+            continue
+        seen.add(name)
+        props = record.imported.get(name, {})
+        for item in cmake_list(props.get(prop, "")):
+            if "$<" not in item and item not in found:
+                found.append(item)
+        text = ";".join(props.values())
+        pending += [n for n in _TARGET_PROPERTY.findall(text) if n in record.imported]
+        pending += [n for n in cmake_list(props.get("INTERFACE_LINK_LIBRARIES", ""))
+                    if n in record.imported]
+    return found
+
+
 @dataclass(frozen=True)
 class UnitCommand:
     source: str
@@ -136,6 +164,8 @@ def _options(record: BuildRecord, target: TargetRecord, source: str) -> list[str
     props = record.source_properties.get(source, {})
     options = evaluated_list(record.directory.get("options", []), "CUDA")
     options += evaluated_list(target.options, "CUDA")
+    options += evaluated_list(cmake_list(target.properties.get("COMPILE_OPTIONS", "")), "CUDA")
+    options += linked_interface(record, target, "INTERFACE_COMPILE_OPTIONS")
     options += evaluated_list(cmake_list(props.get("COMPILE_OPTIONS", "")), "CUDA")
     options += shlex.split(props.get("COMPILE_FLAGS", ""))
     return options
@@ -154,7 +184,10 @@ def unit_command(
 ) -> UnitCommand:
     """The nvcc command CMake's Ninja generator would run for ``source`` in ``target``."""
     props = record.source_properties.get(source, {})
-    definitions = [*record.directory.get("definitions", []), *target.definitions]
+    exports = [f"{target.name}_EXPORTS"] if target.kind in ("SHARED", "MODULE") else []
+    definitions = [*exports, *record.directory.get("definitions", []), *target.definitions]
+    definitions += cmake_list(target.properties.get("COMPILE_DEFINITIONS", ""))
+    definitions += linked_interface(record, target, "INTERFACE_COMPILE_DEFINITIONS")
     definitions += cmake_list(props.get("COMPILE_DEFINITIONS", ""))
     standard = record.variables.get("CMAKE_CUDA_STANDARD") or "17"
     flags = [
@@ -174,3 +207,9 @@ def unit_command(
         "-x", "cu", "-c", _absolute(source, tree), "-o", os.fspath(obj),
     ]
     return UnitCommand(source, target.name, tuple(argv), gencode_of(flags))
+
+
+def source_gencode(record: BuildRecord, target: TargetRecord, source: str) -> tuple[str, ...]:
+    """The ``arch=...,code=...`` values the build compiles ``source`` for (no paths needed)."""
+    flags = cmake_list(record.variables.get("CMAKE_CUDA_FLAGS", "").replace(" ", ";"))
+    return gencode_of([*flags, *_options(record, target, source)])

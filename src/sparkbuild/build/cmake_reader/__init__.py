@@ -1,1 +1,0 @@
-"""A reader of the CMake language, used by :mod:`sparkbuild.build.vendor` to plan sources."""
