@@ -42,8 +42,10 @@ from sparkbuild.build.materialize import materialize, require_complete
 from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
 from sparkbuild.build.vendor_fetch import fetch_source
+from sparkbuild.build.vendor_index import remember_missed, with_missed_sources
 from sparkbuild.console import step, warn
 from sparkbuild.recipe import require_spark_target
+from sparkbuild.sources.fetch import resolve_spec
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 
@@ -136,20 +138,6 @@ class WheelResult:
 # -- helpers -------------------------------------------------------------------------------
 
 
-_SPEC_PREFIXES = ("git+", "pypi:")
-
-
-def resolve_spec(spec: str, recipe: Recipe) -> str:
-    """A relative path in the recipe's own source spec is relative to the recipe file."""
-    if spec.startswith(_SPEC_PREFIXES) or "://" in spec:
-        return spec
-    location, sep, fragment = spec.partition("#")
-    path = Path(location).expanduser()
-    if path.is_absolute():
-        return spec
-    return str((recipe.path.parent / path).resolve()) + sep + fragment
-
-
 @contextmanager
 def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
     started = time.monotonic()
@@ -162,25 +150,6 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
 def _environment(recipe: Recipe) -> dict[str, str]:
     """What the tree's CMake will see: this process's environment and the recipe's."""
     return {**os.environ, **recipe.build.env}
-
-
-def _extra_sources(cache: Cache, recipe: Recipe) -> list[SourcePlan]:
-    """Sources CMake asked for in an earlier online build that the reader had missed."""
-    entry = cache.lookup("missed-sources", recipe.name) or {}
-    fields = {f.name for f in dataclasses.fields(SourcePlan)}
-    sources = []
-    for item in entry.get("sources", []):
-        values: dict[str, Any] = {
-            k: (tuple(v) if isinstance(v, list) else v) for k, v in item.items() if k in fields
-        }
-        sources.append(SourcePlan(**values))
-    return sources
-
-
-def _with_extras(plan: VendorPlan, extras: list[SourcePlan]) -> VendorPlan:
-    names = {source.name for source in plan.sources}
-    added = tuple(source for source in extras if source.name not in names)
-    return dataclasses.replace(plan, sources=plan.sources + added) if added else plan
 
 
 def _missed_by_reader(outcome: BuildOutcome, plan: VendorPlan) -> list[SourcePlan]:
@@ -203,14 +172,6 @@ def _missed_by_reader(outcome: BuildOutcome, plan: VendorPlan) -> list[SourcePla
     return missed
 
 
-def _remember(cache: Cache, recipe: Recipe, missed: list[SourcePlan]) -> None:
-    known = _extra_sources(cache, recipe)
-    merged = {s.name: s for s in [*known, *missed]}
-    cache.record("missed-sources", recipe.name, {
-        "sources": [dataclasses.asdict(source) for source in merged.values()],
-    })
-
-
 def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scratch: Path) -> None:
     if not missed:
         return
@@ -221,7 +182,7 @@ def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scrat
             shutil.rmtree(scratch, ignore_errors=True)
             scratch.mkdir(parents=True)
             fetch_source(cache, source, scratch)
-        _remember(cache, recipe, missed)
+        remember_missed(cache, recipe.name, missed)
     shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -293,7 +254,7 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
         imported = import_bundle(unpacked, cache)
         if imported:
             step(f"imported from the bundle into the cache: {', '.join(imported)}")
-        return prepared_from_bundle(unpacked, recipe)
+        return prepared_from_bundle(unpacked, recipe, work / "tree")
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     spec = resolve_spec(options.source or recipe.source.spec, recipe)
@@ -313,7 +274,7 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
     settings = recipe.vendor
 
     def adjust(plan: VendorPlan) -> VendorPlan:
-        plan = _with_extras(plan, _extra_sources(cache, recipe))
+        plan = with_missed_sources(plan, cache, recipe.name)
         plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
         return dataclasses.replace(plan, wheels=()) if options.use_existing_torch else plan
 

@@ -17,7 +17,8 @@ import pytest
 
 from sparkbuild.build.strip import referenced_paths, sparse_patterns
 from sparkbuild.build.vendor import SourcePlan, VendorPlan
-from sparkbuild.build.vendor_fetch import fetch_plan, source_entry
+from sparkbuild.build.vendor_fetch import fetch_plan
+from sparkbuild.build.vendor_index import source_entry
 from sparkbuild.sources.mirrors import Mirrors
 from sparkbuild.store.cache import Cache
 

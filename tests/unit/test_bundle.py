@@ -11,9 +11,10 @@ import pytest
 
 from sparkbuild.build.bundle import assemble
 from sparkbuild.build.bundle_archive import MANIFEST, TOP
-from sparkbuild.build.bundle_read import import_bundle, unpack_bundle
+from sparkbuild.build.bundle_read import import_bundle, prepared_from_bundle, unpack_bundle
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, WheelPlan, adjust_plan
-from sparkbuild.build.vendor_fetch import source_entry, wheelset_entry, write_tree_tarball
+from sparkbuild.build.vendor_fetch import write_tree_tarball
+from sparkbuild.build.vendor_index import source_entry, wheelset_entry
 from sparkbuild.errors import RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
@@ -103,6 +104,27 @@ def test_unpack_verifies_and_import_fills_the_cache(setup: dict[str, object],
     assert entry is not None and entry["commit"] == "c" * 40
     assert wheelset_entry(fresh, setup["plan"]) is not None  # type: ignore[arg-type]
     assert unpack_bundle(bundle, tmp_path / "unpacked").root == unpacked.root  # reused
+
+
+def test_the_build_tree_path_does_not_depend_on_the_bundle(setup: dict[str, object],
+                                                           tmp_path: Path) -> None:
+    # A shared compile cache hits only when nvcc sees the same source paths, so every
+    # bundle's tree is built at the recipe's path, and the verified copy stays untouched.
+    recipe = setup["recipe"]
+    dest = tmp_path / "work" / "tree"
+    first = unpack_bundle(_bundle(setup), tmp_path / "unpacked")
+    prepared = prepared_from_bundle(first, recipe, dest)  # type: ignore[arg-type]
+    assert prepared.tree == dest and (dest / "csrc" / "kernel.cu").is_file()
+    (dest / "build.o").write_text("a build's output")
+    assert not (first.tree / "build.o").exists()
+    prepared_from_bundle(first, recipe, dest)  # type: ignore[arg-type]
+    assert (dest / "build.o").is_file()  # the same bundle again: resumed, not copied
+    _write(Path(str(setup["tree"])), {"csrc/kernel.cu": "__global__ void k2() {}\n"})
+    second = unpack_bundle(_bundle(setup), tmp_path / "unpacked")
+    assert second.root != first.root
+    assert prepared_from_bundle(second, recipe, dest).tree == dest  # type: ignore[arg-type]
+    assert not (dest / "build.o").exists()
+    assert "k2" in (dest / "csrc" / "kernel.cu").read_text()
 
 
 def _rewrite(bundle: Path, out: Path, change: str | None = None, drop: str | None = None,

@@ -185,3 +185,16 @@ def test_wheel_refuses_a_pin_contradicted_only_through_an_extra() -> None:
     assert [d.project for d in override.replaced] == ["lib"]
     with pytest.raises(VerifyError, match="has no missing"):
         settle_wheelhouse([dist("app", "1.0", "missing")], [], SPARK, where=None)
+
+
+def test_without_the_closure_a_missing_project_is_the_nodes_but_a_wrong_version_is_not(
+) -> None:
+    # --no-closure: the node (NVIDIA's container) provides the runtime dependencies, so
+    # a project the wheelhouse does not ship is no error; one it ships must still fit.
+    missing = [dist("app", "1.0", "regex"), dist("tiny-pin", "2.0")]
+    assert settle_wheelhouse(missing, [], SPARK, where=None, closure_left_out=True) == []
+    with pytest.raises(VerifyError, match="has no regex"):
+        settle_wheelhouse(missing, [], SPARK, where=None)
+    wrong = [dist("app", "1.0", "lib>=2"), dist("lib", "1.0")]
+    with pytest.raises(VerifyError, match="lib>=2"):
+        settle_wheelhouse(wrong, [], SPARK, where=None, closure_left_out=True)

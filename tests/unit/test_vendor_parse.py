@@ -25,8 +25,8 @@ from sparkbuild.build.vendor_sources import (
     override_names,
 )
 from sparkbuild.errors import UsageError
-from sparkbuild.pipeline import resolve_spec
 from sparkbuild.recipe import load_recipe
+from sparkbuild.sources.fetch import resolve_spec
 from sparkbuild.toolchain.cmake_recorder import call_line, parse_record
 
 # -- the plan, from recorded runs ------------------------------------------------------------

@@ -39,10 +39,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.build.bundle_archive import TOP, write_archive
 from sparkbuild.build.strip import StripReport, referenced_paths, strip_tree
-from sparkbuild.build.vendor_fetch import (
-    source_entry,
-    wheelset_entry,
-)
+from sparkbuild.build.vendor_index import source_entry, wheelset_entry, with_missed_sources
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
@@ -264,6 +261,7 @@ class BundleOptions:
 def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str, Any]]:
     from sparkbuild.patches.engine import series_status
     from sparkbuild.patches.prepare import prepare_tree
+    from sparkbuild.sources.fetch import resolve_spec
 
     recipe = options.recipe
     if options.tree is not None:
@@ -279,32 +277,12 @@ def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str
         return tree, report.to_dict()
     tree = cache.root / "work" / recipe.name / "bundle-tree"
     shutil.rmtree(tree, ignore_errors=True)
-    spec = recipe.source.spec
-    if not spec.startswith(("git+", "pypi:")) and "://" not in spec:
-        location, sep, fragment = spec.partition("#")
-        if not Path(location).expanduser().is_absolute():
-            spec = str((recipe.path.parent / location).resolve()) + sep + fragment
+    spec = resolve_spec(recipe.source.spec, recipe)
     context = RunContext.create(cache.root, offline=options.offline, recipe=recipe)
     prepared = prepare_tree(spec, tree, recipe, context=context)
     if prepared.error is not None:
         raise prepared.error
     return prepared.tree, prepared.to_dict()
-
-
-def _missed_sources(cache: Cache, recipe: Recipe) -> list[Any]:
-    """Sources an earlier online build recorded that the reader had missed."""
-    import dataclasses
-
-    from sparkbuild.build.vendor import SourcePlan
-
-    entry = cache.lookup("missed-sources", recipe.name) or {}
-    names = {f.name for f in dataclasses.fields(SourcePlan)}
-    found = []
-    for item in entry.get("sources", []):
-        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                                  for k, v in item.items() if k in names}
-        found.append(SourcePlan(**values))
-    return found
 
 
 def make_bundle(options: BundleOptions) -> BundleResult:
@@ -323,9 +301,7 @@ def make_bundle(options: BundleOptions) -> BundleResult:
         Mirrors.parse(settings.mirrors, where=str(recipe.path)))
 
     def adjust(plan: VendorPlan) -> VendorPlan:
-        planned = {source.name for source in plan.sources}
-        extra = tuple(s for s in _missed_sources(cache, recipe) if s.name not in planned)
-        plan = dataclasses.replace(plan, sources=plan.sources + extra)
+        plan = with_missed_sources(plan, cache, recipe.name)
         plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
         return plan if options.with_wheels else dataclasses.replace(plan, wheels=())
 

@@ -4,10 +4,15 @@
 and checks every member against its manifest before anything else happens: a missing,
 changed or unlisted member is a :class:`VerifyError` that names it, and nothing is built.
 The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
-second run with the same bundle (a build resumed after an interruption) reuses it and its
-build directory.  :func:`import_bundle` puts the sources and wheels into the cache under
-their upstream keys; :func:`prepared_from_bundle` gives the prepare result the wheelhouse
+second run with the same bundle skips the verification.  :func:`import_bundle` puts the
+sources and wheels into the cache under their upstream keys; :func:`prepared_from_bundle`
+copies the tree to the recipe's build path and gives the prepare result the wheelhouse
 manifest needs, after checking that the tree still carries the series.
+
+The build runs in that copy, never in the verified one: the build writes into its tree, and
+its path must not depend on the bundle's hash, or a shared compile cache would miss every
+CUDA unit of the next bundle (nvcc's device steps hash the source's absolute path).  A run
+with the same bundle finds its copy and build directory again and resumes.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.build.bundle import PLAN, VERIFIED_MARKER
 from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
 from sparkbuild.build.vendor_fetch import write_tree_tarball
+from sparkbuild.build.vendor_index import record_source, record_wheelset, source_entry_by_key
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
@@ -124,8 +130,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
     imported = []
     with cache.locked():
         for source in unpacked.plan["sources"]:
-            present = cache.lookup("sources", source["key"])
-            if present and cache.has(str(present.get("sha256", "0" * 64))):
+            if source_entry_by_key(cache, source["key"]) is not None:
                 continue
             partial = cache.new_partial_path()
             try:
@@ -134,7 +139,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     partial.unlink()
-            cache.record("sources", source["key"], {
+            record_source(cache, source["key"], {
                 "kind": source["kind"], "name": source["name"], "url": source["url"],
                 "ref": source["ref"], "commit": source["commit"], "sha256": digest,
                 "strip_top": False, "submodules": source["submodules"],
@@ -145,7 +150,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
         if wheelset:
             files = {name: cache.put_file(unpacked.root / "wheels" / name, sha256=digest)
                      for name, digest in wheelset["files"].items()}
-            cache.record("wheelsets", wheelset["key"], {
+            record_wheelset(cache, wheelset["key"], {
                 "requirements": wheelset["requirements"], "files": files,
                 "from_bundle": unpacked.sha256,
             })
@@ -153,8 +158,20 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
     return imported
 
 
-def prepared_from_bundle(unpacked: UnpackedBundle, recipe: Recipe) -> PrepareResult:
-    """The prepare result recorded in the bundle, for the unpacked tree.
+def _copy_tree(unpacked: UnpackedBundle, dest: Path) -> None:
+    """``dest`` holds the bundle's tree: kept when it came from this bundle, else copied."""
+    marker = dest.with_name(dest.name + ".bundle")
+    if dest.is_dir() and marker.is_file() and marker.read_text(encoding="utf-8") == unpacked.sha256:
+        return
+    step(f"copying the bundle's tree to {dest}")
+    marker.unlink(missing_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(unpacked.tree, dest, symlinks=True)
+    marker.write_text(unpacked.sha256, encoding="utf-8")
+
+
+def prepared_from_bundle(unpacked: UnpackedBundle, recipe: Recipe, dest: Path) -> PrepareResult:
+    """The prepare result recorded in the bundle, for its tree copied to ``dest``.
 
     The tree is checked against the bundled series first: each patch must still be in
     place (a tree edited after bundling, or a series that does not match, is refused).
@@ -164,24 +181,25 @@ def prepared_from_bundle(unpacked: UnpackedBundle, recipe: Recipe) -> PrepareRes
     from sparkbuild.patches.report import PatchOutcome, SeriesReport
     from sparkbuild.sources.fetch import SourceResult
 
-    status = series_status(unpacked.tree, recipe)
+    _copy_tree(unpacked, dest)
+    status = series_status(dest, recipe)
     missing = [p for p in status.patches if p.status not in IN_PLACE]
     if missing:
         raise VerifyError(
             "the bundled tree does not carry the series: " + ", ".join(
                 f"{p.name} is {p.status}" for p in missing),
-            where=str(unpacked.tree), hint="write the bundle again from a prepared tree")
+            where=str(dest), hint="write the bundle again from a prepared tree")
     recorded = unpacked.plan["prepared"]
     fields = ("kind", "spec", "url", "ref", "commit", "sha256")
     source_dict = recorded.get("source", {})
     source = SourceResult(**{key: source_dict.get(key) for key in fields},
-                          tree=unpacked.tree,
+                          tree=dest,
                           kept_changes=tuple(source_dict.get("kept_changes", ())))
     outcomes = [PatchOutcome(p["name"], p["status"], p["detail"], p["sha256"])
                 for p in recorded.get("patches", [])] or status.patches
     uses = [(Path(u["file"]), int(u["line"])) for u in recorded.get("raw_instruction_uses", [])]
-    series = SeriesReport(unpacked.tree, outcomes, uses, source=source.to_dict())
-    return PrepareResult(unpacked.tree, source, series, 0.0)
+    series = SeriesReport(dest, outcomes, uses, source=source.to_dict())
+    return PrepareResult(dest, source, series, 0.0)
 
 
 def bundles_dir(cache_root: Path) -> Path:

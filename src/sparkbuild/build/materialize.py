@@ -16,7 +16,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.vendor_fetch import crates_entry, source_entry, wheelset_entry
+from sparkbuild.build.vendor_index import crates_entry, source_entry, wheelset_entry
 from sparkbuild.errors import CacheMissError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 

@@ -1,16 +1,16 @@
 """Fetch what a :class:`~sparkbuild.build.vendor.VendorPlan` names into the dependency cache.
 
 Everything lands in the content-addressed :class:`~sparkbuild.store.cache.Cache` as one blob,
-with a small index entry that says what the blob is:
+with an index entry (:mod:`sparkbuild.build.vendor_index`) that says what the blob is:
 
-* ``sources/git:URL@REF``: a deterministic ``.tar.gz`` of the checkout at REF with its
-  submodules (sorted entries, zero timestamps and owners, no ``.git``), plus the commit
-  REF resolved to.  A tarball rather than a bare mirror: a mirror does not hold the
-  submodules, which live in other repositories, and the build needs a plain tree.
-* ``sources/url:URL``: the downloaded archive itself, verified against URL_HASH.
-* ``wheelsets/KEY``: the build-requirement wheels (``pip wheel``, which copies wheels and
-  builds the odd sdist) for one requirement set, Python and machine.
-* ``crates/SHA256-OF-Cargo.lock``: a tarball of ``cargo vendor``'s output.
+* a git source: a deterministic ``.tar.gz`` of the checkout at REF with its submodules
+  (sorted entries, zero timestamps and owners, no ``.git``), plus the commit REF resolved
+  to.  A tarball rather than a bare mirror: a mirror does not hold the submodules, which
+  live in other repositories, and the build needs a plain tree.
+* a URL source: the downloaded archive itself, verified against URL_HASH.
+* the build-requirement wheels (``pip wheel``, which copies wheels and builds the odd
+  sdist) for one requirement set, Python and machine.
+* crates: a tarball of ``cargo vendor``'s output.
 """
 
 from __future__ import annotations
@@ -29,6 +29,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.build.vendor import CratePlan, SourcePlan, VendorEntry, VendorPlan
+from sparkbuild.build.vendor_index import (
+    crates_entry,
+    record_crates,
+    record_source,
+    record_wheelset,
+    source_entry,
+    wheelset_entry,
+)
 from sparkbuild.console import step
 from sparkbuild.errors import (
     CommandFailed,
@@ -179,7 +187,7 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
         commit = checkout_git(source, checkout, mirrors)
     digest = _store_tarball(cache, checkout)
     shutil.rmtree(checkout, ignore_errors=True)
-    cache.record("sources", source.key, {
+    record_source(cache, source.key, {
         "kind": "git", "name": source.name, "url": source.url, "ref": source.ref,
         "commit": commit, "sha256": digest, "strip_top": False,
         "submodules": None if source.submodules is None else list(source.submodules),
@@ -222,20 +230,11 @@ def _fetch_url(cache: Cache, source: SourcePlan, mirrors: Mirrors) -> VendorEntr
         assert last is not None
         raise last
     _check_url_hash(source, path)
-    cache.record("sources", source.key, {
+    record_source(cache, source.key, {
         "kind": "url", "name": source.name, "url": source.url, "sha256": path.name,
         "strip_top": True, "filename": source.url.rstrip("/").rsplit("/", 1)[-1],
     })
     return VendorEntry("source", source.name, "fetched", source.url, path.name)
-
-
-def source_entry(cache: Cache, source: SourcePlan) -> dict[str, object] | None:
-    """The index entry of a vendored source whose blob is present, else None."""
-    entry = cache.lookup("sources", source.key)
-    digest = entry.get("sha256") if entry else None
-    if entry is None or not isinstance(digest, str) or not cache.has(digest):
-        return None
-    return entry
 
 
 def fetch_source(cache: Cache, source: SourcePlan, scratch: Path,
@@ -250,14 +249,6 @@ def fetch_source(cache: Cache, source: SourcePlan, scratch: Path,
 
 
 # -- wheels -------------------------------------------------------------------------------
-
-
-def wheelset_entry(cache: Cache, plan: VendorPlan) -> dict[str, object] | None:
-    entry = cache.lookup("wheelsets", plan.wheelset_key)
-    files = entry.get("files") if entry else None
-    if not isinstance(files, dict) or not all(cache.has(str(sha)) for sha in files.values()):
-        return None
-    return entry
 
 
 def _unavailable(output: str) -> str | None:
@@ -294,19 +285,13 @@ def fetch_wheels(cache: Cache, plan: VendorPlan, scratch: Path) -> VendorEntry:
             where=str(scratch / "pip-wheel.log"),
         )
     files = {path.name: cache.put_file(path) for path in sorted(wheel_dir.glob("*.whl"))}
-    cache.record("wheelsets", plan.wheelset_key, {
+    record_wheelset(cache, plan.wheelset_key, {
         "requirements": plan.requirements, "files": files, "tree": str(plan.tree),
     })
     return VendorEntry("wheels", "build requirements", "fetched", f"{len(files)} wheels")
 
 
 # -- crates -------------------------------------------------------------------------------
-
-
-def crates_entry(cache: Cache, crate: CratePlan) -> dict[str, object] | None:
-    entry = cache.lookup("crates", crate.sha256)
-    digest = entry.get("sha256") if entry else None
-    return entry if isinstance(digest, str) and cache.has(digest) else None
 
 
 def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> VendorEntry:
@@ -321,9 +306,7 @@ def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> V
         cwd=manifest.parent, env={"CARGO_TERM_COLOR": "never"}, timeout=3 * 3600,
         log=scratch / "cargo-vendor.log")
     digest = _store_tarball(cache, out)
-    cache.record("crates", crate.sha256, {
-        "sha256": digest, "count": crate.count, "lockfile": crate.lockfile,
-    })
+    record_crates(cache, crate, digest)
     return VendorEntry("crates", crate.lockfile, "fetched", f"{crate.count} crates", digest)
 
 

@@ -156,12 +156,23 @@ def covered(unmet: Unmet, overrides: Sequence[Override]) -> Override | None:
 # -- wheel: refuse or record -----------------------------------------------------------
 
 
+CLOSURE_LEFT_OUT = "left out (--no-closure)"
+"""The manifest's ``closure`` of a wheelhouse written with ``--no-closure``."""
+
+
+def left_to_node(item: Unmet, closure_left_out: bool) -> bool:
+    """A project the wheelhouse does not ship on purpose: the node already has it."""
+    return closure_left_out and item.found is None
+
+
 def settle_wheelhouse(dists: Sequence[Dist], pins: Sequence[Pin], env: dict[str, str], *,
-                      where: str | None) -> list[Override]:
+                      where: str | None, closure_left_out: bool = False) -> list[Override]:
     """``wheel``'s check of the staged files: a contradicted pin needs ``override``.
 
     Returns the overrides with every requirement each replaced; a requirement unmet for
-    another reason (a project missing) is a :class:`VerifyError`.
+    another reason (a project missing) is a :class:`VerifyError` -- unless the closure was
+    left out (``--no-closure``), where a missing project is the node's to provide and only
+    a version that the wheelhouse ships and contradicts counts.
     """
     versions = {dist.key: dist.version for dist in dists}
     unmet = unmet_requirements(dists, versions, env)
@@ -171,7 +182,8 @@ def settle_wheelhouse(dists: Sequence[Dist], pins: Sequence[Pin], env: dict[str,
         if item.project in pinned and item.demand not in conflicts.get(item.project, []):
             conflicts.setdefault(item.project, []).append(item.demand)
     overrides = settle(pins, conflicts, where=where)
-    other = [item for item in unmet if item.project not in pinned]
+    other = [item for item in unmet
+             if item.project not in pinned and not left_to_node(item, closure_left_out)]
     if other:
         raise VerifyError(
             f"the wheelhouse does not meet its own requirements: {other[0].describe()}"
@@ -231,6 +243,8 @@ class RequirementsReport:
     problems: list[Unmet] = field(default_factory=list)
     overridden: list[tuple[Unmet, Override]] = field(default_factory=list)
     torch: TorchCheck | None = None
+    not_shipped: list[Unmet] = field(default_factory=list)
+    """Requirements on projects a ``--no-closure`` wheelhouse leaves to the node."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,6 +254,7 @@ class RequirementsReport:
             "overrides": [{**item.to_dict(), "override": o.pin, "reason": o.reason}
                           for item, o in self.overridden],
             "torch": self.torch.to_dict() if self.torch else None,
+            "left_to_the_node": sorted({item.demand.requirement for item in self.not_shipped}),
         }
 
     def mismatches(self) -> list[tuple[str, str]]:
@@ -254,6 +269,9 @@ class RequirementsReport:
                  for item, o in self.overridden]
         if self.torch is not None and self.torch.note:
             found.append(self.torch.note)
+        if self.not_shipped:
+            found.append(f"closure left out (--no-closure): {len(self.not_shipped)} "
+                         "requirement(s) of projects not shipped are the node's to provide")
         return found
 
 
@@ -275,9 +293,12 @@ def check_wheelhouse_requirements(directory: Path, manifest: dict[str, Any],
         except VerifyError as exc:
             report.unreadable.append((path.name, f"Requires-Dist not checked: {exc.what}"))
     report.wheels_checked = len(dists)
+    closure_left_out = manifest.get("closure") == CLOSURE_LEFT_OUT
     for item in unmet_requirements(dists, versions, env):
         override = covered(item, overrides)
-        if override is None:
+        if left_to_node(item, closure_left_out):
+            report.not_shipped.append(item)
+        elif override is None:
             report.problems.append(item)
         else:
             report.overridden.append((item, override))

@@ -81,7 +81,12 @@ from sparkbuild.wheelhouse.overrides import (
     settle,
     target_environment,
 )
-from sparkbuild.wheelhouse.requirements_check import read_dist, settle_wheelhouse, wheel_demands
+from sparkbuild.wheelhouse.requirements_check import (
+    CLOSURE_LEFT_OUT,
+    read_dist,
+    settle_wheelhouse,
+    wheel_demands,
+)
 from sparkbuild.wheelhouse.verify import (
     LibraryArchs,
     gpu_libraries,
@@ -402,7 +407,7 @@ def write_wheelhouse(
         for item in files:
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
         late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
-                                 env, where=str(recipe.path))
+                                 env, where=str(recipe.path), closure_left_out=not closure)
         note = host_note(recipe.target.platform, [f.file for f in built], target)
         result = WheelhouseResult(out, files, target, label, note=note,
                                   overrides=merge_overrides(early, late))
@@ -417,7 +422,7 @@ def write_wheelhouse(
             build_settings=build_settings, wheels=[f.to_dict() for f in files],
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
-        result.manifest["closure"] = "included" if closure else "left out (--no-closure)"
+        result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT
         write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
         _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
