@@ -161,7 +161,7 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
         env["NVCC_THREADS"] = str(request.nvcc_threads)
     if request.offline:
         env["SPARKBUILD_OFFLINE"] = "1"
-    env.update(hook_environment(request.work, request.targets))
+    env.update(hook_environment(request.work, request.tree, request.targets))
     if request.launcher:
         for language in LAUNCHER_LANGUAGES:
             env[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher

@@ -7,12 +7,18 @@ fewer.  Rather than edit the tree, sparkbuild puts a ``sitecustomize`` on the bu
 ``PYTHONPATH`` that narrows ``setuptools.setup(ext_modules=...)`` to the extensions named
 in ``SPARKBUILD_EXT_TARGETS`` (matched on the last part of the name: ``vllm._moe_C`` is
 ``_moe_C``) and says on stderr which it left out.  Without the variable it does nothing.
+
+One extension is kept whatever is named: vLLM's setup.py (0.20 and later) copies the
+install tree of ``triton_kernels`` after building, unconditionally, so a build without it
+fails at its very end (measured on the device machine: after 13 minutes of compiling).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from sparkbuild.console import info
 
 TARGETS_VARIABLE = "SPARKBUILD_EXT_TARGETS"
 
@@ -40,8 +46,28 @@ if _wanted:
 '''
 
 
-def hook_environment(work: Path, targets: tuple[str, ...]) -> dict[str, str]:
+ALWAYS_KEPT = "triton_kernels"
+"""Kept when the tree's setup.py copies its output whatever was built (vLLM 0.20+)."""
+
+
+def required_targets(tree: Path, targets: tuple[str, ...]) -> tuple[str, ...]:
+    """``targets`` plus the extensions the tree's setup.py needs in any build."""
+    if not targets or ALWAYS_KEPT in targets:
+        return targets
+    try:
+        setup = (tree / "setup.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return targets
+    if f"third_party/{ALWAYS_KEPT}" in setup:
+        info(f"--targets: keeping {ALWAYS_KEPT} too (the tree's setup.py copies its output "
+             "in every build)")
+        return (*targets, ALWAYS_KEPT)
+    return targets
+
+
+def hook_environment(work: Path, tree: Path, targets: tuple[str, ...]) -> dict[str, str]:
     """The variables that make the build narrow its extensions to ``targets``."""
+    targets = required_targets(tree, targets)
     if not targets:
         return {}
     directory = work / "pythonpath"
