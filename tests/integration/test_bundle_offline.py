@@ -15,8 +15,6 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -27,11 +25,10 @@ import pytest
 
 from sparkbuild.build.bundle_archive import MANIFEST, TOP
 from sparkbuild.errors import VerifyError
-from sparkbuild.sources.archive import extract_archive
-from sparkbuild.sources.index import fetch_sdist
-from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import list_cuda_archs
+from support import pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -39,20 +36,6 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mini-vllm"
 UPSTREAM = "https://github.com/pybind/pybind11.git"
 TIMEOUT = 1200
-
-
-def _unshare_works() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "-n", "true"], check=False).returncode == 0
-
-
-def _git(*args: str, cwd: Path) -> str:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    done = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True,
-                          text=True)
-    return done.stdout.strip()
 
 
 def _sparkbuild(*args: str, cwd: Path, unshare: bool = False
@@ -68,16 +51,7 @@ def _sparkbuild(*args: str, cwd: Path, unshare: bool = False
 def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     """A mirror holding pybind11 3.1.0 at v3.1.0, a recipe naming upstream, and a bundle."""
     root = tmp_path_factory.mktemp("bundle")
-    sdist = fetch_sdist(Cache(default_cache_root()), "pybind11", "3.1.0")
-    extracted = extract_archive(sdist, root / "x")
-    work = root / "x" / extracted.top_level[0]
-    _git("init", "-q", "-b", "main", cwd=work)
-    _git("add", "-A", cwd=work)
-    _git("commit", "-q", "-m", "pybind11 3.1.0", cwd=work)
-    _git("tag", "v3.1.0", cwd=work)
-    mirror = root / "git" / "pybind" / "pybind11.git"
-    mirror.parent.mkdir(parents=True)
-    _git("clone", "-q", "--bare", str(work), str(mirror), cwd=root)
+    commit = pybind11_bare_repo(root, root / "git" / "pybind" / "pybind11.git")
     recipe = root / "recipe.toml"
     recipe.write_text(f"""[recipe]
 name = "mini-vllm-bundle"
@@ -99,7 +73,7 @@ CMAKE_ARGS = "-DMINI_VLLM_PYBIND11_GIT_REPOSITORY={UPSTREAM} -DMINI_VLLM_PYBIND1
                          "--mirror", f"https://github.com/=file://{root}/git/", cwd=root)
     assert result.returncode == 0, result.stderr[-4000:]
     return {"root": root, "bundle": bundle, "report": result.stdout,
-            "commit": _git("rev-parse", "v3.1.0^{commit}", cwd=work)}
+            "commit": commit}
 
 
 def test_the_mirror_fills_the_cache_under_the_upstream_url(made: dict[str, Path | str]) -> None:
@@ -122,7 +96,7 @@ def test_the_mirror_fills_the_cache_under_the_upstream_url(made: dict[str, Path 
         hashlib.sha256(data).hexdigest())
 
 
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
+@pytest.mark.skipif(not unshare_works(), reason="needs `unshare -n` (root)")
 def test_an_offline_build_from_the_bundle_alone(made: dict[str, Path | str]) -> None:
     root = Path(made["root"])
     result = _sparkbuild("wheel", "--bundle", str(made["bundle"]), "--use-existing-torch",

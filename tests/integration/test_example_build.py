@@ -12,7 +12,6 @@ trap, and ``wheel`` stops at verify, naming it, and writes no wheelhouse.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -22,10 +21,9 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
-from sparkbuild.sources.archive import extract_archive
-from sparkbuild.sources.index import fetch_sdist
-from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
+from support import pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -35,30 +33,11 @@ RECIPE_NAME = "mini-vllm-ci"
 TIMEOUT = 1200
 
 
-def _unshare_works() -> bool:
-    if shutil.which("unshare") is None:
-        return False
-    return subprocess.run(["unshare", "-n", "true"], check=False).returncode == 0
-
-
-def _git(*args: str, cwd: Path) -> None:
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pybind11_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A bare git repository holding pybind11 3.1.0, tagged v3.1.0."""
     root = tmp_path_factory.mktemp("pybind11")
-    sdist = fetch_sdist(Cache(default_cache_root()), "pybind11", "3.1.0")
-    extracted = extract_archive(sdist, root / "x")
-    work = root / "x" / extracted.top_level[0]
-    _git("init", "-q", "-b", "main", cwd=work)
-    _git("add", "-A", cwd=work)
-    _git("commit", "-q", "-m", "pybind11 3.1.0", cwd=work)
-    _git("tag", "v3.1.0", cwd=work)
-    _git("clone", "-q", "--bare", str(work), str(root / "pybind11.git"), cwd=root)
+    pybind11_bare_repo(root, root / "pybind11.git")
     return root / "pybind11.git"
 
 
@@ -123,7 +102,7 @@ def _built_wheel(out: Path) -> Path:
     return wheel
 
 
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
+@pytest.mark.skipif(not unshare_works(), reason="needs `unshare -n` (root)")
 def test_online_then_offline_build(
     build_dirs: dict[str, Path], online_build: subprocess.CompletedProcess[str]
 ) -> None:
@@ -189,7 +168,7 @@ def test_plain_12_1_without_the_opt_in_is_refused_before_any_work(
     assert not (tmp_path / "empty-cache" / "work").exists()  # nothing was prepared
 
 
-@pytest.mark.skipif(not _unshare_works(), reason="needs `unshare -n` (root)")
+@pytest.mark.skipif(not unshare_works(), reason="needs `unshare -n` (root)")
 def test_missing_cache_entry_is_named_before_compiling(
     build_dirs: dict[str, Path], online_build: subprocess.CompletedProcess[str]
 ) -> None:

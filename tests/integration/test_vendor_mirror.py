@@ -8,8 +8,6 @@ both, and the cache must record the upstream URLs.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tarfile
 from pathlib import Path
 
@@ -21,30 +19,23 @@ from sparkbuild.build.vendor_fetch import fetch_plan
 from sparkbuild.build.vendor_index import source_entry
 from sparkbuild.sources.mirrors import Mirrors
 from sparkbuild.store.cache import Cache
-
-ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-       "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-
-
-def _git(*args: str, cwd: Path) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True,
-                          text=True).stdout.strip()
+from support import git
 
 
 def _repo(work: Path, files: dict[str, str]) -> None:
     work.mkdir(parents=True)
-    _git("init", "-q", "-b", "main", cwd=work)
+    git("init", "-q", "-b", "main", cwd=work)
     for name, text in files.items():
         (work / name).parent.mkdir(parents=True, exist_ok=True)
         (work / name).write_text(text)
 
 
 def _publish(work: Path, bare: Path) -> None:
-    _git("add", "-A", cwd=work)
-    _git("commit", "-q", "-m", "v1", cwd=work)
-    _git("tag", "v1", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "v1", cwd=work)
+    git("tag", "v1", cwd=work)
     bare.parent.mkdir(parents=True, exist_ok=True)
-    _git("clone", "-q", "--bare", str(work), str(bare), cwd=work.parent)
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=work.parent)
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +46,9 @@ def mirror(tmp_path_factory: pytest.TempPathFactory) -> Path:
     top = root / "w" / "top"
     _repo(top, {"include/a.h": "// a\n", "docs/x.md": "x", "media/logo.png": "png",
                 "tests/t.cc": "t", "examples/common/h.h": "// h\n", "examples/demo/d.cc": "d"})
-    _git("-c", "protocol.file.allow=always", "submodule", "add", "-q",
+    git("-c", "protocol.file.allow=always", "submodule", "add", "-q",
          f"file://{root}/git/org/sub.git", "third_party/sub", cwd=top)
-    _git("config", "-f", ".gitmodules", "submodule.third_party/sub.url",
+    git("config", "-f", ".gitmodules", "submodule.third_party/sub.url",
          "https://github.com/org/sub.git", cwd=top)
     _publish(top, root / "git" / "org" / "top.git")
     tree = root / "tree"
@@ -77,7 +68,7 @@ def _vendored(root: Path, cache_dir: Path, *, sparse: bool) -> list[str]:
     recorded = source_entry(cache, source)
     assert recorded is not None
     assert recorded["url"] == "https://github.com/org/top.git"  # upstream's, not the mirror's
-    assert recorded["commit"] == _git("rev-parse", "v1^{commit}", cwd=root / "w" / "top")
+    assert recorded["commit"] == git("rev-parse", "v1^{commit}", cwd=root / "w" / "top")
     with tarfile.open(cache.path_of(str(recorded["sha256"]))) as tar:
         return sorted(m.name for m in tar.getmembers() if m.isfile())
 

@@ -36,11 +36,14 @@ def source_entry(cache: Cache, source: SourcePlan) -> dict[str, Any] | None:
 
 
 def source_entry_by_key(cache: Cache, key: str) -> dict[str, Any] | None:
-    entry = cache.lookup(SOURCES, key)
+    return _with_blob(cache, SOURCES, key)
+
+
+def _with_blob(cache: Cache, namespace: str, key: str) -> dict[str, Any] | None:
+    """The entry, if the blob its ``sha256`` names is in the cache."""
+    entry = cache.lookup(namespace, key)
     digest = entry.get("sha256") if entry else None
-    if entry is None or not isinstance(digest, str) or not cache.has(digest):
-        return None
-    return entry
+    return entry if isinstance(digest, str) and cache.has(digest) else None
 
 
 def record_source(cache: Cache, key: str, entry: dict[str, Any]) -> None:
@@ -61,9 +64,7 @@ def record_wheelset(cache: Cache, key: str, entry: dict[str, Any]) -> None:
 
 
 def crates_entry(cache: Cache, crate: CratePlan) -> dict[str, Any] | None:
-    entry = cache.lookup(CRATES, crate.sha256)
-    digest = entry.get("sha256") if entry else None
-    return entry if isinstance(digest, str) and cache.has(digest) else None
+    return _with_blob(cache, CRATES, crate.sha256)
 
 
 def record_crates(cache: Cache, crate: CratePlan, digest: str) -> None:

@@ -169,17 +169,24 @@ def _skip_string(text: str, position: int) -> int:
     return len(text)
 
 
+def _past_string_or_comment(text: str, index: int) -> int | None:
+    """Past the quoted argument or comment starting at ``index``; None if neither starts."""
+    if text[index] == '"':
+        return _skip_string(text, index)
+    if text[index] == "#":
+        return _skip_comment(text, index)
+    return None
+
+
 def _closing(text: str, position: int) -> int:
     """Past the parenthesis closing the one at ``position``."""
     depth = 0
     index = position
     while index < len(text):
         char = text[index]
-        if char == '"':
-            index = _skip_string(text, index)
-            continue
-        if char == "#":
-            index = _skip_comment(text, index)
+        skipped = _past_string_or_comment(text, index)
+        if skipped is not None:
+            index = skipped
             continue
         if char == "(":
             depth += 1
@@ -198,12 +205,9 @@ def commands(text: str) -> Iterator[Command]:
     """Every command invocation of a CMake file, in order; comments are skipped."""
     index = 0
     while index < len(text):
-        char = text[index]
-        if char == "#":
-            index = _skip_comment(text, index)
-            continue
-        if char == '"':
-            index = _skip_string(text, index)
+        skipped = _past_string_or_comment(text, index)
+        if skipped is not None:
+            index = skipped
             continue
         match = _IDENTIFIER.match(text, index)
         if match is None or (index and (text[index - 1].isalnum() or text[index - 1] == "_")):

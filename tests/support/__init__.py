@@ -1,0 +1,48 @@
+"""Helpers shared by the integration tests: git with a fixed identity, network namespaces,
+and the local pybind11 repository the example's FetchContent clones over ``file://``.
+
+The tests put ``tests/`` on ``sys.path`` (``tests/conftest.py``), so this is ``support``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from sparkbuild.sources.archive import extract_archive
+from sparkbuild.sources.index import fetch_sdist
+from sparkbuild.store.cache import Cache, default_cache_root
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def git(*args: str, cwd: Path) -> str:
+    """Run git in ``cwd`` (a test's own setup, not the code under test); its stdout."""
+    done = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_IDENTITY},
+                          check=True, capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def unshare_works() -> bool:
+    """Whether ``unshare -n`` can run a command with no network (root, or user namespaces)."""
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-n", "true"], check=False).returncode == 0
+
+
+def pybind11_bare_repo(root: Path, bare: Path) -> str:
+    """A bare repository at ``bare`` holding the pybind11 3.1.0 sdist tagged v3.1.0 (the
+    example's pin); returns the tag's commit."""
+    sdist = fetch_sdist(Cache(default_cache_root()), "pybind11", "3.1.0")
+    extracted = extract_archive(sdist, root / "x")
+    work = root / "x" / extracted.top_level[0]
+    git("init", "-q", "-b", "main", cwd=work)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "pybind11 3.1.0", cwd=work)
+    git("tag", "v3.1.0", cwd=work)
+    bare.parent.mkdir(parents=True, exist_ok=True)
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=root)
+    return git("rev-parse", "v3.1.0^{commit}", cwd=work)
