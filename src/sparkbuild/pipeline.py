@@ -336,7 +336,7 @@ def _label(recipe: Recipe, prepared: PrepareResult) -> str:
 
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
-    from sparkbuild.wheelhouse.write import check_destination
+    from sparkbuild.wheelhouse.destination import check_destination
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
     recipe = options.recipe

@@ -12,7 +12,8 @@ import pytest
 from sparkbuild.build.bundle import assemble
 from sparkbuild.build.bundle_archive import MANIFEST, TOP
 from sparkbuild.build.bundle_read import import_bundle, prepared_from_bundle, unpack_bundle
-from sparkbuild.build.vendor import SourcePlan, VendorPlan, WheelPlan, adjust_plan
+from sparkbuild.build.vendor import SourcePlan, VendorPlan, adjust_plan
+from sparkbuild.build.vendor_build_deps import WheelPlan
 from sparkbuild.build.vendor_fetch import write_tree_tarball
 from sparkbuild.build.vendor_index import source_entry, wheelset_entry
 from sparkbuild.errors import RecipeError, VerifyError

@@ -20,7 +20,7 @@ from sparkbuild.pipeline import WheelOptions, build_wheel
 from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
 from sparkbuild.sources.fetch import fetch_source
 from sparkbuild.store.context import RunContext
-from sparkbuild.wheelhouse.write import check_destination, foreign_files
+from sparkbuild.wheelhouse.destination import check_destination, foreign_files
 
 
 def make_recipe(tmp_path: Path) -> Recipe:

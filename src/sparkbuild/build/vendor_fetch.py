@@ -28,7 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.build.vendor import CratePlan, SourcePlan, VendorEntry, VendorPlan
+from sparkbuild.build.vendor import SourcePlan, VendorEntry, VendorPlan
+from sparkbuild.build.vendor_build_deps import CratePlan
 from sparkbuild.build.vendor_index import (
     crates_entry,
     record_crates,

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sparkbuild.build.vendor import CratePlan, SourcePlan, VendorPlan
+from sparkbuild.build.vendor import SourcePlan, VendorPlan
+from sparkbuild.build.vendor_build_deps import CratePlan
 from sparkbuild.store.cache import Cache
 
 SOURCES = "sources"

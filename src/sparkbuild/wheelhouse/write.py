@@ -9,7 +9,7 @@ manifest and the lock's header record every override (the pin, what it replaced,
 file may be a version ``recipes/known_bad.toml`` lists.
 
 Everything is written into a staging directory beside ``out`` and renamed into place at
-the end, manifest last: a run killed at any point leaves no directory that looks like a
+the end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any point leaves no directory that looks like a
 complete wheelhouse.  Before the rename, the staged wheelhouse goes through ``verify``
 (:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and the built wheels' machine code for
 the target.  A library with a trap-only kernel (or without code for the target) fails
@@ -21,12 +21,9 @@ fetches them).
 
 from __future__ import annotations
 
-import contextlib
 import html
-import os
 import platform as py_platform
 import shlex
-import shutil
 import sys
 import sysconfig
 import zipfile
@@ -40,15 +37,13 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
 from sparkbuild.errors import (
-    DestinationError,
     SparkbuildError,
     UsageError,
     VerifyError,
-    disk_full_as_error,
 )
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
-from sparkbuild.store.files import write_text_atomic, writer_gone
+from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.closure import (
     Outside,
@@ -57,6 +52,7 @@ from sparkbuild.wheelhouse.closure import (
     fetch_closure,
     fetch_pin,
 )
+from sparkbuild.wheelhouse.destination import check_destination, staging_dir, swap_into_place
 from sparkbuild.wheelhouse.lock import (
     LOCK_NAME,
     ClosureTarget,
@@ -68,8 +64,6 @@ from sparkbuild.wheelhouse.lock import (
 from sparkbuild.wheelhouse.manifest import (
     MANIFEST_NAME,
     build_manifest,
-    expected_hashes,
-    read_manifest,
     render_manifest,
 )
 from sparkbuild.wheelhouse.overrides import (
@@ -100,7 +94,7 @@ from sparkbuild.wheelhouse.wheel_rewrite import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
@@ -232,79 +226,6 @@ def wheelhouse_lock(files: Sequence[WheelhouseFile]) -> list[LockedRequirement]:
         names.setdefault(item.key, item.name)
     return [LockedRequirement(names[key], version, tuple(sorted(hashes)))
             for (key, version), hashes in sorted(merged.items())]
-
-
-# -- staging and the swap --------------------------------------------------------------
-
-
-def sweep_stale(out: Path) -> None:
-    """Remove staging and old directories that killed runs left beside ``out``."""
-    for path in out.parent.glob(f".{out.name}.*-*"):
-        kind, _, pid = path.name.rpartition("-")
-        if kind.endswith((".tmp", ".old")) and pid.isdigit() and writer_gone(pid):
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def check_destination(out: Path, *, before_build: bool = False) -> list[str]:
-    """``out`` may be missing, empty or an earlier wheelhouse; nothing else is replaced.
-
-    An earlier wheelhouse is replaced whole: this says so, naming any file in it that its
-    manifest does not (someone's addition, deleted with it); those files are returned.
-    """
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise DestinationError("the wheelhouse path exists and is not a directory",
-                               where=str(out), hint="choose another --out")
-    if not out.is_dir() or not any(out.iterdir()):
-        return []
-    if not (out / MANIFEST_NAME).is_file():
-        raise DestinationError(
-            "refusing to replace a non-empty directory that is not a sparkbuild wheelhouse",
-            where=str(out), hint="choose an empty or new --out directory")
-    foreign = foreign_files(out)
-    when = "once the build succeeds, this run replaces" if before_build else "replacing"
-    if foreign:
-        more = f" and {len(foreign) - 10} more" if len(foreign) > 10 else ""
-        shown = ", ".join(foreign[:10]) + more
-        warn(f"{when} the earlier wheelhouse {out}, deleting {len(foreign)} file(s) its "
-             f"manifest does not name: {shown}")
-    else:
-        step(f"{when} the earlier wheelhouse {out}")
-    return foreign
-
-
-def foreign_files(out: Path) -> list[str]:
-    """Files under the wheelhouse ``out`` that its manifest names neither as a wheel nor as
-    a file it wrote (``requirements.lock``, the ``simple/`` pages)."""
-    try:
-        known = {MANIFEST_NAME, *expected_hashes(read_manifest(out))}
-    except (VerifyError, KeyError, TypeError, AttributeError):  # unreadable: vouches for none
-        known = {MANIFEST_NAME}
-    found = (p for p in out.rglob("*") if p.is_symlink() or not p.is_dir())
-    return sorted(name for p in found if (name := p.relative_to(out).as_posix()) not in known)
-
-
-def swap_into_place(staging: Path, out: Path) -> None:
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    if out.exists():
-        out.rename(old)
-    staging.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def staging_dir(out: Path) -> Iterator[Path]:
-    """A fresh directory beside ``out``, removed unless the caller renamed it away."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale(out)
-    staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    try:
-        with disk_full_as_error("the disk filled up while writing the wheelhouse",
-                                where=staging):
-            yield staging
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 # -- the stage -------------------------------------------------------------------------
