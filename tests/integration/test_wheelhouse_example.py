@@ -145,6 +145,26 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 @pytest.mark.network
+@pytest.mark.network
+def test_without_the_closure_the_nodes_projects_are_listed_not_missing(tmp_path: Path) -> None:
+    # --no-closure (a node that already holds the runtime, as NVIDIA's containers do): six,
+    # which tinyproj requires, is not shipped; the wheelhouse is written and verifies, and
+    # verify names six as the node's to provide.
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    wheel = build_wheel(make_project(tmp_path / "p1"), tmp_path / "dist")
+    out = tmp_path / "wh"
+    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
+                     source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
+                     built_wheels=[wheel], build_settings={"jobs": 1},
+                     cache_root=tmp_path / "cache", offline=False, platform=None,
+                     closure=False)
+    assert not list(out.glob("six-*.whl"))
+    result = verify_wheelhouse(out)
+    assert result.error is None
+    assert result.requirements["left_to_the_node"] == ["six>=1.16"]
+    assert result.requirements["ok"] is True
+
+
 def test_closure_for_the_spark_platform(tmp_path: Path) -> None:
     """``--platform``: a binary dependency arrives as its manylinux aarch64 cp312 wheel."""
     (tmp_path / "recipe.toml").write_text(RECIPE)
