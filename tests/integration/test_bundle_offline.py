@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import io
 import json
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import list_cuda_archs
 from support import pybind11_bare_repo, unshare_works
+from support.bundles import rewrite_bundle
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -119,22 +119,6 @@ def test_an_offline_build_from_the_bundle_alone(made: dict[str, Path | str]) -> 
     assert "sm_121a" in list_cuda_archs(root / "so" / member)
 
 
-def _tamper(bundle: Path, out: Path, *, change: str | None = None, drop: str | None = None
-            ) -> Path:
-    with tarfile.open(bundle) as source, tarfile.open(out, "w:xz", preset=0) as target:
-        for member in source.getmembers():
-            name = member.name.removeprefix(f"{TOP}/")
-            if name == drop:
-                continue
-            data = source.extractfile(member) if member.isreg() else None
-            if name == change and data is not None:
-                payload = data.read().replace(b"__global__", b"__global__ /* x */", 1)
-                member.size = len(payload)
-                data = io.BytesIO(payload)
-            target.addfile(member, data)
-    return out
-
-
 @pytest.mark.parametrize(("how", "member", "says"), [
     ("change", "tree/csrc/activation_kernels.cu", "tree/csrc/activation_kernels.cu: changed"),
     ("drop", "tree/CMakeLists.txt", "tree/CMakeLists.txt: missing"),
@@ -142,7 +126,8 @@ def _tamper(bundle: Path, out: Path, *, change: str | None = None, drop: str | N
 def test_a_tampered_bundle_is_refused_before_compiling(made: dict[str, Path | str], how: str,
                                                        member: str, says: str) -> None:
     root = Path(made["root"])
-    tampered = _tamper(Path(made["bundle"]), root / f"tampered-{how}.tar.xz", **{how: member})
+    tampered = rewrite_bundle(Path(made["bundle"]), root / f"tampered-{how}.tar.xz",
+                              **{how: member})
     assert sha256_file(tampered) != sha256_file(Path(made["bundle"]))
     cache = root / f"cache-{how}"
     result = _sparkbuild("wheel", "--bundle", str(tampered), "--use-existing-torch",

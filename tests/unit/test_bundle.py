@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import tarfile
 from pathlib import Path
@@ -20,6 +19,7 @@ from sparkbuild.errors import RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
+from support.bundles import rewrite_bundle
 
 SOURCE = SourcePlan(name="dep", kind="git", url="https://example.com/dep.git", ref="v1")
 
@@ -128,26 +128,6 @@ def test_the_build_tree_path_does_not_depend_on_the_bundle(setup: dict[str, obje
     assert "k2" in (dest / "csrc" / "kernel.cu").read_text()
 
 
-def _rewrite(bundle: Path, out: Path, change: str | None = None, drop: str | None = None,
-             add: str | None = None) -> Path:
-    with tarfile.open(bundle) as source, tarfile.open(out, "w:xz", preset=0) as target:
-        for member in source.getmembers():
-            name = member.name.removeprefix(f"{TOP}/")
-            if name == drop:
-                continue
-            data = source.extractfile(member) if member.isreg() else None
-            if name == change and data is not None:
-                payload = data.read() + b"// changed\n"
-                member.size = len(payload)
-                data = io.BytesIO(payload)
-            target.addfile(member, data)
-            if add and name == "tree/csrc/kernel.cu":
-                extra = tarfile.TarInfo(f"{TOP}/{add}")
-                extra.size = 3
-                target.addfile(extra, io.BytesIO(b"new"))
-    return out
-
-
 @pytest.mark.parametrize(("how", "member", "says"), [
     ("change", "tree/csrc/kernel.cu", "tree/csrc/kernel.cu: changed"),
     ("drop", "sources/dep/include/dep.h", "sources/dep/include/dep.h: missing"),
@@ -157,7 +137,7 @@ def test_a_tampered_bundle_is_refused_naming_the_member(setup: dict[str, object]
                                                         tmp_path: Path, how: str, member: str,
                                                         says: str) -> None:
     bundle = _bundle(setup)
-    tampered = _rewrite(bundle, tmp_path / "t.tar.xz", **{how: member})
+    tampered = rewrite_bundle(bundle, tmp_path / "t.tar.xz", **{how: member})
     with pytest.raises(VerifyError) as caught:
         unpack_bundle(tampered, tmp_path / "unpacked")
     assert says in caught.value.what
