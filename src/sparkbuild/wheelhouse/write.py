@@ -8,15 +8,15 @@ contradicts a requirement of any wheel here is refused unless it carries ``overr
 manifest and the lock's header record every override (the pin, what it replaced, why).  No
 file may be a version ``recipes/known_bad.toml`` lists.
 
-Everything is written into a staging directory beside ``out`` and renamed into place at
-the end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any
-point leaves no directory that looks like a complete wheelhouse.  Before the rename, the staged wheelhouse goes through ``verify``
-(:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and the built wheels' machine code for
-the target.  A library with a trap-only kernel (or without code for the target) fails
-the run and leaves no wheelhouse; the manifest records each library's block-scaled MMA
-count and trap-only kernels.  Pins and closure files pass through the content-addressed cache, so
-a second run (``--offline``) takes them from there (:mod:`sparkbuild.wheelhouse.closure`
-fetches them).
+Everything is written into a staging directory beside ``out`` and renamed into place at the
+end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any point
+leaves no directory that looks like a complete wheelhouse. Before the rename, the staged
+wheelhouse goes through ``verify`` (:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and
+the built wheels' machine code for the target. A library with a trap-only kernel (or without
+code for the target) fails the run and leaves no wheelhouse; the manifest records each
+library's block-scaled MMA count and trap-only kernels. Pins and closure files pass through
+the content-addressed cache, so a second run (``--offline``) takes them from there
+(:mod:`sparkbuild.wheelhouse.closure` fetches them).
 """
 
 from __future__ import annotations
