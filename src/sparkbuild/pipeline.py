@@ -45,7 +45,6 @@ from sparkbuild.build.vendor_fetch import fetch_source
 from sparkbuild.build.vendor_index import remember_missed, with_missed_sources
 from sparkbuild.console import step, warn
 from sparkbuild.recipe import require_spark_target
-from sparkbuild.sources.fetch import resolve_spec
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 
@@ -257,9 +256,10 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
         return prepared_from_bundle(unpacked, recipe, work / "tree")
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
-    spec = resolve_spec(options.source or recipe.source.spec, recipe)
-    prepared = prepare_tree(spec, tree, recipe, update_lock=options.update_lock,
-                            context=context)
+    # The spec as written: fetch_source takes the recipe's own relative path from the
+    # recipe's directory and applies its sha256 pin and lock; --source is the cwd's.
+    prepared = prepare_tree(options.source or recipe.source.spec, tree, recipe,
+                            update_lock=options.update_lock, context=context)
     if prepared.error is not None:
         raise prepared.error
     return prepared

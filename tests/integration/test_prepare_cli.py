@@ -245,3 +245,24 @@ def test_relative_sdist_path_in_a_recipe_is_relative_to_the_recipe(workspace: Pa
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["source"]["url"] == (workspace / "good-1.0.tar.gz").as_uri()
+
+
+@pytest.mark.parametrize("command", [["wheel", "--out", "wh"], ["bundle", "--out", "b.tar.xz"]])
+def test_wheel_and_bundle_keep_the_pin_of_a_relative_sdist(tmp_path: Path,
+                                                           command: list[str]) -> None:
+    # The recipe names its sdist relative to itself, with a wrong sha256: wheel and bundle
+    # must refuse it as prepare does, before any other work.
+    recipe_dir = tmp_path / "r"
+    (recipe_dir / "pkg-1.0").mkdir(parents=True)
+    (recipe_dir / "pkg-1.0" / "hello.c").write_text(HELLO)
+    with tarfile.open(recipe_dir / "pkg-1.0.tar.gz", "w:gz") as tar:
+        tar.add(recipe_dir / "pkg-1.0", arcname="pkg-1.0")
+    recipe = recipe_dir / "recipe.toml"
+    recipe.write_text(f'[source]\nspec = "pkg-1.0.tar.gz"\nsha256 = "{"0" * 64}"\n'
+                      f'[series]\npath = "{REPO_ROOT / "patches" / "series"}"\n'
+                      '[target]\ncuda_archs = ["12.1a"]\n', encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "sparkbuild", *command, "--recipe", str(recipe),
+                           "--cache", str(tmp_path / "cache")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == HashMismatchError.exit_code, done.stderr[-2000:]
+    assert f"expected {'0' * 64}" in done.stderr

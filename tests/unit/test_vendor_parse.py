@@ -7,6 +7,7 @@ of real cmake are in tests/integration/test_vendor_plan.py and test_vendor_plan_
 from __future__ import annotations
 
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,9 @@ from sparkbuild.build.vendor_sources import (
     fetch_options,
     override_names,
 )
-from sparkbuild.errors import UsageError
+from sparkbuild.errors import HashMismatchError, UsageError
 from sparkbuild.recipe import load_recipe
-from sparkbuild.sources.fetch import resolve_spec
+from sparkbuild.sources.fetch import fetch_source
 from sparkbuild.toolchain.cmake_recorder import call_line, parse_record
 
 # -- the plan, from recorded runs ------------------------------------------------------------
@@ -194,11 +195,31 @@ def test_fetch_log_of_the_provider_is_read(tmp_path: Path) -> None:
         "URL_HASH": ("SHA256=00",)}}
 
 
-def test_relative_source_of_a_recipe_is_taken_from_the_recipe_directory(tmp_path: Path) -> None:
+def test_relative_source_of_a_recipe_is_taken_from_the_recipe_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     recipe_file = tmp_path / "sub" / "recipe.toml"
     recipe_file.parent.mkdir()
     recipe_file.write_text('[source]\nspec = "."\n[series]\npath = "series"\n', encoding="utf-8")
     recipe = load_recipe(recipe_file)
-    assert resolve_spec(".", recipe) == str(recipe_file.parent.resolve())
-    assert resolve_spec("pypi:vllm==0.33.0", recipe) == "pypi:vllm==0.33.0"
-    assert resolve_spec("/abs/x.tar.gz#sha256=00", recipe) == "/abs/x.tar.gz#sha256=00"
+    monkeypatch.chdir(tmp_path)  # not the recipe's directory
+    result = fetch_source(recipe.source.spec, tmp_path / "work", recipe=recipe)
+    assert result.url == str(recipe_file.parent.resolve())
+    assert (result.tree / "recipe.toml").is_file()
+
+
+def test_a_relative_sdist_of_a_recipe_keeps_its_sha256_pin(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # wheel and bundle pass the recipe's spec as written: had they made the path absolute
+    # first, it would no longer be the recipe's own source and its pin would not apply.
+    recipe_dir = tmp_path / "r"
+    (recipe_dir / "pkg-1.0").mkdir(parents=True)
+    (recipe_dir / "pkg-1.0" / "setup.py").write_text("x\n")
+    with tarfile.open(recipe_dir / "pkg-1.0.tar.gz", "w:gz") as tar:
+        tar.add(recipe_dir / "pkg-1.0", arcname="pkg-1.0")
+    (recipe_dir / "recipe.toml").write_text(
+        f'[source]\nspec = "pkg-1.0.tar.gz"\nsha256 = "{"0" * 64}"\n[series]\npath = "s"\n',
+        encoding="utf-8")
+    recipe = load_recipe(recipe_dir / "recipe.toml")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(HashMismatchError, match=r"expected 0{64}"):
+        fetch_source(recipe.source.spec, tmp_path / "work", recipe=recipe)

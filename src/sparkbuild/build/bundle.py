@@ -261,7 +261,6 @@ class BundleOptions:
 def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str, Any]]:
     from sparkbuild.patches.engine import series_status
     from sparkbuild.patches.prepare import prepare_tree
-    from sparkbuild.sources.fetch import resolve_spec
 
     recipe = options.recipe
     if options.tree is not None:
@@ -277,9 +276,8 @@ def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str
         return tree, report.to_dict()
     tree = cache.root / "work" / recipe.name / "bundle-tree"
     shutil.rmtree(tree, ignore_errors=True)
-    spec = resolve_spec(recipe.source.spec, recipe)
     context = RunContext.create(cache.root, offline=options.offline, recipe=recipe)
-    prepared = prepare_tree(spec, tree, recipe, context=context)
+    prepared = prepare_tree(recipe.source.spec, tree, recipe, context=context)
     if prepared.error is not None:
         raise prepared.error
     return prepared.tree, prepared.to_dict()

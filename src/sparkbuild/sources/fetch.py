@@ -177,17 +177,6 @@ def parse_source_spec(text: str, *, base: Path | None = None) -> SourceSpec:
     return _parse_path(spec, base or Path.cwd())
 
 
-def resolve_spec(spec: str, recipe: Recipe) -> str:
-    """``spec`` with a relative path taken from the recipe file's directory, not the cwd."""
-    if spec.startswith(("git+", "pypi:")) or "://" in spec:
-        return spec
-    location, sep, fragment = spec.partition("#")
-    path = Path(location).expanduser()
-    if path.is_absolute():
-        return spec
-    return str((recipe.path.parent / path).resolve()) + sep + fragment
-
-
 # -- fetching --------------------------------------------------------------------------
 
 
