@@ -27,7 +27,7 @@ from sparkbuild.errors import VerifyError
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import list_cuda_archs
-from support import pybind11_bare_repo, unshare_works
+from support import example_recipe, pybind11_bare_repo, unshare_works
 from support.bundles import rewrite_bundle
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
@@ -53,20 +53,9 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
     root = tmp_path_factory.mktemp("bundle")
     commit = pybind11_bare_repo(root, root / "git" / "pybind" / "pybind11.git")
     recipe = root / "recipe.toml"
-    recipe.write_text(f"""[recipe]
-name = "mini-vllm-bundle"
-package = "mini-vllm"
-[source]
-spec = "{EXAMPLE}"
-[series]
-path = "{REPO / 'patches' / 'series'}"
-[target]
-cuda_archs = ["12.1a"]
-[build]
-job_memory_gib = 2.0
-[build.env]
+    recipe.write_text(example_recipe("mini-vllm-bundle", tail=f"""[build.env]
 CMAKE_ARGS = "-DMINI_VLLM_PYBIND11_GIT_REPOSITORY={UPSTREAM} -DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0"
-""", encoding="utf-8")
+"""), encoding="utf-8")
     bundle = root / "mini.bundle.tar.xz"
     result = _sparkbuild("bundle", "--recipe", str(recipe), "--cache", str(root / "cache"),
                          "--out", str(bundle), "--without-wheels",

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.recipe import REPO_ROOT
 from sparkbuild.toolchain.sass import list_cuda_archs
+from support import example_recipe
 
 if TYPE_CHECKING:
     from integration.conftest import RedisServer
@@ -41,22 +41,11 @@ INICONFIG_2_3_0 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fb
 def team(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("team")
     recipe = root / "recipe.toml"
-    recipe.write_text(f"""[recipe]
-name = "{RECIPE_NAME}"
-package = "mini-vllm"
-[source]
-spec = "{REPO_ROOT / 'examples' / 'mini-vllm'}"
-[series]
-path = "{REPO_ROOT / 'patches' / 'series'}"
-[target]
-cuda_archs = ["12.1a"]
-[build]
-job_memory_gib = 2.0
-[[pins]]
+    recipe.write_text(example_recipe(RECIPE_NAME, tail=f"""[[pins]]
 name = "iniconfig"
 version = "2.3.0"
 sha256 = "{INICONFIG_2_3_0}"
-""", encoding="utf-8")
+"""), encoding="utf-8")
     return {"root": root, "recipe": recipe, "stable": root / "stable"}
 
 

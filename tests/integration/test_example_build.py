@@ -23,7 +23,7 @@ import pytest
 from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
-from support import pybind11_bare_repo, unshare_works
+from support import example_recipe, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -56,20 +56,7 @@ def build_dirs(tmp_path_factory: pytest.TempPathFactory, pybind11_repo: Path) ->
 
 
 def _recipe(name: str, archs: str, cmake_args: str) -> str:
-    return f"""[recipe]
-name = "{name}"
-package = "mini-vllm"
-[source]
-spec = "{EXAMPLE}"
-[series]
-path = "{REPO / 'patches' / 'series'}"
-[target]
-cuda_archs = {archs}
-[build]
-job_memory_gib = 2.0
-[build.env]
-CMAKE_ARGS = "{cmake_args}"
-"""
+    return example_recipe(name, archs=archs, tail=f'[build.env]\nCMAKE_ARGS = "{cmake_args}"\n')
 
 
 def _wheel(dirs: dict[str, Path], out: str, *extra: str, unshare: bool = False,

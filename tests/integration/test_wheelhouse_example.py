@@ -26,6 +26,7 @@ from sparkbuild.wheelhouse.closure import RealOutside, fetch_pin
 from sparkbuild.wheelhouse.lock import parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
+from support import example_recipe
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -204,23 +205,11 @@ def test_the_recipes_flashinfer_pin_lands_byte_identical(
     assert placed.sha256 == sha256 == sha256_file(tmp_path / placed.file)
 
 
-EXAMPLE_RECIPE = f"""
-[recipe]
-name = "mini-vllm-wheelhouse-test"
-package = "mini-vllm"
-[source]
-spec = "{REPO_ROOT / 'examples' / 'mini-vllm'}"
-[series]
-path = "{REPO_ROOT / 'patches' / 'series'}"
-[target]
-cuda_archs = ["12.1a"]
-[build]
-jobs = 1
-[[pins]]
+EXAMPLE_RECIPE = example_recipe("mini-vllm-wheelhouse-test", build="jobs = 1", tail=f"""[[pins]]
 name = "iniconfig"
 version = "2.3.0"
 sha256 = "{INICONFIG_2_3_0}"
-"""
+""")
 
 
 def sparkbuild_wheel(recipe: Path, cache: Path, out: Path, *extra: str) -> None:

@@ -15,6 +15,10 @@ from sparkbuild.sources.archive import extract_archive
 from sparkbuild.sources.index import fetch_sdist
 from sparkbuild.store.cache import Cache, default_cache_root
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO_ROOT / "examples" / "mini-vllm"
+SERIES = REPO_ROOT / "patches" / "series"
+
 GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
                 "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
 
@@ -46,3 +50,21 @@ def pybind11_bare_repo(root: Path, bare: Path) -> str:
     bare.parent.mkdir(parents=True, exist_ok=True)
     git("clone", "-q", "--bare", str(work), str(bare), cwd=root)
     return git("rev-parse", "v3.1.0^{commit}", cwd=work)
+
+
+def example_recipe(name: str, *, archs: str = '["12.1a"]', build: str = "job_memory_gib = 2.0",
+                   tail: str = "") -> str:
+    """A recipe for the mini-vllm example with the real series: ``build`` is the body of
+    ``[build]``, ``tail`` any further tables (``[build.env]``, ``[[pins]]``)."""
+    return f"""[recipe]
+name = "{name}"
+package = "mini-vllm"
+[source]
+spec = "{EXAMPLE}"
+[series]
+path = "{SERIES}"
+[target]
+cuda_archs = {archs}
+[build]
+{build}
+{tail}"""

@@ -48,7 +48,6 @@ class CratePlan:
         return {"lockfile": self.lockfile, "crates": self.count, "toolchain": self.toolchain}
 
 
-
 # -- build requirements ------------------------------------------------------------------
 
 
