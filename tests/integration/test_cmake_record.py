@@ -83,7 +83,10 @@ add_library(_extra MODULE csrc/extra_a.cu)
 target_sources(_extra PRIVATE csrc/extra_b.cu ${extra_SOURCE_DIR}/kernels.cu)
 set_target_properties(_extra PROPERTIES COMPILE_DEFINITIONS "EXTRA=1")
 get_target_property(EXTRA_DEFS _extra COMPILE_DEFINITIONS)
-target_compile_options(_extra PRIVATE "-DEXTRA_DEFS=${EXTRA_DEFS}")
+get_property(EXTRA_DEFS_SET TARGET _extra PROPERTY COMPILE_DEFINITIONS SET)
+get_property(EXTRA_PLAIN TARGET _extra PROPERTY COMPILE_DEFINITIONS)
+target_compile_options(_extra PRIVATE "-DEXTRA_DEFS=${EXTRA_DEFS}"
+  "-DEXTRA_SET=${EXTRA_DEFS_SET}" "-DEXTRA_PLAIN=${EXTRA_PLAIN}")
 dependency_defined_command(_extra FROM_A_FETCHED_PROJECT)
 """
 
@@ -135,7 +138,8 @@ def test_recorder_runs_the_trees_logic_and_records_targets(project: Path, tmp_pa
     assert record.targets["_extra"].sources == [
         "csrc/extra_a.cu", "csrc/extra_b.cu", f"{deps}/kernels.cu"]
     assert record.targets["_extra"].kind == "MODULE"
-    assert record.targets["_extra"].options == ["-DEXTRA_DEFS=EXTRA=1"]
+    assert record.targets["_extra"].options == [
+        "-DEXTRA_DEFS=EXTRA=1", "-DEXTRA_SET=1", "-DEXTRA_PLAIN=EXTRA=1"]
     assert "dependency_defined_command" in record.unknown_commands
     assert any(f"{deps}/version.txt" in item for item in record.skipped)
     assert record.variables["CMAKE_CUDA_STANDARD"] == "20"
