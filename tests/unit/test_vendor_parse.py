@@ -28,7 +28,12 @@ from sparkbuild.build.vendor_sources import (
 from sparkbuild.errors import HashMismatchError, UsageError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.sources.fetch import fetch_source
-from sparkbuild.toolchain.cmake_recorder import call_line, parse_record
+from sparkbuild.toolchain.cmake_recorder import (
+    call_line,
+    called_commands,
+    cmake_files,
+    parse_record,
+)
 
 # -- the plan, from recorded runs ------------------------------------------------------------
 
@@ -223,3 +228,18 @@ def test_a_relative_sdist_of_a_recipe_keeps_its_sha256_pin(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(HashMismatchError, match=r"expected 0{64}"):
         fetch_source(recipe.source.spec, tmp_path / "work", recipe=recipe)
+
+
+def test_cmake_files_follow_linked_directories_once(tmp_path: Path) -> None:
+    # check's unpatched copy links whole directories into the scratch tree.
+    real = tmp_path / "scratch" / "cmake"
+    real.mkdir(parents=True)
+    (real / "dep.cmake").write_text("dep_command()\n")
+    mirror = tmp_path / "mirror"
+    mirror.mkdir()
+    (mirror / "CMakeLists.txt").write_text("include(cmake/dep.cmake)\n")
+    (mirror / "cmake").symlink_to(real)
+    (real / "loop").symlink_to(mirror)  # a cycle is walked once
+    assert sorted(p.relative_to(mirror).as_posix() for p in cmake_files(mirror)) == [
+        "CMakeLists.txt", "cmake/dep.cmake"]
+    assert "dep_command" in called_commands(mirror)

@@ -241,9 +241,18 @@ def parse_record(text: str) -> BuildRecord:
 
 
 def cmake_files(tree: Path) -> list[Path]:
-    """CMakeLists.txt and *.cmake files of the tree itself (not tests, docs or builds)."""
+    """CMakeLists.txt and *.cmake files of the tree itself (not tests, docs or builds).
+
+    Linked directories are followed (``check``'s unpatched copy is mostly links into the
+    scratch tree), each real directory once."""
     found: list[Path] = []
-    for root, dirs, files in os.walk(tree):
+    seen: set[Path] = set()
+    for root, dirs, files in os.walk(tree, followlinks=True):
+        real = Path(root).resolve()
+        if real in seen:
+            dirs[:] = []
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if d not in _CMAKE_SKIP_DIRS)
         found += [Path(root, name) for name in sorted(files)
                   if name == "CMakeLists.txt" or name.endswith(".cmake")]
