@@ -3,12 +3,10 @@ and telling a missing dependency from a broken tree."""
 
 from __future__ import annotations
 
-import sys
+import types
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
 from sparkbuild.build.check import (
@@ -18,7 +16,7 @@ from sparkbuild.build.check import (
     missing_headers,
     target_code,
 )
-from sparkbuild.build.check_plan import unit_key
+from sparkbuild.build.check_plan import CheckPlan, unit_key
 from sparkbuild.build.check_result import CheckResult, UnitOutcome
 from sparkbuild.build.doctor import plan_build
 from sparkbuild.build.touched_units import IncludeGraph, cuda_units, gencode_changed, select_units
@@ -381,3 +379,13 @@ def test_record_of_targets_links_properties_and_torchs_interface() -> None:
     assert command.gencode == ("arch=compute_121a,code=sm_121a",)
     assert source_gencode(record, target, "csrc/b.cu") == command.gencode
     assert not parse_record("target\t_C\tsources\ta.cu\n").complete
+
+
+@pytest.mark.parametrize(("archs", "native"), [
+    (("12.1a",), "sm_121a"), (("12.1a", "9.0a"), "sm_121a"), (("9.0a", "12.1a"), "sm_121a"),
+    (("8.0+PTX", "12.1f"), "sm_121f"), (("12.1",), "sm_121"),
+])
+def test_check_reads_the_sparks_code_whatever_the_order_of_the_archs(
+        archs: tuple[str, ...], native: str) -> None:
+    plan = types.SimpleNamespace(archs=archs)
+    assert CheckPlan.native_code.fget(plan) == native  # type: ignore[attr-defined]

@@ -27,6 +27,7 @@ from sparkbuild.patches.engine import RECORD_DIR, git_apply
 from sparkbuild.patches.series import load_series, parse_diff, render_diff
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.toolchain import sass, tools
+from sparkbuild.toolchain.archs import entry_for
 from sparkbuild.toolchain.cmake_recorder import (
     BuildRecord,
     RecordInputs,
@@ -185,7 +186,9 @@ class CheckPlan:
 
     @property
     def native_code(self) -> str:
-        return "sm_" + self.archs[0].replace("+PTX", "").replace(".", "")
+        """The Spark's SASS (``sm_121a``), whatever the order of the recipe's archs."""
+        arch = entry_for(self.archs, "12.1") or self.archs[0]
+        return "sm_" + arch.replace("+PTX", "").replace(".", "")
 
     def source_of(self, unit: str) -> str:
         """The recorded source name of a unit (relative, or absolute outside the tree)."""

@@ -116,6 +116,15 @@ def parse_entry(text: str, start: int = 0) -> ArchEntry | None:
     return ArchEntry(text, match.group("base"), match.group("suffix"), start)
 
 
+def entry_for(targets: Sequence[str], base: str) -> str | None:
+    """The targets' entry for ``base`` (``12.1a`` of ``["9.0a", "12.1a"]``), without +PTX."""
+    for target in targets:
+        entry = parse_entry(target)
+        if entry is not None and entry.base == base:
+            return entry.base + entry.suffix
+    return None
+
+
 def _entries(literal: str, offset: int) -> tuple[ArchEntry, ...] | None:
     entries = []
     position = 0

@@ -39,6 +39,7 @@ from sparkbuild.toolchain.arch_eval import (
 from sparkbuild.toolchain.archs import (
     ArchList,
     TreeLists,
+    entry_for,
     is_native,
     parse_entry,
     tree_arch_lists,
@@ -87,10 +88,9 @@ def insert(text: str, edits: list[tuple[int, str]]) -> str:
 
 def spark_target(targets: Sequence[str], base: str) -> str:
     """The recipe's entry for ``base`` (``12.1a`` of ``["9.0a", "12.1a"]``), without +PTX."""
-    for target in targets:
-        entry = parse_entry(target)
-        if entry is not None and entry.base == base:
-            return entry.base + entry.suffix
+    found = entry_for(targets, base)
+    if found is not None:
+        return found
     raise PatchError(
         f"the recipe's targets ({', '.join(targets) or 'none'}) hold no {base} arch",
         hint=f"this series builds for DGX Spark: target {base}a (cuda_archs under [target])",
