@@ -12,12 +12,9 @@ lists the edit must leave alone.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest, write_series
 from sparkbuild.errors import PatchError

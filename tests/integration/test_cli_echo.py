@@ -3,12 +3,9 @@ every one of them with -v."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_series
 from sparkbuild.cli import main

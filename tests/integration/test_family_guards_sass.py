@@ -7,12 +7,9 @@ has its body: a global store and no trap.  The same unit for sm_120a is real bot
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_series
 from sparkbuild.patches.engine import apply_series

@@ -28,8 +28,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
-
 from corpus import builders as b
 from sparkbuild.store.cache import Cache
 

@@ -9,12 +9,9 @@ arch of the same major, later entries winning), through the real ``cmake -P`` pa
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest, write_series
 from sparkbuild.patches.engine import apply_series, revert_series

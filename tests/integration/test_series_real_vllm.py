@@ -25,14 +25,11 @@ import importlib.util
 import json
 import re
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import tree_digest
 from sparkbuild.cli import main

@@ -9,12 +9,9 @@ example project, and that a cache missing any planned entry is refused by name.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
 from sparkbuild.build.materialize import missing_entries, require_complete

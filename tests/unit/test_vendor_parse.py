@@ -6,13 +6,10 @@ of real cmake are in tests/integration/test_vendor_plan.py and test_vendor_plan_
 
 from __future__ import annotations
 
-import sys
 import tarfile
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the corpus package
 
 from corpus.builders import write_tree
 from sparkbuild.build.compile import BuildRequest, NinjaProgress, build_environment, read_fetch_log
