@@ -135,6 +135,15 @@ def test_added_missing_and_edited_files_are_each_named(tmp_path: Path) -> None:
     assert "not listed in manifest.json" in problems["evil-1.0-py3-none-any.whl"]
 
 
+def test_a_stray_file_with_a_bad_wheel_name_is_a_mismatch_not_a_crash(tmp_path: Path) -> None:
+    out = wheelhouse(tmp_path)
+    (out / "extra.whl").write_bytes(b"dropped here by hand")
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
+    problems = {m.file: m.problem for m in result.mismatches}
+    assert "not a valid wheel file name" in problems["extra.whl"]
+    assert "not listed in manifest.json" in problems["extra.whl"]
+
+
 def test_missing_target_arch_fails_naming_the_library(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path, ("demo/_C.so", "demo/_host_only.so"))
     result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120"]}),

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.utils import canonicalize_name, parse_wheel_filename
-from packaging.version import Version
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
@@ -164,14 +164,26 @@ def check_lock(directory: Path, actual: dict[str, str]) -> list[Mismatch]:
     for name, digest in actual.items():
         if "/" in name or not name.endswith(".whl"):
             continue
-        project, version, _build, _tags = parse_wheel_filename(name)
+        try:
+            project, version, _build, _tags = parse_wheel_filename(name)
+        except InvalidWheelFilename as exc:
+            problems.append(Mismatch(name, f"not a valid wheel file name ({exc})"))
+            continue
         item = by_key.get(project)
         seen.add(project)
-        if item is None or Version(item.version) != version or digest not in item.hashes:
+        if item is None or not _same_version(item.version, version) or (
+                digest not in item.hashes):
             problems.append(Mismatch(name, "its sha256 is not the one requirements.lock pins"))
     problems += [Mismatch(LOCK_NAME, f"{item.name}=={item.version} has no wheel here")
                  for key, item in sorted(by_key.items()) if key not in seen]
     return problems
+
+
+def _same_version(locked: str, version: Version) -> bool:
+    try:
+        return Version(locked) == version
+    except InvalidVersion:
+        return False  # a lock line that is no version pins nothing
 
 
 def merged(problems: Sequence[Mismatch]) -> list[Mismatch]:
