@@ -235,3 +235,12 @@ def test_http_index_options() -> None:
     assert index_args("http://spark-1.lan:8000/wh/") == [
         "--index-url", "http://spark-1.lan:8000/wh/simple/", "--trusted-host", "spark-1.lan:8000"]
     assert "--trusted-host" not in index_args("https://files.lan/wh")
+
+
+@pytest.mark.parametrize("url", ["redis://u:hunter2@host:99999", "redis://u:hunter2@host/abc",
+                                 "redis://u:hunter2@host?x=1", "s3://k:hunter2@/prefix"])
+def test_a_bad_cache_url_is_refused_without_printing_its_password(url: str) -> None:
+    with pytest.raises(UsageError) as caught:
+        parse_cache_url(url, relative_to=Path())
+    shown = f"{caught.value.what} {caught.value.where} {caught.value.hint}"
+    assert "hunter2" not in shown and "***" in str(caught.value.where)

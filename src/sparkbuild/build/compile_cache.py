@@ -86,6 +86,7 @@ class CacheSpec:
 
 
 def _redis(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
+    """``url``: the URL as errors show it (no password)."""
     try:
         host, port = parts.hostname, parts.port or 6379
     except ValueError as exc:
@@ -112,11 +113,12 @@ def _redis(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
 
 
 def _s3(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
+    """``url``: the URL as errors show it (no password)."""
     bucket = parts.netloc
     if not bucket or "@" in bucket:
         raise UsageError("an s3 compile cache needs a bucket: s3://BUCKET/PREFIX "
                          "(credentials come from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY)",
-                         where=url.split("@")[-1])
+                         where=url)
     settings = {"SCCACHE_BUCKET": bucket}
     for key, values in urllib.parse.parse_qs(parts.query, keep_blank_values=True).items():
         if key not in _S3_QUERY:
@@ -146,10 +148,11 @@ def parse_cache_url(url: str, *, relative_to: Path) -> CacheSpec:
                          hint=f"give one of: {', '.join(URL_FORMS)}")
     parts = urllib.parse.urlsplit(text)
     scheme = parts.scheme.lower() if "://" in text else ""
+    shown = redact(text)  # the only form of the URL an error may print
     if scheme in ("redis", "rediss"):
-        return _redis(parts, text)
+        return _redis(parts, shown)
     if scheme == "s3":
-        return _s3(parts, text)
+        return _s3(parts, shown)
     if scheme in ("", "file"):
         raw = urllib.parse.unquote(parts.path) if scheme == "file" else text
         path = Path(raw).expanduser()
@@ -159,7 +162,7 @@ def parse_cache_url(url: str, *, relative_to: Path) -> CacheSpec:
             raise UsageError("the compile cache path exists and is not a directory",
                              where=str(directory))
         return CacheSpec("local", str(directory), {}, {}, str(directory))
-    raise UsageError(f"unknown compile cache scheme {scheme}://", where=redact(text),
+    raise UsageError(f"unknown compile cache scheme {scheme}://", where=shown,
                      hint=f"give one of: {', '.join(URL_FORMS)}")
 
 
