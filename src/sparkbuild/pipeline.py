@@ -204,10 +204,16 @@ def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
     )
 
 
-def _build_torch(outcome: BuildOutcome) -> str | None:
-    """The torch installed in the build environment: the one the extension was compiled
-    against (read from its dist-info, not from a requirement), for the manifest."""
-    venv = outcome.python.parent.parent
+def _build_torch(python: Path, existing_torch: bool) -> str | None:
+    """The torch installed in the build environment: the one the extension is compiled
+    against (read from its dist-info, not from a requirement), for the manifest and the
+    shared compile cache's namespace.  ``existing_torch``: the running interpreter's."""
+    if existing_torch:
+        from sparkbuild.build.existing_torch import running_torch
+
+        running = running_torch()
+        return running.version if running else None
+    venv = python.parent.parent
     for site in sorted(venv.glob("lib*/python*/site-packages")):
         for dist in importlib.metadata.distributions(name="torch", path=[str(site)]):
             return str(dist.version)
@@ -297,7 +303,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
 
     recipe = options.recipe
     toolchain = describe_toolchain()
-    toolchain["torch"] = _build_torch(outcome)
+    toolchain["torch"] = _build_torch(outcome.python, options.use_existing_torch)
     if options.use_existing_torch:
         from sparkbuild.build.existing_torch import running_torch
 
@@ -367,9 +373,8 @@ def build_wheel(options: WheelOptions) -> WheelResult:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
                                           root=root if spec else None)
             with open_shared_cache(spec, label=_label(recipe, prepared),
-                                   requirements=vendored.plan.requirements,
-                                   wheel_dir=deps.wheel_dir, work=work,
-                                   cache_root=cache.root) as shared:
+                                   torch=_build_torch(python, options.use_existing_torch),
+                                   work=work, cache_root=cache.root) as shared:
                 if shared is not None and shared.launcher:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
                         *plan.reasons, f"compiler launcher: sccache, shared cache "

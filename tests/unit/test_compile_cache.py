@@ -17,7 +17,6 @@ from sparkbuild.build.compile_cache import (
     namespace,
     parse_cache_url,
     redact,
-    torch_of,
     units_by_language,
 )
 from sparkbuild.build.materialize import Materialized
@@ -141,13 +140,6 @@ def test_namespace_separates_toolchains() -> None:
     assert base not in others and len(others) == 5
     assert namespace(cuda="13 0", torch="2.13.0+cu130", label="x/y") == (
         "sparkbuild/cuda13_0/torch2.13.0+cu130/x_y")
-
-
-def test_torch_version_of_the_build_environment() -> None:
-    wheels = ["setuptools-80.0.0-py3-none-any.whl", "torch-2.13.0+cpu-cp311-linux_x86_64.whl"]
-    assert torch_of(["torch==2.9.0"], wheels) == "2.13.0+cpu"
-    assert torch_of(["ninja", "torch == 2.9.0 ; sys_platform == 'linux'"], []) == "2.9.0"
-    assert torch_of(["torch>=2"], []) is None
 
 
 def test_build_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -191,18 +191,6 @@ def namespace(*, cuda: str | None, torch: str | None, label: str) -> str:
     return "/".join(["sparkbuild", *(_UNSAFE.sub("_", part) for part in parts)])
 
 
-def torch_of(requirements: list[str], wheel_names: list[str]) -> str | None:
-    """The torch the build environment gets: its wheel's version, else an exact pin."""
-    for name in sorted(wheel_names):
-        if name.lower().startswith("torch-"):
-            return name.split("-")[1]
-    for requirement in requirements:
-        match = re.match(r"^torch\s*==\s*([^\s;,]+)", requirement.strip(), re.IGNORECASE)
-        if match:
-            return match.group(1)
-    return None
-
-
 def build_root() -> Path:
     """The stable path shared builds run under (``$SPARKBUILD_BUILD_ROOT``)."""
     raw = os.environ.get(BUILD_ROOT_ENV, "").strip()

@@ -34,7 +34,6 @@ from sparkbuild.build.compile_cache import (
     CompileCacheResult,
     SccacheStats,
     namespace,
-    torch_of,
 )
 from sparkbuild.console import info, step, warn
 from sparkbuild.proc import run
@@ -294,18 +293,15 @@ def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
 
 
 @contextlib.contextmanager
-def open_shared_cache(spec: CacheSpec | None, *, label: str, requirements: list[str],
-                      wheel_dir: Path | None, work: Path, cache_root: Path
-                      ) -> Iterator[SharedCache | None]:
+def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, work: Path,
+                      cache_root: Path) -> Iterator[SharedCache | None]:
     """The pipeline's entry: ``None`` without a shared cache; else one build's session,
-    its keys scoped by CUDA, torch (the build environment's), archs and series (``label``).
-    ``work`` is ``BUILD_ROOT/work/RECIPE``."""
+    its keys scoped by CUDA, ``torch`` (the one installed in the build environment), archs
+    and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``."""
     if spec is None:
         yield None
         return
-    wheels = [p.name for p in wheel_dir.glob("*.whl")] if wheel_dir else []
-    space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch_of(requirements, wheels),
-                      label=label)
+    space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch, label=label)
     sccache = find_sccache()
     root = work.parent.parent
     with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
