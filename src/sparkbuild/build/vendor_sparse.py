@@ -24,22 +24,19 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from sparkbuild.errors import CommandFailed, NetworkError, SourceError
-from sparkbuild.proc import run
+from sparkbuild.sources.git import git_error, network_trouble, run_git
 
 if TYPE_CHECKING:
     from sparkbuild.build.vendor import SourcePlan
     from sparkbuild.sources.mirrors import Mirrors
 
-GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true"}
-GIT_TIMEOUT = 3 * 3600.0
 LOCAL_UPLOAD_PACK = ("git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true "
                      "upload-pack")
 MAX_DEPTH = 8
 
 
 def _git(args: list[str], cwd: Path, mirrors: Mirrors, *, check: bool = True) -> tuple[int, str]:
-    result = run(["git", *mirrors.git_config_args(), *args], cwd=cwd, env=GIT_ENV,
-                 timeout=GIT_TIMEOUT, check=False, echo=False)
+    result = run_git([*mirrors.git_config_args(), *args], cwd, check=False)
     if check and result.returncode != 0:
         raise CommandFailed(
             f"git {' '.join(args)} failed:\n{result.output.strip()[-2000:]}", where=str(cwd)
@@ -95,14 +92,13 @@ def _fetch(repo: Path, source: SourcePlan, ref: str, mirrors: Mirrors) -> str:
     code, output = _git(["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", ref],
                         repo, mirrors, check=False)
     if code != 0:
-        if "Could not resolve host" in output or "unable to access" in output:
+        if network_trouble(output):
             raise NetworkError(f"cannot reach the git remote of {source.name}",
                                where=source.url, hint="check the network or the --mirror rules")
         code, output = _git(["fetch", "-q", "--filter=blob:none", "--tags", "origin",
                              "+refs/heads/*:refs/remotes/origin/*"], repo, mirrors, check=False)
         if code != 0:
-            raise CommandFailed(f"git fetch of {source.name} failed:\n{output[-2000:]}",
-                                where=source.url)
+            raise git_error(output, source.url, ref)
         for candidate in (ref, f"origin/{ref}", f"refs/tags/{ref}"):
             code, commit = _git(["rev-parse", "--verify", "-q", f"{candidate}^{{commit}}"],
                                 repo, mirrors, check=False)
