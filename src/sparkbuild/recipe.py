@@ -14,6 +14,7 @@ by ``lock``, ``wheel`` and ``install`` for every file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -154,12 +155,16 @@ class Recipe:
         return data if isinstance(data, dict) and data.get("spec") == self.source.spec else {}
 
     def _write_lock(self, payload: dict[str, Any]) -> None:
-        tmp = self.lock_path.with_name(self.lock_path.name + ".tmp")
+        # A name of this process's own: two runs recording at once must not share one.
+        # (store.files.write_text_atomic lies a layer above the recipe.)
+        tmp = self.lock_path.with_name(f".{self.lock_path.name}.{os.getpid()}.tmp")
         try:
             tmp.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
             tmp.replace(self.lock_path)
         except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             raise RecipeError(
                 f"cannot record the resolved commit: {exc.strerror}",
                 where=str(self.lock_path),
@@ -369,8 +374,9 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
     for name, paths in table.get("submodules", {}).items():
         submodules[str(name)] = _strings(path, text, "submodules", paths)
     mirrors = _strings(path, text, "mirrors", table.get("mirrors", []))
-    for rule in mirrors:
-        if "=" not in rule.strip("="):
+    for rule in mirrors:  # the rule --mirror's parser (sources.mirrors) applies, read early
+        base, sep, replacement = rule.partition("=")
+        if not sep or not base.strip() or not replacement.strip():
             raise RecipeError(f"vendor.mirrors: {rule!r} must read BASE=REPLACEMENT",
                               where=_where(path, text, "vendor", "mirrors"),
                               hint='for example "https://github.com/=file:///srv/git/"')

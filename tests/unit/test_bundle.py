@@ -179,8 +179,10 @@ def test_recipe_vendor_table(tmp_path: Path) -> None:
     assert vendor.mirrors == ("https://github.com/=file:///srv/git/",)
     assert vendor.submodules == {"fa": ("csrc/cutlass",)}
     assert vendor.exclude == ("tk",) and vendor.sparse
-    path.write_text('[source]\nspec = "."\n[series]\npath = "s"\n[vendor]\nmirrors = ["x"]\n')
-    with pytest.raises(RecipeError, match="BASE=REPLACEMENT"):
-        load_recipe(path)
+    for bad in ("x", "a= ", "=b"):  # what --mirror refuses, the recipe refuses on load
+        path.write_text('[source]\nspec = "."\n[series]\npath = "s"\n[vendor]\n'
+                        f'mirrors = ["{bad}"]\n')
+        with pytest.raises(RecipeError, match="BASE=REPLACEMENT"):
+            load_recipe(path)
     proof = Path(__file__).resolve().parents[2] / "bench" / "real-build" / "vllm-0.20.0-proof.toml"
     assert load_recipe(proof).target.cuda_archs == ("12.1a", "9.0a")
