@@ -83,7 +83,9 @@ def pinned_requirements(tree: Path, commit: str, names: list[str]) -> TreeRequir
         key = canonicalize_name(Requirement(line.text).name)
         if key in wanted:
             wanted[key].append(line.text)
-            origins.add(relative_where(line, tree).rpartition(":")[0] or line.where)
+            where = relative_where(line, tree)
+            file, sep, number = where.rpartition(":")
+            origins.add(file if sep and number.isdigit() else where)
     origin = ", ".join(sorted(origins)) or next(
         (f for f in (*REQUIREMENT_FILES, "pyproject.toml") if (tree / f).is_file()), "")
     return TreeRequirements(commit, origin, {k: tuple(v) for k, v in wanted.items()})
