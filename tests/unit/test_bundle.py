@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.build.bundle import assemble
-from sparkbuild.build.bundle_archive import MANIFEST, TOP
+from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
 from sparkbuild.build.bundle_read import import_bundle, prepared_from_bundle, unpack_bundle
 from sparkbuild.build.vendor import SourcePlan, VendorPlan, adjust_plan
 from sparkbuild.build.vendor_build_deps import WheelPlan
@@ -186,3 +186,17 @@ def test_recipe_vendor_table(tmp_path: Path) -> None:
             load_recipe(path)
     proof = Path(__file__).resolve().parents[2] / "bench" / "real-build" / "vllm-0.20.0-proof.toml"
     assert load_recipe(proof).target.cuda_archs == ("12.1a", "9.0a")
+
+
+def test_links_to_directories_are_kept_in_tarballs_and_bundle_members(tmp_path: Path) -> None:
+    tree = tmp_path / "t"
+    _write(tree, {"include/real/h.h": "//\n", "x.txt": "x"})
+    (tree / "include" / "alias").symlink_to("real")
+    blob = tmp_path / "t.tar.gz"
+    write_tree_tarball(tree, blob)
+    with tarfile.open(blob) as tar:
+        links = {m.name: m.linkname for m in tar.getmembers() if m.issym()}
+    assert links == {"include/alias": "real"}
+    members = members_of(tree)
+    assert "include/alias" in members and "include/real/h.h" in members
+    assert "include/alias/h.h" not in members  # the link itself, not what it points to

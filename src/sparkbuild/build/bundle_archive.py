@@ -39,10 +39,12 @@ def _file_info(name: str, path: Path) -> tarfile.TarInfo:
 
 
 def members_of(root: Path) -> dict[str, Path]:
-    """Every file and link under ``root``, by POSIX path relative to it."""
+    """Every file and link under ``root``, by POSIX path relative to it (links to
+    directories included: os.walk lists them among the directories)."""
     found = {}
-    for directory, _subdirs, files in os.walk(root):
-        for name in files:
+    for directory, subdirs, files in os.walk(root):
+        links = [d for d in subdirs if (Path(directory) / d).is_symlink()]
+        for name in [*files, *links]:
             path = Path(directory) / name
             found[path.relative_to(root).as_posix()] = path
     return found

@@ -60,13 +60,15 @@ if TYPE_CHECKING:
 
 
 def _walk(root: Path) -> Iterator[Path]:
-    """Every path under ``root`` in sorted order, without .git directories or files."""
+    """Every path under ``root`` in sorted order, without .git directories or files; a link
+    to a directory is a path of its own (os.walk lists it among the directories)."""
     for directory, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d != ".git")
         base = Path(directory)
+        links = [d for d in dirnames if (base / d).is_symlink()]
+        dirnames[:] = sorted(d for d in dirnames if d != ".git" and d not in links)
         if base != root:
             yield base
-        for name in sorted(filenames):
+        for name in sorted([*filenames, *links]):
             if name != ".git":
                 yield base / name
 
