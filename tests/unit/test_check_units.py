@@ -11,7 +11,6 @@ import pytest
 from corpus.builders import write_tree
 from sparkbuild.build.check import (
     classify,
-    guard_stubs,
     header_provider,
     missing_headers,
     target_code,
@@ -30,7 +29,7 @@ from sparkbuild.toolchain.compile_flags import (
     source_gencode,
     unit_command,
 )
-from sparkbuild.toolchain.sass import SassFunction, SassSummary, parse_sass
+from sparkbuild.toolchain.sass import SassFunction, SassSummary, parse_sass, summarize
 
 RECORD = "\n".join([
     "target\t_C\tsabi\t3",
@@ -309,7 +308,7 @@ def test_guard_stubs_are_kernels_that_only_print_and_trap_or_exit() -> None:
     empty = _function("_Z5emptyv", "EXIT")
     other = _function("_Z5otherv", "CALL.ABS.NOINC R2|EXIT", arch="sm_90a")
     functions = [printf_exit, printf_trap, real, helper, empty, other]
-    assert guard_stubs(functions, "sm_121") == ("_Z4stubv", "_Z4trapv")
+    assert summarize(functions, "sm_121").guard_stub_kernels == ("_Z4stubv", "_Z4trapv")
     assert printf_trap.is_trap_only and not printf_exit.is_trap_only
 
 

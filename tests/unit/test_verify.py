@@ -236,6 +236,19 @@ def test_a_trap_only_kernel_fails_verify_naming_library_and_kernel(tmp_path: Pat
     assert f"TRAP-ONLY {KERNEL}" in "\n".join(result.summary())
 
 
+def test_a_kernel_that_prints_and_exits_fails_verify_too(tmp_path: Path) -> None:
+    # CUTLASS 4.2's guards: printf + EXIT, no trap -- the GEMM silently does nothing.
+    exits = TRAP.replace("BPT.TRAP 0x1", "NOP")
+    out = wheelhouse(tmp_path)
+    sass = reader({"_C.so": _fatbin("sm_121a", "sm_121a", KERNEL, exits)})
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass)
+    library = result.libraries[0]
+    assert library.trap_only_kernels == () and library.guard_stub_kernels == (KERNEL,)
+    assert result.error is not None and KERNEL in str(result.error)
+    assert result.to_dict()["libraries"][0]["guard_stub_kernels"] == [KERNEL]
+    assert f"GUARD STUB (prints and exits) {KERNEL}" in "\n".join(result.summary())
+
+
 def test_writing_refuses_a_trap_and_leaves_no_wheelhouse(tmp_path: Path) -> None:
     out = tmp_path / "refused"
     with pytest.raises(VerifyError, match="nvfp4_block_scaled_mma_kernel") as caught:

@@ -127,32 +127,14 @@ def _missing_source(plan: CheckPlan, unit: str) -> UnitOutcome | None:
     return UnitOutcome(unit, "skipped-missing-sources", "the source file does not exist")
 
 
-def guard_stubs(functions: list[sass.SassFunction], arch: str) -> tuple[str, ...]:
-    """Kernels for ``arch`` that only print and trap or exit: no memory access, no MMA.
-
-    A superset of :attr:`SassFunction.is_trap_only`: CUTLASS 4.7 guards compile an
-    unsupported kernel to printf + ``BPT.TRAP``, CUTLASS 4.2 to printf + ``EXIT`` -- a kernel
-    that silently does nothing.  Device functions (they end in ``RET``) are not kernels."""
-    stubs = set()
-    for function in functions:
-        body = function.body
-        if function.arch != arch or not any(i.opcode == "EXIT" for i in body):
-            continue
-        speaks = any(i.opcode == "CALL" or (i.opcode == "BPT" and "TRAP" in i.modifiers)
-                     for i in body)
-        works = any(i.opcode in sass.MEMORY_OPCODES or i.opcode.endswith("MMA") for i in body)
-        if speaks and not works:
-            stubs.add(function.name)
-    return tuple(sorted(stubs))
-
-
 def _read_machine_code(plan: CheckPlan, command: UnitCommand, obj: Path, log: Path
                        ) -> tuple[sass.SassSummary | None, tuple[str, ...], str]:
     arch = target_code(command.gencode, plan.native_code)
     if arch is None:
         return None, (), f"; no SASS for {plan.native_code} (gencode {', '.join(command.gencode)})"
     functions = sass.read_sass(obj, log=log.with_suffix(".sass.log"))
-    return sass.summarize(functions, arch), guard_stubs(functions, arch), ""
+    summary = sass.summarize(functions, arch)
+    return summary, summary.guard_stub_kernels, ""
 
 
 def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:

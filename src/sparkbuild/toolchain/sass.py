@@ -137,9 +137,26 @@ class SassFunction:
         tensor core: the body a feature guard leaves for a target without the feature
         (printf's call and the trap are all there is)."""
         traps = any(i.opcode == "BPT" and "TRAP" in i.modifiers for i in self.body)
-        return traps and not any(
-            i.opcode in MEMORY_OPCODES or i.opcode.endswith("MMA") for i in self.body
-        )
+        return traps and not self._does_work
+
+    @property
+    def is_guard_stub(self) -> bool:
+        """A kernel that only prints and traps or exits: no memory access, no MMA.
+
+        A superset of :attr:`is_trap_only`: CUTLASS 4.7 guards compile an unsupported kernel
+        to printf + ``BPT.TRAP``, CUTLASS 4.2 to printf + ``EXIT`` -- a kernel that silently
+        does nothing.  Device functions (they end in ``RET``, no ``EXIT``) are not kernels."""
+        body = self.body
+        if not any(i.opcode == "EXIT" for i in body):
+            return False
+        speaks = any(i.opcode == "CALL" or (i.opcode == "BPT" and "TRAP" in i.modifiers)
+                     for i in body)
+        return speaks and not self._does_work
+
+    @property
+    def _does_work(self) -> bool:
+        """It touches global, shared or texture memory, or a tensor core."""
+        return any(i.opcode in MEMORY_OPCODES or i.opcode.endswith("MMA") for i in self.body)
 
 
 @dataclass(frozen=True)
@@ -151,11 +168,14 @@ class SassSummary:
     instructions: int
     block_scaled_mma: int
     trap_only_kernels: tuple[str, ...]
+    guard_stub_kernels: tuple[str, ...] = ()
+    """Kernels that only print and trap or exit (the trap-only ones among them)."""
 
     def to_dict(self) -> dict[str, object]:
         return {"arch": self.arch, "functions": self.functions,
                 "instructions": self.instructions, "block_scaled_mma": self.block_scaled_mma,
-                "trap_only_kernels": list(self.trap_only_kernels)}
+                "trap_only_kernels": list(self.trap_only_kernels),
+                "guard_stub_kernels": list(self.guard_stub_kernels)}
 
 
 def summarize(functions: Iterable[SassFunction], arch: str) -> SassSummary:
@@ -168,6 +188,7 @@ def summarize(functions: Iterable[SassFunction], arch: str) -> SassSummary:
         instructions=sum(function.count for function in chosen),
         block_scaled_mma=sum(function.block_scaled_mma() for function in chosen),
         trap_only_kernels=tuple(sorted({f.name for f in chosen if f.is_trap_only})),
+        guard_stub_kernels=tuple(sorted({f.name for f in chosen if f.is_guard_stub})),
     )
 
 

@@ -64,12 +64,16 @@ class LibraryArchs:
     """Kernels of that code whose whole body is printf + ``BPT.TRAP``."""
     sass_archs: tuple[str, ...] = ()
     """The SASS read for the targets, as cuobjdump's fatbin headers name it (``sm_121a``)."""
+    guard_stub_kernels: tuple[str, ...] = ()
+    """Kernels that only print and trap or exit (CUTLASS 4.2's guards end in ``EXIT``): the
+    trap-only ones and those that silently do nothing."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
                 "missing": list(self.missing), "sass_archs": list(self.sass_archs),
                 "block_scaled_mma": self.block_scaled_mma,
-                "trap_only_kernels": list(self.trap_only_kernels)}
+                "trap_only_kernels": list(self.trap_only_kernels),
+                "guard_stub_kernels": list(self.guard_stub_kernels)}
 
 
 @dataclass
@@ -106,21 +110,23 @@ class VerifyResult:
                     if lib.sass_archs else "")
             lines.append(f"  {lib.wheel}: {lib.library}: {archs}{missing}{sass}")
             lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
+            lines += [f"    GUARD STUB (prints and exits) {name}" for name in lib.guard_stub_kernels
+                      if name not in lib.trap_only_kernels]
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     @property
     def error(self) -> SparkbuildError | None:
         lacking = [lib for lib in self.libraries if lib.missing]
-        trapping = [lib for lib in self.libraries if lib.trap_only_kernels]
+        trapping = [lib for lib in self.libraries if lib.guard_stub_kernels]
         if not self.mismatches and not lacking and not trapping:
             return None
         named = [f"{m.file} ({m.problem})" for m in self.mismatches]
         named += [f"{lib.wheel}:{lib.library} (no machine code for "
                   f"{', '.join(lib.missing)})" for lib in lacking]
-        named += [f"{lib.wheel}:{lib.library} ({len(lib.trap_only_kernels)} kernel(s) for "
-                  f"{', '.join(lib.sass_archs)} only trap: "
-                  f"{', '.join(lib.trap_only_kernels)})" for lib in trapping]
+        named += [f"{lib.wheel}:{lib.library} ({len(lib.guard_stub_kernels)} kernel(s) for "
+                  f"{', '.join(lib.sass_archs)} only trap or print and exit: "
+                  f"{', '.join(lib.guard_stub_kernels)})" for lib in trapping]
         return VerifyError(
             f"{len(named)} problem(s) in the wheelhouse: " + "; ".join(named),
             where=str(self.directory),
@@ -225,15 +231,17 @@ def runs_on(arch: str, target: str) -> bool:
 
 
 def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
-                 ) -> tuple[tuple[str, ...], int, tuple[str, ...]]:
-    """(SASS archs read, block-scaled MMA count, trap-only kernels) of the code a GPU of
-    any of ``targets`` would load from ``path``."""
+                 ) -> tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]]:
+    """(SASS archs read, block-scaled MMA count, trap-only kernels, guard stubs) of the
+    code a GPU of any of ``targets`` would load from ``path``."""
     functions = read_functions(path)
     chosen = sorted({f.arch for f in functions
                      if f.arch and any(runs_on(f.arch, t) for t in targets)})
     summaries = [summarize(functions, arch) for arch in chosen]
     traps = sorted({name for s in summaries for name in s.trap_only_kernels})
-    return tuple(chosen), sum(s.block_scaled_mma for s in summaries), tuple(traps)
+    stubs = sorted({name for s in summaries for name in s.guard_stub_kernels})
+    return (tuple(chosen), sum(s.block_scaled_mma for s in summaries), tuple(traps),
+            tuple(stubs))
 
 
 def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
@@ -248,11 +256,12 @@ def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
             archs = tuple(list_archs(path))
             have = {arch_digits(a) for a in archs}
             missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if archs else ()
-            sass: tuple[tuple[str, ...], int, tuple[str, ...]] = ((), 0, ())
+            sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = (
+                (), 0, (), ())
             if archs and targets:
                 sass = machine_code(path, targets, read_functions)
             found.append(LibraryArchs(wheel.name, member, archs, missing, sass[1], sass[2],
-                                      sass[0]))
+                                      sass[0], sass[3]))
             path.unlink()
     return found
 
