@@ -12,9 +12,9 @@ import pytest
 from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
 from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
-from sparkbuild.toolchain.sass import SassFunction, parse_sass
+from sparkbuild.toolchain.sass import SassFunction, arch_digits, parse_sass, runs_on
 from sparkbuild.wheelhouse.closure import RealOutside
-from sparkbuild.wheelhouse.verify import arch_digits, runs_on, verify_wheelhouse
+from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
 
 if TYPE_CHECKING:

@@ -96,14 +96,16 @@ def classify(
 
 
 def target_code(gencode: tuple[str, ...], native: str) -> str | None:
-    """The SASS target among ``gencode`` that runs on ``native`` (sm_121a): itself, another
-    12.1 variant, or the SM12x family code sm_120f; None when none does."""
+    """The SASS target among ``gencode`` that runs on ``native`` (sm_121a), by the rule
+    verify applies (:func:`sparkbuild.toolchain.sass.runs_on`): itself, another 12.1
+    variant, or a family code such as sm_120f; None when none does."""
     codes = [g.split("code=", 1)[1] for g in gencode if "code=sm_" in g]
-    number = native.rstrip("af")
-    ranked = sorted((0 if code == native else 1 if code.rstrip("af") == number else 2, i)
-                    for i, code in enumerate(codes) if code.rstrip("af") == number
-                    or code == "sm_120f")
-    return codes[ranked[0][1]] if ranked else None
+
+    def preference(code: str) -> int:
+        same_gpu = sass.arch_digits(code) == sass.arch_digits(native)
+        return 0 if code == native else 1 if same_gpu else 2
+
+    return min((c for c in codes if sass.runs_on(c, native)), key=preference, default=None)
 
 
 def short_names(names: tuple[str, ...], width: int = 96) -> str:

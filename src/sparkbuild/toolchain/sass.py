@@ -192,6 +192,31 @@ def summarize(functions: Iterable[SassFunction], arch: str) -> SassSummary:
     )
 
 
+# -- which code runs where ---------------------------------------------------------------
+
+
+def arch_digits(arch: str) -> str:
+    """``12.1`` -> ``121``; ``sm_121a`` -> ``121``: one spelling for comparing."""
+    return re.sub(r"[^0-9]", "", re.sub(r"[a-z]+$", "", arch.lower().removeprefix("sm_")))
+
+
+_SASS_ARCH = re.compile(r"sm_(\d+)(\d)([af]?)")
+
+
+def runs_on(arch: str, target: str) -> bool:
+    """Whether SASS built for ``arch`` (cuobjdump's ``sm_121a``, ``sm_120f``, ``sm_121``) runs
+    on a GPU of ``target`` (``12.1a``): the same GPU, or a family target of the same major
+    at that minor or below."""
+    found = _SASS_ARCH.fullmatch(arch)
+    wanted = _SASS_ARCH.fullmatch(f"sm_{arch_digits(target)}")
+    if found is None or wanted is None:
+        return False
+    if found.group(1, 2) == wanted.group(1, 2):
+        return True
+    return (found.group(3) == "f" and found.group(1) == wanted.group(1)
+            and int(found.group(2)) <= int(wanted.group(2)))
+
+
 def parse_instruction(address: int, text: str) -> Instruction:
     """``@!P0 FMNMX R1, |R2|, 1, !PT`` -> predicate, opcode, modifiers and operands."""
     predicate = None

@@ -17,7 +17,6 @@ build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 from __future__ import annotations
 
-import re
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -29,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.toolchain.sass import summarize
+from sparkbuild.toolchain.sass import arch_digits, runs_on, summarize
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
@@ -203,31 +202,9 @@ def merged(problems: Sequence[Mismatch]) -> list[Mismatch]:
 # -- GPU code --------------------------------------------------------------------------
 
 
-def arch_digits(arch: str) -> str:
-    """``12.1`` -> ``121``; ``sm_121a`` -> ``121``: one spelling for comparing."""
-    return re.sub(r"[^0-9]", "", re.sub(r"[a-z]+$", "", arch.lower().removeprefix("sm_")))
-
-
 def _is_shared_library(name: str) -> bool:
     base = name.rsplit("/", 1)[-1]
     return base.endswith(".so") or ".so." in base
-
-
-_SASS_ARCH = re.compile(r"sm_(\d+)(\d)([af]?)")
-
-
-def runs_on(arch: str, target: str) -> bool:
-    """Whether SASS built for ``arch`` (cuobjdump's ``sm_121a``, ``sm_120f``, ``sm_121``) runs
-    on a GPU of ``target`` (``12.1a``): the same GPU, or a family target of the same major
-    at that minor or below."""
-    found = _SASS_ARCH.fullmatch(arch)
-    wanted = _SASS_ARCH.fullmatch(f"sm_{arch_digits(target)}")
-    if found is None or wanted is None:
-        return False
-    if found.group(1, 2) == wanted.group(1, 2):
-        return True
-    return (found.group(3) == "f" and found.group(1) == wanted.group(1)
-            and int(found.group(2)) <= int(wanted.group(2)))
 
 
 def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
