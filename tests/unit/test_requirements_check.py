@@ -22,6 +22,7 @@ from sparkbuild.wheelhouse.overrides import (
 from sparkbuild.wheelhouse.pip_check import judge_pip_check, parse_pip_check
 from sparkbuild.wheelhouse.requirements_check import (
     Dist,
+    Unmet,
     check_torch,
     covered,
     settle_wheelhouse,
@@ -198,3 +199,19 @@ def test_without_the_closure_a_missing_project_is_the_nodes_but_a_wrong_version_
     wrong = [dist("app", "1.0", "lib>=2"), dist("lib", "1.0")]
     with pytest.raises(VerifyError, match="lib>=2"):
         settle_wheelhouse(wrong, [], SPARK, where=None, closure_left_out=True)
+
+
+def test_verify_and_install_explain_an_override_the_same_way() -> None:
+    # A manifest written before Demand carried the asking project: both checks read the
+    # asker from required_by ("vllm 0.33.0"), so verify and install agree on it.
+    override = Override("flashinfer-python==0.6.18", "the branch's pin", (
+        Demand("vllm 0.33.0", "flashinfer-python==0.7.2.post1"),))
+    unmet = Unmet("vllm.whl", Demand("vllm 0.33.0", "flashinfer-python==0.7.2.post1", "vllm"),
+                  "0.6.18")
+    assert covered(unmet, [override]) is override
+    pip_line = ("vllm 0.33.0 has requirement flashinfer-python==0.7.2.post1, "
+                "but you have flashinfer-python 0.6.18.")
+    assert len(parse_pip_check(pip_line)) == 1
+    judged = judge_pip_check(pip_line, {"overrides": [override.to_dict()]})
+    assert judged.problems == [] and len(judged.overrides) == 1
+    assert covered(Unmet("x.whl", unmet.demand, "0.6.17"), [override]) is None

@@ -107,6 +107,20 @@ class Override:
     def version(self) -> str:
         return self.pin.partition("==")[2]
 
+    def explains(self, project: str, version: str, asker: str) -> bool:
+        """Whether this override is why ``asker`` finds ``project`` at ``version``: the same
+        pinned version, and ``asker`` among the projects whose requirement it replaced.
+        (``verify`` asks it of an unmet Requires-Dist, ``install`` of a ``pip check`` line.)"""
+        if self.key != canonicalize_name(project):
+            return False
+        try:
+            same = Version(self.version) == Version(version)
+        except InvalidVersion:
+            same = self.version == version
+        askers = {d.project or canonicalize_name(d.required_by.split(" ")[0])
+                  for d in self.replaced}
+        return same and canonicalize_name(asker) in askers
+
     def describe(self) -> str:
         replaced = "; ".join(d.describe() for d in self.replaced) or "nothing found to replace"
         return f"{self.pin} overrides: {replaced} (reason: {self.reason})"

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.wheelhouse.overrides import Override
@@ -60,20 +59,10 @@ def parse_pip_check(output: str) -> list[PipCheckLine]:
 
 def explained_by(line: PipCheckLine, overrides: Sequence[Override]) -> Override | None:
     """The override that replaced exactly this requirement: same pin, same asking package."""
-    if line.have is None or line.have_version is None:
+    have, version, asker = line.have, line.have_version, line.dist
+    if have is None or version is None or asker is None:
         return None
-    for item in overrides:
-        if item.key != line.have:
-            continue
-        try:
-            same = Version(item.version) == Version(line.have_version)
-        except InvalidVersion:
-            same = item.version == line.have_version
-        askers = {d.project or canonicalize_name(d.required_by.split(" ")[0])
-                  for d in item.replaced}
-        if same and line.dist in askers:
-            return item
-    return None
+    return next((o for o in overrides if o.explains(have, version, asker)), None)
 
 
 @dataclass

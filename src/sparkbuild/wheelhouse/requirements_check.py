@@ -141,16 +141,11 @@ def unmet_requirements(dists: Sequence[Dist], versions: Mapping[str, str],
 def covered(unmet: Unmet, overrides: Sequence[Override]) -> Override | None:
     """The recorded override that replaced this requirement on purpose: same pinned
     version, and the asking project among those the override says it replaced."""
-    for item in overrides:
-        askers = {d.project for d in item.replaced}
-        if item.key == unmet.project and unmet.found is not None and (
-                unmet.demand.project in askers):
-            try:
-                if Version(unmet.found) == Version(item.version):
-                    return item
-            except InvalidVersion:
-                continue
-    return None
+    if unmet.found is None:
+        return None
+    found = unmet.found
+    return next((o for o in overrides if o.explains(unmet.project, found, unmet.demand.project)),
+                None)
 
 
 # -- wheel: refuse or record -----------------------------------------------------------
