@@ -17,7 +17,6 @@ with the same bundle finds its copy and build directory again and resumes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import lzma
 import os
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.build.bundle import PLAN, VERIFIED_MARKER
 from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
-from sparkbuild.build.vendor_fetch import write_tree_tarball
+from sparkbuild.build.vendor_fetch import store_tree_tarball
 from sparkbuild.build.vendor_index import record_source, record_wheelset, source_entry_by_key
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
@@ -132,13 +131,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
         for source in unpacked.plan["sources"]:
             if source_entry_by_key(cache, source["key"]) is not None:
                 continue
-            partial = cache.new_partial_path()
-            try:
-                write_tree_tarball(unpacked.root / source["dir"], partial)
-                digest = cache.adopt_file(partial, sha256=sha256_file(partial))
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    partial.unlink()
+            digest = store_tree_tarball(cache, unpacked.root / source["dir"])
             record_source(cache, source["key"], {
                 "kind": source["kind"], "name": source["name"], "url": source["url"],
                 "ref": source["ref"], "commit": source["commit"], "sha256": digest,

@@ -106,7 +106,8 @@ def write_tree_tarball(root: Path, out: Path) -> None:
                 tar.addfile(info)
 
 
-def _store_tarball(cache: Cache, root: Path) -> str:
+def store_tree_tarball(cache: Cache, root: Path) -> str:
+    """``root`` as a deterministic tarball in the cache; its sha256."""
     partial = cache.new_partial_path()
     try:
         write_tree_tarball(root, partial)
@@ -188,7 +189,7 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
         commit = checkout_sparse(source, checkout, mirrors, sparse)
     else:
         commit = checkout_git(source, checkout, mirrors)
-    digest = _store_tarball(cache, checkout)
+    digest = store_tree_tarball(cache, checkout)
     shutil.rmtree(checkout, ignore_errors=True)
     record_source(cache, source.key, {
         "kind": "git", "name": source.name, "url": source.url, "ref": source.ref,
@@ -308,7 +309,7 @@ def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> V
     run(["cargo", "vendor", "--locked", "--manifest-path", manifest, out],
         cwd=manifest.parent, env={"CARGO_TERM_COLOR": "never"}, timeout=3 * 3600,
         log=scratch / "cargo-vendor.log")
-    digest = _store_tarball(cache, out)
+    digest = store_tree_tarball(cache, out)
     record_crates(cache, crate, digest)
     return VendorEntry("crates", crate.lockfile, "fetched", f"{crate.count} crates", digest)
 
