@@ -40,9 +40,9 @@ from sparkbuild.build.compile_cache import (
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
 from sparkbuild.build.materialize import materialize, require_complete
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult, plan_tree, vendor_tree
-from sparkbuild.build.vendor_fetch import fetch_source
-from sparkbuild.build.vendor_index import remember_missed, with_missed_sources
+from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult
+from sparkbuild.build.vendor_fetch import fetch_source, vendor_for_recipe
+from sparkbuild.build.vendor_index import remember_missed
 from sparkbuild.console import step, warn
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
@@ -144,11 +144,6 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
         yield
     finally:
         seconds[stage] = time.monotonic() - started
-
-
-def _environment(recipe: Recipe) -> dict[str, str]:
-    """What the tree's CMake will see: this process's environment and the recipe's."""
-    return {**os.environ, **recipe.build.env}
 
 
 def _missed_by_reader(outcome: BuildOutcome, plan: VendorPlan) -> list[SourcePlan]:
@@ -272,27 +267,8 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
 
 def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
-    from sparkbuild.build.vendor import adjust_plan
-    from sparkbuild.sources.mirrors import Mirrors
-
-    recipe = options.recipe
-    env = _environment(recipe)
-    settings = recipe.vendor
-
-    def adjust(plan: VendorPlan) -> VendorPlan:
-        plan = with_missed_sources(plan, cache, recipe.name)
-        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
-        return dataclasses.replace(plan, wheels=()) if options.use_existing_torch else plan
-
-    if options.offline:
-        result = VendorResult(adjust(plan_tree(tree, env=env)), cache.root, plan_only=True)
-    else:
-        mirrors = Mirrors.parse(options.mirrors).merged(
-            Mirrors.parse(settings.mirrors, where=str(recipe.path)))
-        result = vendor_tree(tree, cache.root, plan_only=False, env=env, mirrors=mirrors,
-                             wheels=not options.use_existing_torch, adjust=adjust,
-                             sparse=settings.sparse)
-    return result
+    return vendor_for_recipe(tree, cache, options.recipe, mirrors=options.mirrors,
+                             offline=options.offline, wheels=not options.use_existing_torch)
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.build.bundle_archive import TOP, write_archive
 from sparkbuild.build.strip import StripReport, referenced_paths, strip_tree
-from sparkbuild.build.vendor_index import source_entry, wheelset_entry, with_missed_sources
+from sparkbuild.build.vendor_index import source_entry, wheelset_entry
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
@@ -285,28 +285,14 @@ def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str
 
 def make_bundle(options: BundleOptions) -> BundleResult:
     """The whole ``bundle`` command; see the module docstring."""
-    import dataclasses
-
     from sparkbuild.build.materialize import require_complete
-    from sparkbuild.build.vendor import adjust_plan, vendor_tree
-    from sparkbuild.sources.mirrors import Mirrors
+    from sparkbuild.build.vendor_fetch import vendor_for_recipe
 
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
     tree, prepared = _prepared_tree(options, cache)
-    settings = recipe.vendor
-    mirrors = Mirrors.parse(options.mirrors).merged(
-        Mirrors.parse(settings.mirrors, where=str(recipe.path)))
-
-    def adjust(plan: VendorPlan) -> VendorPlan:
-        plan = with_missed_sources(plan, cache, recipe.name)
-        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
-        return plan if options.with_wheels else dataclasses.replace(plan, wheels=())
-
-    env = {**os.environ, **recipe.build.env}
-    vendored = vendor_tree(tree, cache.root, plan_only=options.offline, env=env,
-                           mirrors=mirrors, wheels=options.with_wheels, adjust=adjust,
-                           sparse=settings.sparse)
+    vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
+                                 offline=options.offline, wheels=options.with_wheels)
     require_complete(vendored.plan, cache)
     return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
                     cache=cache, out=options.out, with_wheels=options.with_wheels)

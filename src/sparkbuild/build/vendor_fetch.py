@@ -16,6 +16,7 @@ with an index entry (:mod:`sparkbuild.build.vendor_index`) that says what the bl
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gzip
 import hashlib
 import os
@@ -28,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.build.vendor import SourcePlan, VendorEntry, VendorPlan
+from sparkbuild.build.vendor import SourcePlan, VendorEntry, VendorPlan, VendorResult
 from sparkbuild.build.vendor_build_deps import CratePlan
 from sparkbuild.build.vendor_index import (
     crates_entry,
@@ -37,6 +38,7 @@ from sparkbuild.build.vendor_index import (
     record_wheelset,
     source_entry,
     wheelset_entry,
+    with_missed_sources,
 )
 from sparkbuild.console import step
 from sparkbuild.errors import (
@@ -53,7 +55,9 @@ from sparkbuild.store.download import fetch_to_cache
 from sparkbuild.store.hashing import sha256_file
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
+
+    from sparkbuild.recipe import Recipe
 
 
 # -- deterministic tarballs ----------------------------------------------------------------
@@ -340,3 +344,23 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
             for crate in plan.crates:
                 entries.append(fetch_crates(cache, plan.tree, crate, scratch))
     return entries
+
+
+def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequence[str] = (),
+                      offline: bool, wheels: bool) -> VendorResult:
+    """:func:`~sparkbuild.build.vendor.vendor_tree` with the recipe's choices (``wheel`` and
+    ``bundle`` alike): the sources an earlier build found missing, ``[vendor]`` submodules,
+    excludes and sparse checkouts, ``mirrors`` before the recipe's own, the recipe's build
+    environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels."""
+    from sparkbuild.build.vendor import adjust_plan, vendor_tree
+
+    settings = recipe.vendor
+
+    def adjust(plan: VendorPlan) -> VendorPlan:
+        plan = with_missed_sources(plan, cache, recipe.name)
+        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
+        return plan if wheels else dataclasses.replace(plan, wheels=())
+
+    merged = Mirrors.parse(mirrors).merged(Mirrors.parse(settings.mirrors, where=str(recipe.path)))
+    return vendor_tree(tree, cache.root, plan_only=offline, env={**os.environ, **recipe.build.env},
+                       mirrors=merged, wheels=wheels, adjust=adjust, sparse=settings.sparse)
