@@ -188,26 +188,6 @@ def test_epoch_from_env_source_or_default(monkeypatch: pytest.MonkeyPatch) -> No
         source_date_epoch()
 
 
-def test_recipe_pins_replace_the_wheels_own_requirement(tmp_path: Path) -> None:
-    wheel = make_wheel(tmp_path, requires=(
-        "flashinfer-python==0.7.2.post1; platform_machine == 'aarch64'",
-        "Flashinfer_Python[cu13]>=0.7", "six>=1.16"))
-    pins = {"flashinfer-python": "flashinfer-python==0.6.18"}
-    out = normalize_wheel(wheel, tmp_path / "o", label=None, pins=pins)
-    with zipfile.ZipFile(out.path) as archive:
-        metadata = archive.read("demo-1.0.dist-info/METADATA").decode()
-    requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist")]
-    assert requires == [
-        'Requires-Dist: flashinfer-python==0.6.18; platform_machine == "aarch64"',
-        "Requires-Dist: flashinfer-python[cu13]==0.6.18",
-        "Requires-Dist: six>=1.16",
-    ]
-    assert out.replaced == ("flashinfer-python==0.7.2.post1; platform_machine == 'aarch64'",
-                            "Flashinfer_Python[cu13]>=0.7")
-    again = normalize_wheel(out.path, tmp_path / "o2", label=None, pins=pins)
-    assert again.replaced == () and again.path.read_bytes() == out.path.read_bytes()
-
-
 def test_damaged_entry_found_midway_leaves_no_wheel_behind(tmp_path: Path) -> None:
     """Entries are checked while they are streamed: a bad one ends the rewrite, and the
     half-written output is discarded."""

@@ -82,8 +82,6 @@ def select_units(
     return sorted(selected & built), sorted(selected - built)
 
 
-CUDA_UNIT_SUFFIXES = frozenset({".cu"})
-
 
 def gencode_changed(
     before: Mapping[str, tuple[str, ...]], after: Mapping[str, tuple[str, ...]]
@@ -95,4 +93,4 @@ def gencode_changed(
 
 def cuda_units(sources: set[str]) -> list[str]:
     """The CUDA translation units among a build's sources."""
-    return sorted(s for s in sources if Path(s).suffix in CUDA_UNIT_SUFFIXES)
+    return sorted(s for s in sources if Path(s).suffix in UNIT_SUFFIXES)

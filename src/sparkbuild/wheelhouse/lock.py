@@ -187,11 +187,6 @@ def parse_lock(text: str, *, where: str) -> list[LockedRequirement]:
 # -- what to resolve -------------------------------------------------------------------
 
 
-def tree_requirements(tree: Path) -> list[str]:
-    """The runtime requirements a source tree declares, without building it."""
-    return [line.text for line in declared_requirements(tree)]
-
-
 def apply_pins(requirements: Sequence[str], pins: Sequence[Pin]) -> list[str]:
     """The requirements without those on a pinned project, then the pins.
 

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from packaging.requirements import InvalidRequirement, Requirement
-from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import UnsafeArchiveError, VerifyError
@@ -75,8 +73,6 @@ class NormalizedWheel:
     version: str
     sha256: str
     size: int
-    replaced: tuple[str, ...] = ()
-    """The wheel's requirements that a recipe pin replaced."""
 
 
 # -- the label -------------------------------------------------------------------------
@@ -234,39 +230,11 @@ def _set_version(head: str, version: str) -> str:
     return head
 
 
-def _pin_requirement(line: str, pins: Mapping[str, str], replaced: list[str]) -> str:
-    """A ``Requires-Dist`` line on a pinned project becomes the pin (its marker kept)."""
-    key, _, value = line.partition(":")
-    if key.strip().lower() != "requires-dist":
-        return line
-    try:
-        requirement = Requirement(value.strip())
-    except InvalidRequirement:
-        return line
-    pin = pins.get(canonicalize_name(requirement.name))
-    if pin is None:
-        return line
-    pinned = Requirement(pin)
-    pinned.extras, pinned.marker = requirement.extras, requirement.marker
-    if pinned.specifier == requirement.specifier:
-        return line
-    replaced.append(value.strip())
-    return f"Requires-Dist: {pinned}"
-
-
-def rewrite_metadata(
-    metadata: bytes, version: str, pins: Mapping[str, str]
-) -> tuple[bytes, list[str]]:
-    """METADATA with the new version and the recipe's pins; and the requirements replaced.
-
-    The recipe's pins are the last word (flashinfer-python 0.6.18 where vLLM asks for
-    another): without this, pip would refuse the wheelhouse as inconsistent.
-    """
+def rewrite_metadata(metadata: bytes, version: str) -> bytes:
+    """METADATA with the new version; every other line as the build wrote it (a recipe pin
+    that contradicts a requirement is recorded as an override, never written in)."""
     head, sep, body = metadata.decode("utf-8").partition("\n\n")
-    replaced: list[str] = []
-    lines = [_pin_requirement(line, pins, replaced) for line in head.split("\n")]
-    head = _set_version("\n".join(lines), version)
-    return (head + sep + body).encode("utf-8"), replaced
+    return (_set_version(head, version) + sep + body).encode("utf-8")
 
 
 def _renamed(name: str, old_prefix: str, new_prefix: str) -> str:
@@ -335,12 +303,10 @@ def normalize_wheel(
     *,
     label: str | None,
     epoch: int = DEFAULT_EPOCH,
-    pins: Mapping[str, str] | None = None,
 ) -> NormalizedWheel:
     """Rewrite ``wheel`` into ``out_dir`` deterministically, relabelled with ``label``.
 
-    ``pins`` maps canonical project names to requirements (``name==version``) that replace
-    the wheel's own requirement on that project.  The wheel is streamed: one entry at a
+    The wheel is streamed: one entry at a
     time, read, hashed (against the old RECORD) and written, so a vLLM wheel of more than
     a gigabyte never sits in memory; RECORD is built on the way and written last.
     """
@@ -363,7 +329,7 @@ def normalize_wheel(
         old_prefix = dist_info.removesuffix(".dist-info")
         new_prefix = f"{old_prefix.rsplit('-', 1)[0]}-{new_version}"
         new_dist_info = f"{new_prefix}.dist-info"
-        new_metadata, replaced = rewrite_metadata(old_metadata, new_version, pins or {})
+        new_metadata = rewrite_metadata(old_metadata, new_version)
         dropped = {f"{new_dist_info}/{n}" for n in ("RECORD", *_SIGNATURES)}
         renamed = {m.name: _renamed(m.name, old_prefix, new_prefix) for m in members}
         for member in members:  # RECORD and signatures are not copied; still checked
@@ -389,4 +355,4 @@ def normalize_wheel(
             writer.finish(f"{new_dist_info}/RECORD")
     project = metadata_field(old_metadata, "Name") or parsed.distribution
     return NormalizedWheel(target, project, new_version, sha256_file(target, progress=False),
-                           target.stat().st_size, tuple(replaced))
+                           target.stat().st_size)
