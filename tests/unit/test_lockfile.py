@@ -14,6 +14,7 @@ from sparkbuild.errors import (
     VerifyError,
 )
 from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target, TreeRequirements
+from sparkbuild.sources.declared import declared_requirements
 from sparkbuild.wheelhouse import lock as lockfile
 from sparkbuild.wheelhouse.lock import (
     ClosureTarget,
@@ -24,12 +25,16 @@ from sparkbuild.wheelhouse.lock import (
     pip_platforms,
     render_lock,
     restrict_to_pins,
-    tree_requirements,
     uv_platform,
 )
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+def tree_requirements(tree: Path) -> list[str]:
+    """What lock resolves for a tree: the requirement lines it declares."""
+    return [line.text for line in declared_requirements(tree)]
+
 
 PIN = Pin("flashinfer-python", "0.6.18", "d" * 64)
 
