@@ -388,3 +388,10 @@ def test_check_reads_the_sparks_code_whatever_the_order_of_the_archs(
         archs: tuple[str, ...], native: str) -> None:
     plan = types.SimpleNamespace(archs=archs)
     assert CheckPlan.native_code.fget(plan) == native  # type: ignore[attr-defined]
+
+
+def test_a_trap_without_exit_is_a_guard_stub_too() -> None:
+    # The example's FP4 kernel at plain sm_121: printf and a trap, nothing after it.
+    trap_only = _function("_Z4trapv", "CALL.ABS.NOINC R2|BPT.TRAP 0x1")
+    assert trap_only.is_trap_only and trap_only.is_guard_stub
+    assert summarize([trap_only], "sm_121").guard_stub_kernels == ("_Z4trapv",)

@@ -146,12 +146,12 @@ class SassFunction:
         A superset of :attr:`is_trap_only`: CUTLASS 4.7 guards compile an unsupported kernel
         to printf + ``BPT.TRAP``, CUTLASS 4.2 to printf + ``EXIT`` -- a kernel that silently
         does nothing.  Device functions (they end in ``RET``, no ``EXIT``) are not kernels."""
+        if self.is_trap_only:
+            return True
         body = self.body
         if not any(i.opcode == "EXIT" for i in body):
             return False
-        speaks = any(i.opcode == "CALL" or (i.opcode == "BPT" and "TRAP" in i.modifiers)
-                     for i in body)
-        return speaks and not self._does_work
+        return any(i.opcode == "CALL" for i in body) and not self._does_work
 
     @property
     def _does_work(self) -> bool:
