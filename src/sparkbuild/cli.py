@@ -57,7 +57,7 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 
 def _vendor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.vendor import vendor_tree
+    from sparkbuild.vendor.plan import vendor_tree
     from sparkbuild.sources.mirrors import Mirrors
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
@@ -71,7 +71,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
     bundle = Path(args.bundle) if args.bundle else None
     cache = Path(args.cache) if args.cache else None
     if bundle is not None and not args.recipe:
-        from sparkbuild.build.bundle_read import bundled_recipe
+        from sparkbuild.bundle.read import bundled_recipe
 
         recipe = bundled_recipe(bundle, (cache or default_cache_root()).expanduser().resolve())
     else:
@@ -96,7 +96,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 
 def _bundle(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.bundle import BundleOptions, make_bundle
+    from sparkbuild.bundle.write import BundleOptions, make_bundle
 
     return make_bundle(BundleOptions(
         recipe=_recipe(args),
@@ -143,7 +143,7 @@ def _verify(args: argparse.Namespace) -> StageResult:
     from sparkbuild.wheelhouse.verify import verify_wheelhouse
 
     if args.installed:
-        from sparkbuild.wheelhouse.installed_check import verify_installed
+        from sparkbuild.node.installed_check import verify_installed
 
         return verify_installed(Path(args.installed), Path(args.dir) if args.dir else None)
     if not args.dir:
@@ -152,8 +152,8 @@ def _verify(args: argparse.Namespace) -> StageResult:
 
 
 def _install(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.wheelhouse.install import install_wheelhouse
-    from sparkbuild.wheelhouse.remote import install_from_url, is_url
+    from sparkbuild.node.install import install_wheelhouse
+    from sparkbuild.node.remote import install_from_url, is_url
 
     if is_url(args.dir):
         return install_from_url(args.dir, Path(args.venv))

@@ -38,11 +38,11 @@ from sparkbuild.build.compile_cache import (
     units_by_language,
 )
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
-from sparkbuild.build.materialize import materialize, require_complete
+from sparkbuild.vendor.materialize import materialize, require_complete
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.build.vendor import SourcePlan, VendorPlan, VendorResult
-from sparkbuild.build.vendor_fetch import fetch_source, vendor_for_recipe
-from sparkbuild.build.vendor_index import remember_missed
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
+from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
+from sparkbuild.vendor.index import remember_missed
 from sparkbuild.console import step, warn
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
@@ -242,7 +242,7 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
     recipe = options.recipe
     if options.bundle is not None:
-        from sparkbuild.build.bundle_read import (
+        from sparkbuild.bundle.read import (
             bundles_dir,
             import_bundle,
             prepared_from_bundle,

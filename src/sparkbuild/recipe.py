@@ -115,7 +115,7 @@ class VendorSettings:
     exclude: tuple[str, ...] = ()
     """Sources the build gets an empty directory for (reported, never silent)."""
     sparse: bool = False
-    """Fetch git sources without what a build never reads (sparkbuild.build.strip)."""
+    """Fetch git sources without what a build never reads (sparkbuild.vendor.unread)."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.bundle_archive import MANIFEST, TOP
+from sparkbuild.bundle.archive import MANIFEST, TOP
 from sparkbuild.errors import VerifyError
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.strip import referenced_paths, sparse_patterns
-from sparkbuild.build.vendor import SourcePlan, VendorPlan
-from sparkbuild.build.vendor_fetch import fetch_plan
-from sparkbuild.build.vendor_index import source_entry
+from sparkbuild.vendor.unread import referenced_paths, sparse_patterns
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan
+from sparkbuild.vendor.fetch import fetch_plan
+from sparkbuild.vendor.index import source_entry
 from sparkbuild.sources.mirrors import Mirrors
 from sparkbuild.store.cache import Cache
 from support import git

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.build.vendor import plan_tree
+from sparkbuild.vendor.plan import plan_tree
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import load_recipe
 

@@ -7,7 +7,7 @@ import io
 import tarfile
 from typing import TYPE_CHECKING
 
-from sparkbuild.build.bundle_archive import TOP
+from sparkbuild.bundle.archive import TOP
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.bundle import assemble
-from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
-from sparkbuild.build.bundle_read import import_bundle, prepared_from_bundle, unpack_bundle
-from sparkbuild.build.vendor import SourcePlan, VendorPlan, adjust_plan
-from sparkbuild.build.vendor_build_deps import WheelPlan
-from sparkbuild.build.vendor_fetch import write_tree_tarball
-from sparkbuild.build.vendor_index import source_entry, wheelset_entry
+from sparkbuild.bundle.write import assemble
+from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
+from sparkbuild.bundle.read import import_bundle, prepared_from_bundle, unpack_bundle
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan, adjust_plan
+from sparkbuild.vendor.build_deps import WheelPlan
+from sparkbuild.vendor.fetch import write_tree_tarball
+from sparkbuild.vendor.index import source_entry, wheelset_entry
 from sparkbuild.errors import RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.wheelhouse.fingerprint import RECORD_NAME, fingerprint, record_installation
-from sparkbuild.wheelhouse.installed_check import verify_installed
+from sparkbuild.node.fingerprint import RECORD_NAME, fingerprint, record_installation
+from sparkbuild.node.installed_check import verify_installed
 
 MANIFEST = {"schema": 1, "wheels": [
     {"file": "demo-1.0-py3-none-any.whl", "name": "demo", "version": "1.0", "sha256": "0" * 64,

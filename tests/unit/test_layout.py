@@ -1,4 +1,4 @@
-"""The package's shape: four stages over two shared layers, and imports that only run down.
+"""The package's shape: seven stages over two shared layers, and imports that only run down.
 
 Read from the source with :mod:`ast` (no module is imported): every ``import`` and
 ``from ... import`` of a ``sparkbuild`` module, at any depth (a function's lazy import
@@ -29,11 +29,14 @@ RANK = {
     "toolchain": 2,
     "sources": 3,
     "patches": 4,
-    "build": 5,
-    "wheelhouse": 6,
-    "pipeline": 7,
-    "cli": 8,
-    "__main__": 9,
+    "vendor": 5,
+    "bundle": 6,
+    "build": 7,
+    "wheelhouse": 8,
+    "node": 9,
+    "pipeline": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 """A room may import from its own rank or a lower one, never a higher one."""
 
@@ -98,11 +101,12 @@ def test_only_the_named_modules_stay_at_the_top() -> None:
     top = {path.stem for path in PACKAGE.glob("*.py")}
     assert top <= TOP_LEVEL, f"modules at the top of sparkbuild: {sorted(top - TOP_LEVEL)}"
     rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
-    assert rooms == {"store", "toolchain", "sources", "patches", "build", "wheelhouse"}
+    assert rooms == {"store", "toolchain", "sources", "patches", "vendor", "bundle", "build",
+                     "wheelhouse", "node"}
 
 
-@pytest.mark.parametrize("room", ["store", "toolchain", "sources", "patches", "build",
-                                  "wheelhouse"])
+@pytest.mark.parametrize("room", ["store", "toolchain", "sources", "patches", "vendor",
+                                  "bundle", "build", "wheelhouse", "node"])
 def test_each_room_says_what_it_does(room: str) -> None:
     init = PACKAGE / room / "__init__.py"
     docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
@@ -173,7 +177,7 @@ def loaded_with(module: str) -> set[str]:
 
 
 @pytest.mark.parametrize("reader", ["sparkbuild.wheelhouse.verify",
-                                    "sparkbuild.wheelhouse.install"])
+                                    "sparkbuild.node.install"])
 def test_reading_a_wheelhouse_loads_no_git_or_archive_code(reader: str) -> None:
     """verify and install run on air-gapped nodes: reading a lock or a manifest must not
     drag in the git, archive or patch machinery."""

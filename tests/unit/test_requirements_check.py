@@ -19,7 +19,7 @@ from sparkbuild.wheelhouse.overrides import (
     settle,
     target_environment,
 )
-from sparkbuild.wheelhouse.pip_check import judge_pip_check, parse_pip_check
+from sparkbuild.node.pip_check import judge_pip_check, parse_pip_check
 from sparkbuild.wheelhouse.requirements_check import (
     Dist,
     Unmet,

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbuild.build.strip import (
-    is_stripped_path,
-    referenced_paths,
-    sparse_patterns,
-    strip_tree,
-)
+from sparkbuild.bundle.strip import strip_tree
+from sparkbuild.vendor.unread import is_stripped_path, referenced_paths, sparse_patterns
 
 
 def _files(root: Path, names: list[str]) -> None:

@@ -13,9 +13,9 @@ import pytest
 
 from corpus.builders import write_tree
 from sparkbuild.build.compile import BuildRequest, NinjaProgress, build_environment, read_fetch_log
-from sparkbuild.build.materialize import Materialized
-from sparkbuild.build.vendor import plan_sources_from, recorder_notes
-from sparkbuild.build.vendor_sources import (
+from sparkbuild.vendor.materialize import Materialized
+from sparkbuild.vendor.plan import plan_sources_from, recorder_notes
+from sparkbuild.vendor.sources import (
     Assumption,
     Recorded,
     cmake_defines,

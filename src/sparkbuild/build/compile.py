@@ -1,7 +1,7 @@
 """The wheel build: ``pip wheel --no-build-isolation --no-deps`` of a prepared tree.
 
 The build never uses the network: sources come unpacked from the cache
-(:mod:`sparkbuild.build.materialize`), the build requirements are installed from cached wheels
+(:mod:`sparkbuild.vendor.materialize`), the build requirements are installed from cached wheels
 into a build environment of their own (kept in the cache, keyed by the wheels' hashes),
 and pip runs with no index and no config files.  What the tree's CMake sees:
 
@@ -43,7 +43,7 @@ from sparkbuild.store.lock import CacheLock
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from sparkbuild.build.materialize import Materialized
+    from sparkbuild.vendor.materialize import Materialized
     from sparkbuild.store.cache import Cache
 
 PROVIDER = build_tools_dir() / "sparkbuild_provider.cmake"

@@ -172,7 +172,7 @@ def _check_build_requirements(tree: Path) -> Check:
 
     from packaging.requirements import Requirement
 
-    from sparkbuild.build.vendor_build_deps import plan_wheels
+    from sparkbuild.vendor.build_deps import plan_wheels
 
     wheels, _torch = plan_wheels(tree)
     missing = []

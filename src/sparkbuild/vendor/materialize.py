@@ -16,14 +16,14 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.vendor_index import crates_entry, source_entry, wheelset_entry
+from sparkbuild.vendor.index import crates_entry, source_entry, wheelset_entry
 from sparkbuild.errors import CacheMissError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sparkbuild.build.vendor import SourcePlan, VendorPlan
+    from sparkbuild.vendor.plan import SourcePlan, VendorPlan
     from sparkbuild.store.cache import Cache
 
 COMPLETE_MARKER = ".sparkbuild-complete"

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.errors import VerifyError
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.wheelhouse.installed import distributions
+from sparkbuild.node.installed import distributions
 
 if TYPE_CHECKING:
     from pathlib import Path

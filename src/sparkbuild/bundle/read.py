@@ -1,6 +1,6 @@
 """Reading a bundle on the build host: verify every member, then feed the offline build.
 
-:func:`unpack_bundle` extracts a bundle (written by :mod:`sparkbuild.build.bundle`) safely
+:func:`unpack_bundle` extracts a bundle (written by :mod:`sparkbuild.bundle.write`) safely
 and checks every member against its manifest before anything else happens: a missing,
 changed or unlisted member is a :class:`VerifyError` that names it, and nothing is built.
 The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.bundle import PLAN, VERIFIED_MARKER
-from sparkbuild.build.bundle_archive import MANIFEST, TOP, members_of
-from sparkbuild.build.vendor_fetch import store_tree_tarball
-from sparkbuild.build.vendor_index import record_source, record_wheelset, source_entry_by_key
+from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
+from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
+from sparkbuild.vendor.fetch import store_tree_tarball
+from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive

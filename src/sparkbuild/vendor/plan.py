@@ -4,7 +4,7 @@ Three kinds of things break an air-gapped build of vLLM, often an hour in:
 
 * FetchContent sources (CUTLASS, flash-attention, FlashMLA, DeepGEMM, ...).  They are
   found by running the tree's own CMake with real cmake in script mode under a few
-  assumption sets (:mod:`sparkbuild.build.vendor_sources`), ``cmake/external_projects``
+  assumption sets (:mod:`sparkbuild.vendor.sources`), ``cmake/external_projects``
   included, and pinned as the tree pins them.  A real configure cannot run instead: it
   needs a CUDA build of torch and nvcc, and clones every dependency as it goes.  CMake
   still has the last word at build time: every build runs with sparkbuild's dependency
@@ -13,7 +13,7 @@ Three kinds of things break an air-gapped build of vLLM, often an hour in:
   online build, and an offline build stops at configure naming it.
 * Build requirements: ``[build-system] requires`` and ``requirements/build*`` of the
   tree, as wheels (torch at the tree's pin); planned by
-  :mod:`sparkbuild.build.vendor_build_deps`.
+  :mod:`sparkbuild.vendor.build_deps`.
 * Cargo crates, where the tree has a Cargo.lock (``cargo vendor``); planned there too.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.vendor_build_deps import CratePlan, WheelPlan, plan_crates, plan_wheels
-from sparkbuild.build.vendor_sources import (
+from sparkbuild.vendor.build_deps import CratePlan, WheelPlan, plan_crates, plan_wheels
+from sparkbuild.vendor.sources import (
     Recorded,
     override_of,
     record_assumptions,
@@ -323,7 +323,7 @@ def vendor_tree(
 
     ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
     (a build against the torch already installed); ``adjust``: the recipe's choices;
-    ``sparse``: fetch git sources without what a build never reads (build.strip).
+    ``sparse``: fetch git sources without what a build never reads (vendor.unread).
     """
     plan = plan_tree(tree, env=env)
     if adjust is not None:
@@ -331,12 +331,12 @@ def vendor_tree(
     result = VendorResult(plan, Path(cache).expanduser().resolve(), plan_only)
     if plan_only:
         return result
-    from sparkbuild.build.vendor_fetch import fetch_plan
+    from sparkbuild.vendor.fetch import fetch_plan
     from sparkbuild.sources.mirrors import NO_MIRRORS
 
     patterns = None
     if sparse:
-        from sparkbuild.build.strip import referenced_paths, sparse_patterns
+        from sparkbuild.vendor.unread import referenced_paths, sparse_patterns
 
         patterns = sparse_patterns(referenced_paths(plan.tree))
     result.entries = fetch_plan(plan, result.cache, mirrors=mirrors or NO_MIRRORS,

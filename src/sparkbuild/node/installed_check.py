@@ -26,8 +26,8 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.wheelhouse.fingerprint import Installation, fingerprint, read_installation
-from sparkbuild.wheelhouse.installed import (
+from sparkbuild.node.fingerprint import Installation, fingerprint, read_installation
+from sparkbuild.node.installed import (
     Distribution,
     distributions,
     file_problem,

@@ -5,14 +5,14 @@ and isolated from the machine's pip configuration (``--isolated``,
 ``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
 file cannot add or swap a single file.  ``pip check`` then proves the set is consistent
 (a conflict an override in the manifest records is reported, any other fails the install:
-:mod:`sparkbuild.wheelhouse.pip_check`), and importing the built package proves it loads
+:mod:`sparkbuild.node.pip_check`), and importing the built package proves it loads
 (its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
 lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
 the one judge of consistency (pip's resolver would refuse a recorded override outright).
 Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
-the venv with what was installed (:mod:`sparkbuild.wheelhouse.fingerprint`), for
+the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
 ``verify --installed``.  A wheelhouse served over HTTP comes through
-:mod:`sparkbuild.wheelhouse.remote`.
+:mod:`sparkbuild.node.remote`.
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError,
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
-from sparkbuild.wheelhouse.fingerprint import record_installation
+from sparkbuild.node.fingerprint import record_installation
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
-from sparkbuild.wheelhouse.pip_check import PipCheck, judge_pip_check
+from sparkbuild.node.pip_check import PipCheck, judge_pip_check
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -130,7 +130,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | 
     """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
 
     ``pip_sources`` replaces ``--no-index --find-links DIR`` (a served wheelhouse's index,
-    :func:`sparkbuild.wheelhouse.remote.install_from_url`); ``origin`` is then its URL.
+    :func:`sparkbuild.node.remote.install_from_url`); ``origin`` is then its URL.
     """
     directory, venv = directory.resolve(), venv.absolute()
     manifest = read_manifest(directory)

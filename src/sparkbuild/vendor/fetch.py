@@ -1,7 +1,7 @@
-"""Fetch what a :class:`~sparkbuild.build.vendor.VendorPlan` names into the dependency cache.
+"""Fetch what a :class:`~sparkbuild.vendor.plan.VendorPlan` names into the dependency cache.
 
 Everything lands in the content-addressed :class:`~sparkbuild.store.cache.Cache` as one blob,
-with an index entry (:mod:`sparkbuild.build.vendor_index`) that says what the blob is:
+with an index entry (:mod:`sparkbuild.vendor.index`) that says what the blob is:
 
 * a git source: a deterministic ``.tar.gz`` of the checkout at REF with its submodules
   (sorted entries, zero timestamps and owners, no ``.git``), plus the commit REF resolved
@@ -29,9 +29,9 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.build.vendor import SourcePlan, VendorEntry, VendorPlan, VendorResult
-from sparkbuild.build.vendor_build_deps import CratePlan
-from sparkbuild.build.vendor_index import (
+from sparkbuild.vendor.plan import SourcePlan, VendorEntry, VendorPlan, VendorResult
+from sparkbuild.vendor.build_deps import CratePlan
+from sparkbuild.vendor.index import (
     crates_entry,
     record_crates,
     record_source,
@@ -188,7 +188,7 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
     step(f"vendoring {source.name}: {source.url} @ {source.ref}{through}{how}")
     checkout = scratch / source.name
     if sparse:
-        from sparkbuild.build.vendor_sparse import checkout_sparse
+        from sparkbuild.vendor.sparse import checkout_sparse
 
         commit = checkout_sparse(source, checkout, mirrors, sparse)
     else:
@@ -327,7 +327,7 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
 
     ``mirrors`` rewrite where sources come from (keys and records stay upstream's);
     ``wheels=False`` leaves the build requirements out (a build on an existing torch);
-    ``sparse``: sparse-checkout patterns for git sources (:mod:`sparkbuild.build.vendor_sparse`).
+    ``sparse``: sparse-checkout patterns for git sources (:mod:`sparkbuild.vendor.sparse`).
     """
     cache = Cache(cache_root)
     entries: list[VendorEntry] = []
@@ -348,11 +348,11 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
 
 def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequence[str] = (),
                       offline: bool, wheels: bool) -> VendorResult:
-    """:func:`~sparkbuild.build.vendor.vendor_tree` with the recipe's choices (``wheel`` and
+    """:func:`~sparkbuild.vendor.plan.vendor_tree` with the recipe's choices (``wheel`` and
     ``bundle`` alike): the sources an earlier build found missing, ``[vendor]`` submodules,
     excludes and sparse checkouts, ``mirrors`` before the recipe's own, the recipe's build
     environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels."""
-    from sparkbuild.build.vendor import adjust_plan, vendor_tree
+    from sparkbuild.vendor.plan import adjust_plan, vendor_tree
 
     settings = recipe.vendor
 

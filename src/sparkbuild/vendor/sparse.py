@@ -1,11 +1,11 @@
 """Vendoring only what a build reads: a partial clone with a sparse checkout.
 
 ``[vendor] sparse = true`` (or ``--sparse``) fetches each git source the way
-:func:`sparkbuild.build.vendor_fetch.checkout_git` does, with two differences:
+:func:`sparkbuild.vendor.fetch.checkout_git` does, with two differences:
 
 * ``git fetch --filter=blob:none``: the commit's trees arrive, file contents only when
   the checkout asks for them;
-* a non-cone sparse checkout of the rules in :mod:`sparkbuild.build.strip` (no docs,
+* a non-cone sparse checkout of the rules in :mod:`sparkbuild.vendor.unread` (no docs,
   media, tests or examples, except what the tree's CMake names), so the blobs a build
   never reads are never fetched.  CUTLASS's images alone are tens of MB.
 
@@ -27,7 +27,7 @@ from sparkbuild.errors import CommandFailed, NetworkError, SourceError
 from sparkbuild.sources.git import git_error, network_trouble, run_git
 
 if TYPE_CHECKING:
-    from sparkbuild.build.vendor import SourcePlan
+    from sparkbuild.vendor.plan import SourcePlan
     from sparkbuild.sources.mirrors import Mirrors
 
 LOCAL_UPLOAD_PACK = ("git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true "

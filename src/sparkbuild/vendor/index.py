@@ -11,9 +11,9 @@ namespaces say what each blob is:
   did not name, so that the next plan (and bundle) of that recipe includes them.
 
 Readers return an entry only when its blobs are present: an index line whose blob was
-removed is no entry at all.  :mod:`sparkbuild.build.vendor_fetch` fills them,
-:mod:`sparkbuild.build.bundle_read` imports them from a bundle, and
-:mod:`sparkbuild.build.materialize` reads them back.
+removed is no entry at all.  :mod:`sparkbuild.vendor.fetch` fills them,
+:mod:`sparkbuild.bundle.read` imports them from a bundle, and
+:mod:`sparkbuild.vendor.materialize` reads them back.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sparkbuild.build.vendor import SourcePlan, VendorPlan
-from sparkbuild.build.vendor_build_deps import CratePlan
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan
+from sparkbuild.vendor.build_deps import CratePlan
 from sparkbuild.store.cache import Cache
 
 SOURCES = "sources"
