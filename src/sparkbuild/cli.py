@@ -57,8 +57,8 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 
 def _vendor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.vendor.plan import vendor_tree
     from sparkbuild.sources.mirrors import Mirrors
+    from sparkbuild.vendor.plan import vendor_tree
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
                        mirrors=Mirrors.parse(args.mirror), sparse=args.sparse)

@@ -38,15 +38,15 @@ from sparkbuild.build.compile_cache import (
     units_by_language,
 )
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
-from sparkbuild.vendor.materialize import materialize, require_complete
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
-from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
-from sparkbuild.vendor.index import remember_missed
 from sparkbuild.console import step, warn
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
+from sparkbuild.vendor.index import remember_missed
+from sparkbuild.vendor.materialize import materialize, require_complete
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.vendor.unread import referenced_paths, sparse_patterns
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan
-from sparkbuild.vendor.fetch import fetch_plan
-from sparkbuild.vendor.index import source_entry
 from sparkbuild.sources.mirrors import Mirrors
 from sparkbuild.store.cache import Cache
+from sparkbuild.vendor.fetch import fetch_plan
+from sparkbuild.vendor.index import source_entry
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan
+from sparkbuild.vendor.unread import referenced_paths, sparse_patterns
 from support import git
 
 

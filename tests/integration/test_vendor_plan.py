@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from corpus.builders import write_tree
+from sparkbuild.errors import CacheMissError
+from sparkbuild.store.cache import Cache
 from sparkbuild.vendor.materialize import missing_entries, require_complete
 from sparkbuild.vendor.plan import plan_tree
 from sparkbuild.vendor.sources import fetch_options, record_assumptions
-from sparkbuild.errors import CacheMissError
-from sparkbuild.store.cache import Cache
 
 SHA = "ab" * 20
 REPO = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.vendor.plan import plan_tree
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import load_recipe
+from sparkbuild.vendor.plan import plan_tree
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.bundle.write import assemble
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.read import import_bundle, prepared_from_bundle, unpack_bundle
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan, adjust_plan
-from sparkbuild.vendor.build_deps import WheelPlan
-from sparkbuild.vendor.fetch import write_tree_tarball
-from sparkbuild.vendor.index import source_entry, wheelset_entry
+from sparkbuild.bundle.write import assemble
 from sparkbuild.errors import RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.vendor.build_deps import WheelPlan
+from sparkbuild.vendor.fetch import write_tree_tarball
+from sparkbuild.vendor.index import source_entry, wheelset_entry
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan, adjust_plan
 from support.bundles import rewrite_bundle
 
 SOURCE = SourcePlan(name="dep", kind="git", url="https://example.com/dep.git", ref="v1")

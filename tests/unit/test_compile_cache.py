@@ -19,11 +19,11 @@ from sparkbuild.build.compile_cache import (
     redact,
     units_by_language,
 )
-from sparkbuild.vendor.materialize import Materialized
 from sparkbuild.build.sccache_server import _environments
 from sparkbuild.errors import RecipeError, UsageError
-from sparkbuild.recipe import load_recipe
 from sparkbuild.node.remote import index_args
+from sparkbuild.recipe import load_recipe
+from sparkbuild.vendor.materialize import Materialized
 
 HERE = Path("/nowhere")
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkbuild.errors import CommandFailed, PinRefusedError, UsageError, VerifyError
+from sparkbuild.node.pip_check import judge_pip_check, parse_pip_check
 from sparkbuild.recipe import Pin
 from sparkbuild.wheelhouse.lock import _uv_failure
 from sparkbuild.wheelhouse.overrides import (
@@ -19,7 +20,6 @@ from sparkbuild.wheelhouse.overrides import (
     settle,
     target_environment,
 )
-from sparkbuild.node.pip_check import judge_pip_check, parse_pip_check
 from sparkbuild.wheelhouse.requirements_check import (
     Dist,
     Unmet,

@@ -13,15 +13,6 @@ import pytest
 
 from corpus.builders import write_tree
 from sparkbuild.build.compile import BuildRequest, NinjaProgress, build_environment, read_fetch_log
-from sparkbuild.vendor.materialize import Materialized
-from sparkbuild.vendor.plan import plan_sources_from, recorder_notes
-from sparkbuild.vendor.sources import (
-    Assumption,
-    Recorded,
-    cmake_defines,
-    fetch_options,
-    override_names,
-)
 from sparkbuild.errors import HashMismatchError, UsageError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.sources.fetch import fetch_source
@@ -30,6 +21,15 @@ from sparkbuild.toolchain.cmake_recorder import (
     called_commands,
     cmake_files,
     parse_record,
+)
+from sparkbuild.vendor.materialize import Materialized
+from sparkbuild.vendor.plan import plan_sources_from, recorder_notes
+from sparkbuild.vendor.sources import (
+    Assumption,
+    Recorded,
+    cmake_defines,
+    fetch_options,
+    override_names,
 )
 
 # -- the plan, from recorded runs ------------------------------------------------------------

@@ -43,8 +43,8 @@ from sparkbuild.store.lock import CacheLock
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from sparkbuild.vendor.materialize import Materialized
     from sparkbuild.store.cache import Cache
+    from sparkbuild.vendor.materialize import Materialized
 
 PROVIDER = build_tools_dir() / "sparkbuild_provider.cmake"
 """The CMake dependency provider: in the checkout, or in the installed wheel's resources."""

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
-from sparkbuild.vendor.fetch import store_tree_tarball
-from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
+from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.vendor.fetch import store_tree_tarball
+from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
 
 if TYPE_CHECKING:
     from sparkbuild.patches.prepare import PrepareResult

@@ -5,7 +5,8 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
 
 * ``tree/``: the prepared tree, the series applied (docs and CI files left out);
 * ``sources/NAME/``: every source the build fetches, at its pinned commit or hash,
-  without what a build never reads (:mod:`sparkbuild.bundle.strip`, by the rules of :mod:`sparkbuild.vendor.unread`; listed in the plan);
+  without what a build never reads (:mod:`sparkbuild.bundle.strip`, by the rules of
+  :mod:`sparkbuild.vendor.unread`; listed in the plan);
 * ``wheels/``: the build-requirement wheels, unless ``--without-wheels`` (a host that
   builds against the torch it already has);
 * ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
@@ -39,20 +40,20 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.bundle.archive import TOP, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
-from sparkbuild.vendor.unread import referenced_paths
-from sparkbuild.vendor.index import source_entry, wheelset_entry
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.vendor.index import source_entry, wheelset_entry
+from sparkbuild.vendor.unread import referenced_paths
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from sparkbuild.vendor.plan import VendorPlan
     from sparkbuild.recipe import Recipe
+    from sparkbuild.vendor.plan import VendorPlan
 
 BUNDLE_FORMAT = 1
 PLAN = "plan.json"
@@ -286,8 +287,8 @@ def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str
 
 def make_bundle(options: BundleOptions) -> BundleResult:
     """The whole ``bundle`` command; see the module docstring."""
-    from sparkbuild.vendor.materialize import require_complete
     from sparkbuild.vendor.fetch import vendor_for_recipe
+    from sparkbuild.vendor.materialize import require_complete
 
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())

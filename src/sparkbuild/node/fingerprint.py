@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.node.installed import distributions
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.node.installed import distributions
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
+from sparkbuild.node.fingerprint import record_installation
+from sparkbuild.node.pip_check import PipCheck, judge_pip_check
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
-from sparkbuild.node.fingerprint import record_installation
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
-from sparkbuild.node.pip_check import PipCheck, judge_pip_check
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -25,7 +25,6 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import SparkbuildError, VerifyError
-from sparkbuild.store.hashing import sha256_file
 from sparkbuild.node.fingerprint import Installation, fingerprint, read_installation
 from sparkbuild.node.installed import (
     Distribution,
@@ -35,6 +34,7 @@ from sparkbuild.node.installed import (
     parse_record,
     read_record,
 )
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
 from sparkbuild.wheelhouse.verify import Mismatch
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.store.download import download
 from sparkbuild.node.install import InstallResult, install_wheelhouse
+from sparkbuild.store.download import download
 from sparkbuild.wheelhouse.lock import LOCK_NAME
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
 from sparkbuild.wheelhouse.write import SIMPLE_DIR

@@ -29,17 +29,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.vendor.plan import SourcePlan, VendorEntry, VendorPlan, VendorResult
-from sparkbuild.vendor.build_deps import CratePlan
-from sparkbuild.vendor.index import (
-    crates_entry,
-    record_crates,
-    record_source,
-    record_wheelset,
-    source_entry,
-    wheelset_entry,
-    with_missed_sources,
-)
 from sparkbuild.console import step
 from sparkbuild.errors import (
     CommandFailed,
@@ -53,6 +42,17 @@ from sparkbuild.sources.mirrors import NO_MIRRORS, Mirrors
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.download import fetch_to_cache
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.vendor.build_deps import CratePlan
+from sparkbuild.vendor.index import (
+    crates_entry,
+    record_crates,
+    record_source,
+    record_wheelset,
+    source_entry,
+    wheelset_entry,
+    with_missed_sources,
+)
+from sparkbuild.vendor.plan import SourcePlan, VendorEntry, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan
-from sparkbuild.vendor.build_deps import CratePlan
 from sparkbuild.store.cache import Cache
+from sparkbuild.vendor.build_deps import CratePlan
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan
 
 SOURCES = "sources"
 WHEELSETS = "wheelsets"

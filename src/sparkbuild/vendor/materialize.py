@@ -16,15 +16,15 @@ import shutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.vendor.index import crates_entry, source_entry, wheelset_entry
 from sparkbuild.errors import CacheMissError, VerifyError
 from sparkbuild.sources.archive import extract_archive
+from sparkbuild.vendor.index import crates_entry, source_entry, wheelset_entry
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sparkbuild.vendor.plan import SourcePlan, VendorPlan
     from sparkbuild.store.cache import Cache
+    from sparkbuild.vendor.plan import SourcePlan, VendorPlan
 
 COMPLETE_MARKER = ".sparkbuild-complete"
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
+from sparkbuild.store.hashing import sha256_bytes
 from sparkbuild.vendor.build_deps import CratePlan, WheelPlan, plan_crates, plan_wheels
 from sparkbuild.vendor.sources import (
     Recorded,
@@ -36,8 +38,6 @@ from sparkbuild.vendor.sources import (
     relative_where,
     source_fields,
 )
-from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
-from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -331,8 +331,8 @@ def vendor_tree(
     result = VendorResult(plan, Path(cache).expanduser().resolve(), plan_only)
     if plan_only:
         return result
-    from sparkbuild.vendor.fetch import fetch_plan
     from sparkbuild.sources.mirrors import NO_MIRRORS
+    from sparkbuild.vendor.fetch import fetch_plan
 
     patterns = None
     if sparse:

@@ -27,8 +27,8 @@ from sparkbuild.errors import CommandFailed, NetworkError, SourceError
 from sparkbuild.sources.git import git_error, network_trouble, run_git
 
 if TYPE_CHECKING:
-    from sparkbuild.vendor.plan import SourcePlan
     from sparkbuild.sources.mirrors import Mirrors
+    from sparkbuild.vendor.plan import SourcePlan
 
 LOCAL_UPLOAD_PACK = ("git -c uploadpack.allowFilter=true -c uploadpack.allowAnySHA1InWant=true "
                      "upload-pack")
