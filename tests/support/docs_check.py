@@ -1,9 +1,9 @@
 """The docs stay true: every sparkbuild command and flag the Markdown names exists in the CLI,
-and every relative link resolves.
+and every relative link (images and reference definitions too) resolves.
 
 What counts as a mention (the rules the pages are written to):
 
-- in a fenced code block (any language but toml, json, yaml, ini, text), every
+- in a fenced code block (any language but toml, json, ini, text, diff), every
   ``sparkbuild`` word (``python -m sparkbuild``, ``.venv/bin/sparkbuild``) starts an
   invocation: the command after it, and every ``-x``/``--xx`` flag up to ``|``, ``&&``,
   ``;``, ``>`` or a ``#`` comment;
@@ -31,16 +31,18 @@ from pathlib import Path
 FOREIGN = frozenset({
     "python", "python3", "pip", "uv", "git", "cmake", "ninja", "nvcc", "ptxas", "cuobjdump",
     "cargo", "sccache", "ccache", "pytest", "sha256sum", "rm", "unshare", "redis-server",
-    "docker", "actionlint", "gh", "tar", "curl",
+    "docker", "actionlint", "gh", "tar", "curl", "ssh", "rsync", "ls", "cp", "env", "sudo",
+    "apt-get", "bash", "make", "gcc", "ulimit", "nvidia-smi", "systemctl",
 })
 """Programs other than sparkbuild whose flags the pages may name."""
 
-SKIPPED_FENCES = frozenset({"toml", "json", "yaml", "yml", "ini", "text", "diff"})
+SKIPPED_FENCES = frozenset({"toml", "json", "ini", "text", "diff"})
 OPERATORS = frozenset({"|", "||", "&&", ";", ">", ">>", "2>", "2>&1", "<", "&"})
 FLAG = re.compile(r"-{1,2}[A-Za-z][A-Za-z0-9-]*")
 WORD = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 INLINE = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
-LINK = re.compile(r"(?<!!)\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+LINK = re.compile(r"\[(?:[^\]\\]|\\.)*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+DEFINITION = re.compile(r"^ {0,3}\[[^\]]+\]:\s*(\S+)")
 HEADING = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w+-]*)")
 
@@ -103,7 +105,8 @@ class Mention:
         found = [f"{here}: sparkbuild has no option {flag}" for flag in self.top_flags
                  if flag not in cli.top]
         if self.command is None:
-            return found + [f"{here}: no sparkbuild command has {flag}" for flag in self.flags
+            return found + [f"{here}: no sparkbuild command has {flag} (another program's? "
+                            "write it with its program)" for flag in self.flags
                             if flag not in cli.every_flag]
         if self.command not in cli.commands:
             return [*found, f"{here}: sparkbuild has no command {self.command!r}"]
@@ -277,6 +280,9 @@ def links(path: Path) -> list[tuple[int, str]]:
         if fence is None:
             prose = INLINE.sub("", line)
             found += [(number, m.group(1)) for m in LINK.finditer(prose)]
+            definition = DEFINITION.match(line)
+            if definition:
+                found.append((number, definition.group(1)))
     return found
 
 

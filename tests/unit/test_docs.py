@@ -183,6 +183,9 @@ def _links(path: Path) -> list[tuple[int, str]]:
     ("```sh\nsparkbuild wheel \\\n    --out w --no-such-flag\n```\n",
      "`sparkbuild wheel` has no --no-such-flag"),
     ("```\n.venv/bin/sparkbuild -q wheel\n```\n", "sparkbuild has no option -q"),
+    ("```yaml\n- run: python -m sparkbuild wheel --no-such-flag\n```\n",
+     "`sparkbuild wheel` has no --no-such-flag"),
+    ("Switches such as `--add-moe`.\n", "no sparkbuild command has --add-moe (another program's"),
     ("Use `patch frobnicate TREE`.\n", "`sparkbuild patch` takes no 'frobnicate'"),
     ("Use `patch {status,frobnicate} TREE`.\n", "`sparkbuild patch` takes no 'frobnicate'"),
     ("Also `wheel [--no-such-flag]`.\n", "`sparkbuild wheel` has no --no-such-flag"),
@@ -217,7 +220,8 @@ def test_links_must_name_a_file_and_a_heading(tmp_path: Path) -> None:
     page = write(tmp_path, "\n".join([
         "# Page", "",
         "[ok](other.md) [ok](other.md#fine-x-y) [ok](other.md#twice-1) [ok](#page)",
-        "[bad](missing.md) [bad](other.md#nowhere) [bad](#nowhere)",
+        "[bad](missing.md) [bad](other.md#nowhere) [bad](#nowhere) ![bad](missing.png)",
+        "", "[label]: missing-ref.md",
         "[external](https://example.com/x) `[not a link](missing-too.md)`",
         "```", "[in code](missing-in-code.md)", "```", "",
     ]))
@@ -226,6 +230,8 @@ def test_links_must_name_a_file_and_a_heading(tmp_path: Path) -> None:
         "page.md:4: link to missing.md: no such file",
         "page.md:4: link to other.md#nowhere: no heading #nowhere",
         "page.md:4: link to #nowhere: no heading #nowhere",
+        "page.md:4: link to missing.png: no such file",
+        "page.md:6: link to missing-ref.md: no such file",
     ]
 
 
