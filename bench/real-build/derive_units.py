@@ -18,6 +18,7 @@ The device run (bench/full-build/pools.sh) replaces this with a measured table.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 import re
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ JOBS = 32
 
 
 def finish_time(step: int) -> float:
-    for (t0, n0), (t1, n1) in zip(POINTS, POINTS[1:], strict=False):
+    for (t0, n0), (t1, n1) in pairwise(POINTS):
         if n0 <= step <= n1:
             return t0 + (t1 - t0) * (step - n0) / max(1, n1 - n0)
     return POINTS[-1][0]
