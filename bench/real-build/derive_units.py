@@ -18,9 +18,9 @@ The device run (bench/full-build/pools.sh) replaces this with a measured table.
 from __future__ import annotations
 
 import json
-from itertools import pairwise
 import re
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
