@@ -37,12 +37,16 @@ from sparkbuild.build.compile_cache import (
     cache_spec,
     units_by_language,
 )
-from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
+from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor, with_pools
+from sparkbuild.build.pools import write_plan_file
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.console import step, warn
+from sparkbuild.build.timeline import run_timeline, timeline_lines
+from sparkbuild.build.unit_memory import measured_for, remember
+from sparkbuild.console import info, step, warn
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.phases import phase, recording
 from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
 from sparkbuild.vendor.index import remember_missed
 from sparkbuild.vendor.materialize import materialize, require_complete
@@ -95,6 +99,8 @@ class WheelResult:
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     compile_cache: CompileCacheResult | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)
+    """Every phase's seconds and the build's account (sparkbuild.build.timeline)."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -115,6 +121,8 @@ class WheelResult:
             "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
             "wheelhouse": self.wheelhouse.to_dict(),
             "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
+            "timeline": self.timeline,
+            "units": self.build.timeline.units_table() if self.build.timeline else [],
         }
 
     def summary(self) -> list[str]:
@@ -131,6 +139,7 @@ class WheelResult:
         lines += self.compile_cache.summary() if self.compile_cache else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
+        lines += timeline_lines(self.timeline, self.build.timeline)
         return lines + self.wheelhouse.summary()
 
 
@@ -180,7 +189,7 @@ def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scrat
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
+def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -> BuildPlan:
     recipe = options.recipe
     report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib,
                         compile_cache=None, existing_torch=options.use_existing_torch)
@@ -190,13 +199,22 @@ def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
         raise report.error
     total, available = read_memory()
     launcher = report.tools.get("launcher")
-    return plan_build(
+    plan = plan_build(
         total_memory_bytes=total, available_memory_bytes=available,
         cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
         nvcc_threads=recipe.build.nvcc_threads, arch_count=len(recipe.target.cuda_archs),
         launcher=str(launcher.path) if launcher else None,
         requested_jobs=options.jobs or recipe.build.jobs,
     )
+    measured, killed = measured_for(cache.root, recipe.target.torch_cuda_arch_list) \
+        if cache else ({}, ())
+    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
+                      cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
+                      measured=measured, killed=killed,
+                      requested_jobs=options.jobs or recipe.build.jobs)
+    for line in plan.pool_lines():
+        info(f"doctor: {line}")
+    return plan
 
 
 def _build_torch(python: Path, existing_torch: bool) -> str | None:
@@ -251,10 +269,12 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
         cache = context.cache()
         unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
-        imported = import_bundle(unpacked, cache)
+        with phase("bundle import"):
+            imported = import_bundle(unpacked, cache)
         if imported:
             step(f"imported from the bundle into the cache: {', '.join(imported)}")
-        return prepared_from_bundle(unpacked, recipe, work / "tree")
+        with phase("tree copy"):
+            return prepared_from_bundle(unpacked, recipe, work / "tree")
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     # The spec as written: fetch_source takes the recipe's own relative path from the
@@ -299,6 +319,8 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "pool": plan.pool.to_dict() if plan.pool else None,
+        "units": outcome.timeline.units_table() if outcome.timeline else [],
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -318,6 +340,13 @@ def _label(recipe: Recipe, prepared: PrepareResult) -> str:
 
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
+    with recording() as clock:
+        result = _build_wheel(options)
+    result.timeline = run_timeline(clock.seconds, clock.wall(), result.build.timeline)
+    return result
+
+
+def _build_wheel(options: WheelOptions) -> WheelResult:
     from sparkbuild.wheelhouse.destination import check_destination
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
@@ -330,16 +359,18 @@ def build_wheel(options: WheelOptions) -> WheelResult:
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with CacheLock(root / "work" / f"{recipe.name}.lock").held():
-        with _timed(seconds, "prepare"):
+        with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
-        _refuse_contradicted_pins(options, tree)
-        with _timed(seconds, "vendor"):
+        with phase("pins"):
+            _refuse_contradicted_pins(options, tree)
+        with _timed(seconds, "vendor"), phase("vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
-        plan = _build_plan(options, tree)
-        with _timed(seconds, "build"):
+        with phase("doctor"):
+            plan = _build_plan(options, tree, cache)
+        with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
                 from sparkbuild.build.existing_torch import use_existing_torch
@@ -355,20 +386,28 @@ def build_wheel(options: WheelOptions) -> WheelResult:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
                         *plan.reasons, f"compiler launcher: sccache, shared cache "
                         f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
+                                            tree) if plan.pool else None
                 request = BuildRequest(
                     tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
                     jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
                     offline=options.offline, deps=deps,
                     recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
                     launcher=plan.launcher, targets=options.targets,
+                    pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
                 )
                 outcome = build_tree(request, python)
+        if outcome.timeline is not None:
+            remember(cache.root, recipe.target.torch_cuda_arch_list,
+                     [unit.to_dict() | {"source": unit.source,
+                                        "peak_rss_bytes": unit.peak_rss_bytes}
+                      for unit in outcome.timeline.units], outcome.timeline.killed_sources)
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
-        with _timed(seconds, "wheelhouse"):
+        with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

@@ -32,6 +32,7 @@ from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.phases import phase
 from sparkbuild.vendor.fetch import store_tree_tarball
 from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
 
@@ -82,7 +83,8 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
     if not bundle.is_file():
         raise VerifyError("the bundle does not exist", where=str(bundle),
                           hint="pass the file `sparkbuild bundle --out FILE` wrote")
-    digest = sha256_file(bundle)
+    with phase("bundle verify"):
+        digest = sha256_file(bundle)
     dest = into / f"bundle-{digest[:16]}"
     marker = dest / VERIFIED_MARKER
     if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest):
@@ -90,7 +92,8 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
         staging = into / f".bundle-{digest[:16]}.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            extract_archive(bundle, staging)
+            with phase("bundle unpack"):
+                extract_archive(bundle, staging)
         except (SparkbuildError, lzma.LZMAError, tarfile.TarError, EOFError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             what = exc.what if isinstance(exc, SparkbuildError) else str(exc)
@@ -103,7 +106,8 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
             shutil.rmtree(staging, ignore_errors=True)
             raise VerifyError(f"the bundle has no readable {MANIFEST}", where=str(bundle),
                               hint="it was not written by `sparkbuild bundle`") from exc
-        problems = _problems(root, manifest)
+        with phase("bundle verify"):
+            problems = _problems(root, manifest)
         if problems:
             shutil.rmtree(staging, ignore_errors=True)
             shown = "\n  ".join(problems[:12]) + (

@@ -45,6 +45,7 @@ from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.phases import phase
 from sparkbuild.wheelhouse.closure import (
     Outside,
     RealOutside,
@@ -310,7 +311,8 @@ def write_wheelhouse(
     cache = Cache(cache_root)
     with staging_dir(out) as staging:
         step(f"writing the wheelhouse {out} (label +{label})")
-        built = [_built_file(wheel, staging, label, epoch) for wheel in built_wheels]
+        with phase("wheel rewrite"):
+            built = [_built_file(wheel, staging, label, epoch) for wheel in built_wheels]
         _warn_foreign(built, target)
         env = target_environment(target.platform, target.python)
         direct = [d for w in built for d in wheel_demands(read_dist(staging / w.file))]
@@ -345,7 +347,8 @@ def write_wheelhouse(
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT
         write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
-        _verify_staged(staging, out, result.libraries)
+        with phase("verify"):
+            _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
     return result
 
