@@ -437,3 +437,28 @@ def sha256_of_streamed(path: Path) -> str:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+# -- bundles -----------------------------------------------------------------------------
+
+
+def tiny_bundle(path: Path, recipe_name: str, *, twice: str | None = None) -> Path:
+    """A bundle as ``unpack_bundle`` reads it (plan, the recipe it carries, a manifest of
+    both); ``twice``: a member the manifest lists a second time, the same entry again."""
+    top = "sparkbuild-bundle"
+    recipe = recipe_text("unused", "series/series").replace('name = "corpus"',
+                                                            f'name = "{recipe_name}"')
+    members = {
+        "plan.json": json.dumps({"format": 1, "recipe": recipe_name,
+                                 "recipe_file": "corpus.toml", "sources": []}).encode(),
+        "recipe/corpus.toml": recipe.encode(),
+    }
+    entries = [f'"{name}": {{"sha256": "{hashlib.sha256(data).hexdigest()}", '
+               f'"size": {len(data)}}}' for name, data in members.items()]
+    if twice is not None:  # the same entry again: each copy is true, the list is not
+        entries += [entry for name, entry in zip(members, entries, strict=True) if name == twice]
+    manifest = '{"format": 1, "members": {' + ", ".join(entries) + "}}"
+    with tarfile.open(path, "w:xz") as tar:
+        for name, data in {**members, "manifest.json": manifest.encode()}.items():
+            add_bytes(tar, f"{top}/{name}", data)
+    return path
