@@ -42,7 +42,7 @@ from sparkbuild.node.installed import (
 from sparkbuild.store.hashing import CHUNK, sha256_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
 from sparkbuild.wheelhouse.members import member_digest
-from sparkbuild.wheelhouse.verify import Mismatch, verify_files
+from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
 
 
 @dataclass
@@ -277,6 +277,7 @@ def verify_installed(venv: Path, wheelhouse: Path | None = None) -> InstalledChe
     else:
         result.notes.append(f"installed from {installation.origin}: pass the wheelhouse "
                             "directory to also compare with its wheels")
+    result.mismatches = merged(result.mismatches)  # one entry per file, its problems joined
     if result.files_checked == 0:
         result.mismatches.append(Mismatch(str(venv), "no installed file was checked: no "
                                           "RECORD lists a hash"))
