@@ -262,6 +262,7 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
     if options.bundle is not None:
         from sparkbuild.bundle.read import (
             bundles_dir,
+            check_recipe,
             import_bundle,
             prepared_from_bundle,
             unpack_bundle,
@@ -269,6 +270,7 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
         cache = context.cache()
         unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
+        check_recipe(unpacked, recipe)
         with phase("bundle import"):
             imported = import_bundle(unpacked, cache)
         if imported:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
 from sparkbuild.console import info, step
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
@@ -77,6 +77,29 @@ def _problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
+class _ListedTwice(Exception):
+    """A key of a JSON object given twice (json keeps the last one without a word)."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _ListedTwice(key)
+        found[key] = value
+    return found
+
+
+def check_recipe(unpacked: UnpackedBundle, recipe: Recipe) -> None:
+    """A bundle carries its recipe: building it under another name is refused."""
+    bundled = str(unpacked.plan.get("recipe"))
+    if recipe.name != bundled:
+        raise UsageError(f"the bundle carries the recipe {bundled!r}, not {recipe.name!r}: a "
+                         "bundle is built with its own recipe", where=str(recipe.path),
+                         hint="leave out --recipe (the bundle's recipe is used), or write a "
+                         f"bundle of {recipe.name!r} with `sparkbuild bundle`")
+
+
 def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
     """Extract and verify ``bundle`` under ``into`` (reused when the same bundle was)."""
     bundle = Path(bundle)
@@ -101,7 +124,14 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
                               hint="copy it again; its sha256 is printed by `bundle`") from exc
         root = staging / TOP
         try:
-            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"),
+                                  object_pairs_hook=_once_each)
+        except _ListedTwice as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise VerifyError(f"the bundle's {MANIFEST} lists {exc.args[0]} twice",
+                              where=str(bundle), hint="the bundle was changed after it was "
+                              "written; nothing was built; write a new one with "
+                              "`sparkbuild bundle`") from exc
         except (OSError, ValueError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise VerifyError(f"the bundle has no readable {MANIFEST}", where=str(bundle),

@@ -1,6 +1,11 @@
 """Install a wheelhouse into a venv with no network: the wheelhouse alone, hashes required.
 
-pip runs with ``--no-index --find-links DIR --require-hashes -r DIR/requirements.lock``
+Nothing is installed from a wheelhouse that was not verified first: every file against
+``manifest.json``, the lock's included, by the code ``verify`` runs
+(:func:`sparkbuild.wheelhouse.verify.verify_files`), before the venv is created.  pip gets
+the lock's verified bytes, and the fingerprint recorded is that of the verified manifest.
+
+pip runs with ``--no-index --find-links DIR --require-hashes -r`` (the verified lock)
 and isolated from the machine's pip configuration (``--isolated``,
 ``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
 file cannot add or swap a single file.  ``pip check`` then proves the set is consistent
@@ -23,6 +28,7 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import step
@@ -33,10 +39,11 @@ from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
+from sparkbuild.wheelhouse.members import read_text_member
+from sparkbuild.wheelhouse.verify import verify_files
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from sparkbuild.wheelhouse.verify import CheckedFiles
 
 PIP_TIMEOUT = 3600.0
 _ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -102,7 +109,7 @@ def import_names(wheel: Path) -> list[str]:
         top_level = [n for n in names if n.count("/") == 1 and
                      n.endswith(".dist-info/top_level.txt")]
         if top_level:
-            text = archive.read(top_level[0]).decode("utf-8")
+            text = read_text_member(archive, top_level[0], str(wheel))
             return sorted({line.strip() for line in text.splitlines() if line.strip()})
     found = set()
     for name in names:
@@ -125,28 +132,47 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | None = None,
-                       origin: str | None = None) -> InstallResult:
+def verified_wheelhouse(directory: Path) -> CheckedFiles:
+    """The wheelhouse checked exactly as ``verify`` checks its files (one piece of code:
+    :func:`sparkbuild.wheelhouse.verify.verify_files`), or :class:`VerifyError`."""
+    checked = verify_files(directory)
+    error = checked.error(hint="nothing was installed: copy the wheelhouse again (then "
+                          "`sparkbuild verify DIR`), or rebuild it with `sparkbuild wheel`")
+    if error is not None:
+        raise error
+    if checked.lock_bytes is None:
+        raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
+    return checked
+
+
+def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
+                       ) -> InstallResult:
     """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
 
-    ``pip_sources`` replaces ``--no-index --find-links DIR`` (a served wheelhouse's index,
-    :func:`sparkbuild.node.remote.install_from_url`); ``origin`` is then its URL.
+    The whole wheelhouse is verified against its manifest first; pip then reads the lock's
+    verified bytes (a copy, not the file), and the fingerprint recorded is the sha256 of the
+    manifest bytes that were verified.  ``origin``: where it came from (a URL,
+    :func:`sparkbuild.node.remote.install_from_url`).
     """
     directory, venv = directory.resolve(), venv.absolute()
-    manifest = read_manifest(directory)
-    lock = directory / LOCK_NAME
-    if not lock.is_file():
-        raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
-    locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
+    checked = verified_wheelhouse(directory)
+    manifest = checked.manifest
+    assert checked.lock_bytes is not None
+    lock_text = checked.lock_bytes.decode("utf-8")
+    locked = parse_lock(lock_text, where=str(directory / LOCK_NAME))
     for item in locked:
-        check_known_bad(item.name, item.version, role="wheelhouse file", where=str(lock))
+        check_known_bad(item.name, item.version, role="wheelhouse file",
+                        where=str(directory / LOCK_NAME))
     created = ensure_venv(venv, manifest.get("target", {}).get("python"))
     python = venv_python(venv)
-    how = "its simple/ index" if pip_sources else "no index"
-    step(f"installing {len(locked)} projects from {origin or directory} ({how}, hashes required)")
-    sources = pip_sources or ["--no-index", "--find-links", str(directory)]
-    _pip(python, "install", *sources, "--require-hashes",
-         "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
+    step(f"installing {len(locked)} projects from {origin or directory} (no index, hashes "
+         "required)")
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
+        lock = Path(scratch) / LOCK_NAME
+        lock.write_text(lock_text, encoding="utf-8")
+        _pip(python, "install", "--no-index", "--find-links", str(directory),
+             "--require-hashes", "--only-binary", ":all:", "--no-cache-dir", "--no-deps",
+             "--requirement", lock)
     check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
                                 timeout=PIP_TIMEOUT, check=False).output, manifest)
     installed = [f"{r.name}=={r.version}" for r in locked]
@@ -157,9 +183,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | 
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                 timeout=PIP_TIMEOUT)
-    recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
-                                   origin or str(directory))
+    recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
                          fingerprint=recorded.fingerprint, origin=recorded.origin)
-

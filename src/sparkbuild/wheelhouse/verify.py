@@ -17,20 +17,22 @@ build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
-from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain.sass import arch_digits, runs_on, summarize
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 
 if TYPE_CHECKING:
@@ -137,11 +139,84 @@ class VerifyResult:
 
 
 def actual_hashes(directory: Path) -> dict[str, str]:
-    return {
-        path.relative_to(directory).as_posix(): sha256_file(path)
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and path.name != MANIFEST_NAME
-    }
+    return plain_files(directory)[0]
+
+
+def _not_plain(path: Path, mode: int) -> str | None:
+    """Why ``path`` (by its lstat mode) is not a plain file or directory of the wheelhouse."""
+    if stat.S_ISLNK(mode):
+        return (f"a symbolic link (to {path.readlink()}), not a plain file: refused, "
+                "even to identical bytes")
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "not a plain file (a device, socket or pipe): refused, not read"
+
+
+def plain_files(directory: Path) -> tuple[dict[str, str], list[Mismatch]]:
+    """The sha256 of every plain file under ``directory`` (manifest.json aside), and each
+    thing that is not a plain file or directory, named: a symbolic link is never followed."""
+    hashes: dict[str, str] = {}
+    refused: list[Mismatch] = []
+    for top, subdirs, files in os.walk(directory):
+        base = Path(top)
+        for name in sorted([*subdirs, *files]):
+            path = base / name
+            relative = path.relative_to(directory).as_posix()
+            problem = _not_plain(path, path.lstat().st_mode)
+            if problem is not None:
+                refused.append(Mismatch(relative, problem))
+            elif name in files and relative != MANIFEST_NAME:
+                hashes[relative] = sha256_file(path)
+        subdirs[:] = [d for d in subdirs if not (base / d).is_symlink()]
+    return dict(sorted(hashes.items())), refused
+
+
+def leaves_directory(name: str) -> bool:
+    """A manifest entry that is not a plain relative path inside the wheelhouse."""
+    parts = PurePosixPath(name).parts
+    return (not name or "\\" in name or PurePosixPath(name).is_absolute() or ".." in parts
+            or parts in ((), (".",)))
+
+
+@dataclass
+class CheckedFiles:
+    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is their
+    sha256) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
+
+    directory: Path
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    lock_bytes: bytes | None
+    actual: dict[str, str]
+    mismatches: list[Mismatch]
+
+    def error(self, hint: str) -> VerifyError | None:
+        if not self.mismatches:
+            return None
+        named = "; ".join(f"{m.file} ({m.problem})" for m in self.mismatches)
+        return VerifyError(f"{len(self.mismatches)} problem(s) in the wheelhouse: {named}",
+                           where=str(self.directory), hint=hint)
+
+
+def verify_files(directory: Path) -> CheckedFiles:
+    """Every file of ``directory`` against its manifest and lock: the one integrity check,
+    for ``verify`` and for ``install``.  The lock is read once, hashed and parsed from the
+    same bytes; a manifest entry that leaves the directory is named and never read."""
+    raw, manifest = load_manifest(directory)
+    actual, refused = plain_files(directory)
+    lock_bytes = None
+    if LOCK_NAME in actual:
+        lock_bytes = (directory / LOCK_NAME).read_bytes()
+        actual[LOCK_NAME] = sha256_bytes(lock_bytes)
+    expected = expected_hashes(manifest)
+    outside = [Mismatch(name, "leaves the wheelhouse directory: refused, not read")
+               for name in sorted(expected) if leaves_directory(name)]
+    skip = {m.file for m in outside} | {m.file for m in refused}
+    listed = {k: v for k, v in expected.items() if k not in skip}
+    problems = [*outside, *refused,
+                *(m for m in compare(listed, actual) if m.file not in skip),
+                *check_lock(directory, actual, lock_bytes)]
+    return CheckedFiles(directory, raw, manifest, lock_bytes, actual, merged(problems))
 
 
 def compare(expected: dict[str, str], actual: dict[str, str]) -> list[Mismatch]:
@@ -157,12 +232,15 @@ def compare(expected: dict[str, str], actual: dict[str, str]) -> list[Mismatch]:
     return problems
 
 
-def check_lock(directory: Path, actual: dict[str, str]) -> list[Mismatch]:
-    """Each wheel's bytes must be one the lock allows, and each lock line must have a wheel."""
+def check_lock(directory: Path, actual: dict[str, str], lock_bytes: bytes | None = None
+               ) -> list[Mismatch]:
+    """Each wheel's bytes must be one the lock allows, and each lock line must have a wheel.
+    ``lock_bytes``: the lock as already read (and hashed); else it is read here."""
     lock_path = directory / LOCK_NAME
     try:
-        locked = parse_lock(lock_path.read_text(encoding="utf-8"), where=str(lock_path))
-    except (OSError, VerifyError) as exc:
+        data = lock_bytes if lock_bytes is not None else lock_path.read_bytes()
+        locked = parse_lock(data.decode("utf-8"), where=str(lock_path))
+    except (OSError, UnicodeDecodeError, VerifyError) as exc:
         return [Mismatch(LOCK_NAME, f"cannot be read: {exc}")]
     by_key = {canonicalize_name(item.name): item for item in locked}
     problems, seen = [], set()
@@ -230,7 +308,9 @@ def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
             path = Path(archive.extract(member, tmp))
-            archs = tuple(list_archs(path))
+            with path.open("rb") as head:
+                elf = head.read(4) == b"\x7fELF"
+            archs = tuple(list_archs(path)) if elf else ()  # cuobjdump reads a file whole
             have = {arch_digits(a) for a in archs}
             missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if archs else ()
             sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = (
@@ -309,14 +389,14 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     """Re-hash ``directory`` against its manifest and lock; list the built wheels' GPU code
     and judge their machine code for the targets.  ``libraries``: already read (``wheel``
     reads them once, for the manifest and for this check of the staged wheelhouse)."""
-    manifest = read_manifest(directory)
-    actual = actual_hashes(directory)
+    checked = verify_files(directory)
+    manifest, actual = checked.manifest, checked.actual
     targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
     result = VerifyResult(directory, len(actual) + 1, targets)
-    result.mismatches += merged(compare(expected_hashes(manifest), actual)
-                                + check_lock(directory, actual)
-                                + check_requirements(result, directory, manifest))
-    built = [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
-    check_archs(result, [w for w in built if w.is_file()], list_archs or _default_lister,
+    inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
+    result.mismatches += merged(checked.mismatches
+                                + check_requirements(result, directory, inside))
+    built = [directory / str(w["file"]) for w in inside["wheels"] if w.get("role") == "built"]
+    check_archs(result, built, list_archs or _default_lister,
                 read_functions or _default_reader, libraries)
     return result
