@@ -156,8 +156,8 @@ def _install(args: argparse.Namespace) -> StageResult:
     from sparkbuild.node.remote import install_from_url, is_url
 
     if is_url(args.dir):
-        return install_from_url(args.dir, Path(args.venv))
-    return install_wheelhouse(Path(args.dir), Path(args.venv))
+        return install_from_url(args.dir, Path(args.venv), source=args.install_from)
+    return install_wheelhouse(Path(args.dir), Path(args.venv), source=args.install_from)
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
@@ -314,6 +314,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="the wheelhouse: a directory, or the URL of one "
                    "served over HTTP (its simple/ index)")
     p.add_argument("--venv", required=True, metavar="PATH")
+    p.add_argument("--from", dest="install_from", choices=("lock", "pylock"), default="lock",
+                   help="install from requirements.lock with pip (default), or from "
+                   "pylock.toml (PEP 751) with uv")
     _add_common(p)
     p.set_defaults(handler=_install)
 

@@ -295,7 +295,8 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
-                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
+                compile_cache: CompileCacheResult | None = None,
+                vendored: VendorResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -330,7 +331,24 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
+        vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
     )
+
+
+def _vendored_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
+    """The sources built into the wheel, for its SBOM: each with the commit its ref
+    resolved to (the cache's record).  The series patches the source tree only; the
+    build unpacks each vendored source from the cache as it was fetched, so none is
+    patched (``patched``: False)."""
+    from sparkbuild.vendor.index import source_entry
+
+    found = []
+    for source in plan.sources:
+        entry = source_entry(cache, source) or {}
+        found.append({"name": source.name, "kind": source.kind, "url": source.url,
+                      "ref": source.ref, "commit": entry.get("commit"),
+                      "sha256": source.sha256, "patched": False})
+    return found
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -410,6 +428,7 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
+                                     vendored)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

@@ -23,7 +23,7 @@ import pytest
 from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
-from support import example_recipe, pybind11_bare_repo, unshare_works
+from support import example_recipe, git, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -104,6 +104,7 @@ def test_online_then_offline_build(
                                          build_dirs["root"] / "so-online")
     (extension,) = report["wheelhouse"]["libraries"]
     assert extension["sass_archs"] == ["sm_121a"]
+    _vendored_in_sbom(build_dirs["root"] / "online", build_dirs["repo"])
     assert extension["block_scaled_mma"] > 0 and extension["trap_only_kernels"] == []
     verified = subprocess.run([sys.executable, "-m", "sparkbuild", "verify",
                                str(build_dirs["root"] / "online"), "--json"],
@@ -127,6 +128,23 @@ def test_online_then_offline_build(
     archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),
                              build_dirs["root"] / "so-offline")
     assert "sm_121a" in archs, archs
+
+
+def _vendored_in_sbom(out: Path, repo: Path) -> None:
+    """The wheelhouse's SBOM names the vendored pybind11 inside the built wheel, at the
+    commit its tag resolved to, unpatched; the wheel's own SBOM says the same."""
+    commit = git("rev-parse", "v3.1.0^{commit}", cwd=repo)
+    sbom = json.loads((out / "sbom.cdx.json").read_text())
+    (built,) = [c for c in sbom["components"] if c["name"] == "mini-vllm"]
+    (pybind11,) = built["components"]
+    props = {p["name"]: p["value"] for p in pybind11["properties"]}
+    assert (pybind11["name"], pybind11["version"]) == ("pybind11", commit)
+    assert props["sparkbuild:vendored:ref"] == "v3.1.0"
+    assert props["sparkbuild:patched"] == "false"
+    with zipfile.ZipFile(_built_wheel(out)) as archive:
+        (inside,) = [n for n in archive.namelist() if n.endswith("/sboms/sbom.cdx.json")]
+        own = json.loads(archive.read(inside))
+    assert own["metadata"]["component"]["components"] == [pybind11]
 
 
 def test_plain_12_1_stops_at_verify_naming_the_trap(build_dirs: dict[str, Path]) -> None:

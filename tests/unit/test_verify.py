@@ -104,7 +104,8 @@ def test_intact_wheelhouse_passes_and_lists_archs(tmp_path: Path) -> None:
     result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=SM121, read_functions=NO_SASS)
     assert result.error is None, result.summary()
     assert [(lib.library, lib.archs) for lib in result.libraries] == [("demo/_C.so", ("sm_121a",))]
-    assert result.checked == 5  # the wheel, the lock, two index pages and the manifest
+    # the wheel, the lock, two index pages, pylock.toml, sbom.cdx.json and the manifest
+    assert result.checked == 7
     assert result.to_dict()["ok"] is True
 
 

@@ -47,9 +47,9 @@ def fetch_wheelhouse(url: str, into: Path) -> Path:
     return into
 
 
-def install_from_url(url: str, venv: Path) -> InstallResult:
+def install_from_url(url: str, venv: Path, *, source: str = "lock") -> InstallResult:
     """Install the wheelhouse served at ``url`` into ``venv``: fetched whole, verified like
-    a local one, installed from the verified copy."""
+    a local one, installed from the verified copy (from its lock, or its pylock.toml)."""
     with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch:
         local = fetch_wheelhouse(url, Path(scratch))
-        return install_wheelhouse(local, venv, origin=url)
+        return install_wheelhouse(local, venv, origin=url, source=source)

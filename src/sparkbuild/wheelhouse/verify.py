@@ -34,6 +34,7 @@ from sparkbuild.toolchain.sass import arch_digits, runs_on, summarize
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
+from sparkbuild.wheelhouse.standards import Agreement, check_standards
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -87,6 +88,8 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     """The Requires-Dist and torch check (RequirementsReport.to_dict())."""
+    agreement: list[Agreement] = field(default_factory=list)
+    """Whether pylock.toml and sbom.cdx.json agree with the wheels present."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -98,6 +101,7 @@ class VerifyResult:
             "libraries": [lib.to_dict() for lib in self.libraries],
             "notes": self.notes,
             "requirements": self.requirements,
+            "agreement": {item.file: item.to_dict() for item in self.agreement},
         }
 
     def summary(self) -> list[str]:
@@ -113,6 +117,7 @@ class VerifyResult:
             lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
             lines += [f"    GUARD STUB (prints and exits) {name}" for name in lib.guard_stub_kernels
                       if name not in lib.trap_only_kernels]
+        lines += [item.line() for item in self.agreement]
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
@@ -371,6 +376,14 @@ def check_requirements(result: VerifyResult, directory: Path, manifest: dict[str
     return [Mismatch(file, problem) for file, problem in report.mismatches()]
 
 
+def _check_agreement(result: VerifyResult, directory: Path, manifest: dict[str, Any],
+                     actual: dict[str, str]) -> list[Mismatch]:
+    """pylock.toml and sbom.cdx.json against the wheels present (standards.py)."""
+    result.agreement = check_standards(directory, manifest, actual)
+    return [Mismatch(file, problem) for item in result.agreement
+            for file, problem in item.problems]
+
+
 def _default_lister(path: Path) -> list[str]:
     from sparkbuild.toolchain.sass import list_cuda_archs
 
@@ -395,7 +408,8 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     result = VerifyResult(directory, len(actual) + 1, targets)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
-                                + check_requirements(result, directory, inside))
+                                + check_requirements(result, directory, inside)
+                                + _check_agreement(result, directory, manifest, actual))
     built = [directory / str(w["file"]) for w in inside["wheels"] if w.get("role") == "built"]
     check_archs(result, built, list_archs or _default_lister,
                 read_functions or _default_reader, libraries)

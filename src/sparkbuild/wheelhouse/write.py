@@ -82,6 +82,8 @@ from sparkbuild.wheelhouse.requirements_check import (
     settle_wheelhouse,
     wheel_demands,
 )
+from sparkbuild.wheelhouse.sbom import WHEEL_SBOM, BuildFacts, wheel_sbom
+from sparkbuild.wheelhouse.standards import write_standards
 from sparkbuild.wheelhouse.verify import (
     LibraryArchs,
     gpu_libraries,
@@ -95,7 +97,7 @@ from sparkbuild.wheelhouse.wheel_rewrite import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
@@ -151,9 +153,12 @@ class WheelhouseResult:
 # -- small helpers ---------------------------------------------------------------------
 
 
-def _built_file(wheel: Path, staging: Path, label: str, epoch: int) -> WheelhouseFile:
-    """The built wheel, rewritten: deterministic, relabelled; its requirements as built."""
-    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch)
+def _built_file(wheel: Path, staging: Path, label: str, epoch: int,
+                facts: BuildFacts) -> WheelhouseFile:
+    """The built wheel, rewritten: deterministic, relabelled, its SBOM under
+    ``.dist-info/sboms/`` (PEP 770); its requirements as built."""
+    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch, extra=lambda name,
+                                 version: {WHEEL_SBOM: wheel_sbom(facts, name, version)})
     return WheelhouseFile(normalized.path.name, normalized.name, normalized.version,
                           normalized.sha256, normalized.size, "built")
 
@@ -297,11 +302,14 @@ def write_wheelhouse(
     list_archs: ArchLister | None = None,
     read_functions: SassReader | None = None,
     closure: bool = True,
+    vendored: Sequence[Mapping[str, Any]] = (),
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
     ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
-    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None).
+    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
+    the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
+    the SBOMs.
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -309,10 +317,14 @@ def write_wheelhouse(
     label = local_label(recipe.target.cuda_archs, patches)
     epoch = source_date_epoch(source)
     cache = Cache(cache_root)
+    toolchain = toolchain or outside.toolchain()
+    facts = BuildFacts(recipe.package, recipe.name, epoch, source=source, patches=patches,
+                       vendored=vendored, toolchain=toolchain,
+                       cuda_archs=recipe.target.cuda_archs, label=label)
     with staging_dir(out) as staging:
         step(f"writing the wheelhouse {out} (label +{label})")
         with phase("wheel rewrite"):
-            built = [_built_file(wheel, staging, label, epoch) for wheel in built_wheels]
+            built = [_built_file(wheel, staging, label, epoch, facts) for wheel in built_wheels]
         _warn_foreign(built, target)
         env = target_environment(target.platform, target.python)
         direct = [d for w in built for d in wheel_demands(read_dist(staging / w.file))]
@@ -335,13 +347,14 @@ def write_wheelhouse(
         result = WheelhouseResult(out, files, target, label, note=note,
                                   overrides=merge_overrides(early, late))
         extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
+        extra.update(write_standards(staging, files, facts, target))
         step("reading the machine code of the built wheels (cuobjdump)")
         result.libraries, _notes = gpu_libraries(
             [staging / f.file for f in built], recipe.target.cuda_archs,
             list_archs=list_archs, read_functions=read_functions)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
-            patches=patches, toolchain=toolchain or outside.toolchain(),
+            patches=patches, toolchain=toolchain,
             build_settings=build_settings, wheels=[f.to_dict() for f in files],
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
