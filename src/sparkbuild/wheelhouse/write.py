@@ -98,7 +98,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
-    from sparkbuild.wheelhouse.verify import ArchLister, SassReader
+    from sparkbuild.wheelhouse.verify import ArchLister, KernelReader, SassReader
 
 SIMPLE_DIR = "simple"
 
@@ -135,7 +135,11 @@ class WheelhouseResult:
         lines += [f"  OVERRIDE {o.describe()}" for o in self.overrides]
         lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
                   f"{lib.block_scaled_mma} block-scaled MMA, "
-                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)" for lib in self.libraries]
+                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)"
+                  + "".join(f"; kernels {c.describe()}" for c in lib.coverage)
+                  for lib in self.libraries]
+        lines += [f"  JIT kernel ({k['target']} from {k['ptx_arch']}) {k['library']}: "
+                  f"{k['kernel']}" for k in self.manifest.get("jit_kernels", [])]
         if self.note:
             lines.append(f"  {self.note}")
         python = shlex.quote(sys.executable or "python3")  # a command that works as copied
@@ -296,6 +300,7 @@ def write_wheelhouse(
     list_archs: ArchLister | None = None,
     read_functions: SassReader | None = None,
     closure: bool = True,
+    read_kernels: KernelReader | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -336,7 +341,7 @@ def write_wheelhouse(
         step("reading the machine code of the built wheels (cuobjdump)")
         result.libraries, _notes = gpu_libraries(
             [staging / f.file for f in built], recipe.target.cuda_archs,
-            list_archs=list_archs, read_functions=read_functions)
+            list_archs=list_archs, read_functions=read_functions, read_kernels=read_kernels)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
             patches=patches, toolchain=toolchain or outside.toolchain(),
@@ -344,6 +349,8 @@ def write_wheelhouse(
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT
+        result.manifest["jit_kernels"] = [k for lib in result.libraries
+                                          for k in lib.jit_kernels()]
         write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
         _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
@@ -359,8 +366,9 @@ def _verify_staged(staging: Path, out: Path, libraries: Sequence[LibraryArchs]) 
             f"the wheelhouse fails verify, so it was not written: {error.what}",
             where=str(out),
             hint="a trap-only kernel is a feature guard that compiled the kernel away: build "
-            "for 12.1a (cuda_archs under [target]); a missing arch means the arch lists did "
-            "not select the target",
+            "for 12.1a (cuda_archs under [target]); a kernel with no code or PTX only means "
+            "the arch lists did not select the target (`allow_jit = true` under [target] "
+            "accepts PTX-only kernels, JIT-compiled on every node at first use)",
         )
 
 
