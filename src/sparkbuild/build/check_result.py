@@ -1,10 +1,12 @@
 """What ``check`` found: one outcome per unit, and whether that is a pass.
 
-A check passes only when it compiled something, every unit it chose compiled, and no
-kernel for the target arch is a trap: nvcc exits 0 when a feature guard compiles a
-kernel's body to ``printf`` plus ``trap``, so the machine code (:mod:`sparkbuild.toolchain.
-sass`) is what counts.  A unit skipped because its headers or sources are not on this
-machine, or a configure that would stop before the build, is not a pass either.
+A check passes only when it compiled something, every unit it chose compiled, every
+kernel of them has native code for the target (or PTX only, with ``allow_jit``), no unit's
+recorded gencode leaves the target without SASS, and no kernel for the target arch is a
+trap: nvcc exits 0 when a feature guard compiles a kernel's body to ``printf`` plus
+``trap``, so the machine code (:mod:`sparkbuild.toolchain.sass`) is what counts.  A unit
+skipped because its headers or sources are not on this machine, or a configure that would
+stop before the build, is not a pass either.
 """
 
 from __future__ import annotations

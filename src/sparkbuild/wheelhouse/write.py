@@ -12,9 +12,11 @@ Everything is written into a staging directory beside ``out`` and renamed into p
 end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any point
 leaves no directory that looks like a complete wheelhouse. Before the rename, the staged
 wheelhouse goes through ``verify`` (:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and
-the built wheels' machine code for the target. A library with a trap-only kernel (or without
-code for the target) fails the run and leaves no wheelhouse; the manifest records each
-library's block-scaled MMA count and trap-only kernels. Pins and closure files pass through
+the built wheels' machine code for the target. A library with a trap-only kernel, or a
+kernel with no code for the target, or a PTX-only kernel (unless the recipe sets
+``allow_jit``), fails the run and leaves no wheelhouse; the manifest records each library's
+block-scaled MMA count, trap-only kernels and coverage per kernel, and lists the PTX-only
+kernels it accepted as ``jit_kernels``. Pins and closure files pass through
 the content-addressed cache, so a second run (``--offline``) takes them from there
 (:mod:`sparkbuild.wheelhouse.closure` fetches them).
 """
