@@ -112,6 +112,11 @@ def test_online_then_offline_build(
     assert verified.returncode == 0, verified.stderr[-3000:]
     (library,) = json.loads(verified.stdout)["libraries"]
     assert library["block_scaled_mma"] == extension["block_scaled_mma"]
+    # every kernel of the extension is native sm_121a code: none PTX only, none without code
+    (spark,) = library["coverage"]
+    assert spark["target"] == "12.1a" and spark["kernels"] > 0
+    assert (spark["native"], spark["ptx"], spark["none"]) == (spark["kernels"], 0, 0)
+    assert spark["not_native"] == []
 
     # No network, and the dependency's repository gone: only the cache can serve it.
     hidden = build_dirs["repo"].with_name("moved-away.git")

@@ -12,9 +12,11 @@ Everything is written into a staging directory beside ``out`` and renamed into p
 end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any point
 leaves no directory that looks like a complete wheelhouse. Before the rename, the staged
 wheelhouse goes through ``verify`` (:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and
-the built wheels' machine code for the target. A library with a trap-only kernel (or without
-code for the target) fails the run and leaves no wheelhouse; the manifest records each
-library's block-scaled MMA count and trap-only kernels. Pins and closure files pass through
+the built wheels' machine code for the target. A library with a trap-only kernel, or a
+kernel with no code for the target, or a PTX-only kernel (unless the recipe sets
+``allow_jit``), fails the run and leaves no wheelhouse; the manifest records each library's
+block-scaled MMA count, trap-only kernels and coverage per kernel, and lists the PTX-only
+kernels it accepted as ``jit_kernels``. Pins and closure files pass through
 the content-addressed cache, so a second run (``--offline``) takes them from there
 (:mod:`sparkbuild.wheelhouse.closure` fetches them).
 """
@@ -101,7 +103,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
-    from sparkbuild.wheelhouse.verify import ArchLister, SassReader
+    from sparkbuild.wheelhouse.verify import ArchLister, KernelReader, SassReader
 
 SIMPLE_DIR = "simple"
 
@@ -138,7 +140,11 @@ class WheelhouseResult:
         lines += [f"  OVERRIDE {o.describe()}" for o in self.overrides]
         lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
                   f"{lib.block_scaled_mma} block-scaled MMA, "
-                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)" for lib in self.libraries]
+                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)"
+                  + "".join(f"; kernels {c.describe()}" for c in lib.coverage)
+                  for lib in self.libraries]
+        lines += [f"  JIT kernel ({k['target']} from {k['ptx_arch']}) {k['library']}: "
+                  f"{k['kernel']}" for k in self.manifest.get("jit_kernels", [])]
         if self.note:
             lines.append(f"  {self.note}")
         python = shlex.quote(sys.executable or "python3")  # a command that works as copied
@@ -303,6 +309,7 @@ def write_wheelhouse(
     read_functions: SassReader | None = None,
     closure: bool = True,
     vendored: Sequence[Mapping[str, Any]] = (),
+    read_kernels: KernelReader | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -351,7 +358,7 @@ def write_wheelhouse(
         step("reading the machine code of the built wheels (cuobjdump)")
         result.libraries, _notes = gpu_libraries(
             [staging / f.file for f in built], recipe.target.cuda_archs,
-            list_archs=list_archs, read_functions=read_functions)
+            list_archs=list_archs, read_functions=read_functions, read_kernels=read_kernels)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
             patches=patches, toolchain=toolchain,
@@ -359,6 +366,8 @@ def write_wheelhouse(
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT
+        result.manifest["jit_kernels"] = [k for lib in result.libraries
+                                          for k in lib.jit_kernels()]
         write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
         with phase("verify"):
             _verify_staged(staging, out, result.libraries)
@@ -375,8 +384,9 @@ def _verify_staged(staging: Path, out: Path, libraries: Sequence[LibraryArchs]) 
             f"the wheelhouse fails verify, so it was not written: {error.what}",
             where=str(out),
             hint="a trap-only kernel is a feature guard that compiled the kernel away: build "
-            "for 12.1a (cuda_archs under [target]); a missing arch means the arch lists did "
-            "not select the target",
+            "for 12.1a (cuda_archs under [target]); a kernel with no code or PTX only means "
+            "the arch lists did not select the target (`allow_jit = true` under [target] "
+            "accepts PTX-only kernels, JIT-compiled on every node at first use)",
         )
 
 
