@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.build.schedule import KnownUnit
+
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 OBJECT_SUFFIXES = (".o", ".obj")
@@ -157,18 +159,37 @@ def measured_for(cache_root: Path, arch: str) -> tuple[dict[str, int], tuple[str
     return peaks, tuple(sorted(killed))
 
 
+def known_units(cache_root: Path, arch: str) -> list[KnownUnit]:
+    """The unit table of the earlier builds for ``arch``: each unit's seconds (from the
+    last build's ``.ninja_log``), its peak where measured, in the last build's start order."""
+    units = []
+    for key, entry in load(cache_root).items():
+        source, _, rest = key.partition("|")
+        flags, _, entry_arch = rest.partition("|")
+        seconds = entry.get("seconds")
+        if entry_arch != arch or not isinstance(seconds, (int, float)):
+            continue
+        peak = entry.get("peak_rss_bytes")
+        units.append(KnownUnit(source, flags, float(seconds), int(peak) if peak else None,
+                               float(entry.get("start") or 0.0)))
+    return sorted(units, key=lambda u: (u.start, u.source))
+
+
 def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],
              killed: Iterable[str] = ()) -> int:
-    """Store the measured units (``source``, ``flags``, ``peak_rss_bytes``, ``seconds``)."""
+    """Store the build's units (``source``, ``flags``, ``seconds``, ``start`` and, where
+    measured, ``peak_rss_bytes``: an earlier peak stays when this build measured none);
+    returns how many had a peak."""
     data = load(cache_root)
     count = 0
     for unit in units:
-        if not unit.get("peak_rss_bytes"):
-            continue
         key = unit_key(str(unit["source"]), str(unit.get("flags", "")), arch)
-        data[key] = {**data.get(key, {}), "peak_rss_bytes": int(unit["peak_rss_bytes"]),
-                     "seconds": unit.get("seconds")}
-        count += 1
+        entry = {**data.get(key, {}), "seconds": unit.get("seconds"),
+                 "start": unit.get("start")}
+        if unit.get("peak_rss_bytes"):
+            entry["peak_rss_bytes"] = int(unit["peak_rss_bytes"])
+            count += 1
+        data[key] = entry
     for source in killed:
         matches = [k for k in data if k.startswith(source + "|") and k.endswith("|" + arch)]
         for key in matches or [unit_key(source, "", arch)]:
