@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,12 +69,13 @@ def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
     return totals
 
 
-def read_procs() -> list[Proc]:
+def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
+    """Every process under ``proc_root`` (``/proc``): pid, parent, resident bytes, argv."""
     procs = []
-    for entry in os.scandir("/proc"):
+    for entry in os.scandir(proc_root):
         if not entry.name.isdigit():
             continue
-        base = Path("/proc") / entry.name
+        base = proc_root / entry.name
         try:
             stat = (base / "stat").read_text(encoding="ascii", errors="replace")
             rss_pages = int((base / "statm").read_text(encoding="ascii").split()[1])
@@ -95,11 +96,13 @@ class MemorySampler:
     interval: float = INTERVAL
     peaks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
+    reader: Callable[[], list[Proc]] = read_procs
+    """Where a sample's processes come from (tests feed their own)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        for unit, rss in unit_rss(read_procs(), self.root).items():
+        for unit, rss in unit_rss(self.reader(), self.root).items():
             self.peaks[unit] = max(self.peaks.get(unit, 0), rss)
         self.samples += 1
 
