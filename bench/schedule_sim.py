@@ -4,11 +4,13 @@
 
 UNITS.json: ``wheel --json`` output (its ``units``) or ``{"units": [...]}``; each unit has
 ``path``, ``seconds`` and ``peak_rss_gib`` (a unit without a peak counts 2.9 GiB).
-Both plans are list scheduling in the table's order (ninja's order): a free slot takes
-the next unit that may start.
+Every plan is list scheduling in the table's order (ninja's order), by the planner's own
+simulator (sparkbuild.build.schedule): a free slot takes the next unit that may start.
   * today's: MAX_JOBS = min(cores, usable / 8.7 GiB), one budget for every unit;
-  * the pool plan (sparkbuild.build.pools): MAX_JOBS = cores, the units above their fair
-    share of memory in a pool of the depth plan_pools chooses from the measured peaks.
+  * the pool plan (sparkbuild.build.pools.plan_pools, given the table as the cache would
+    hold it: seconds and peaks): MAX_JOBS = cores, the heavy units in a pool, the
+    threshold and depth it chooses by simulating its candidates;
+  * the first build's plan (nothing known: the path rule, each heavy unit 8.7 GiB).
 Each is reported with its peak memory in flight (the sum of running units' peaks).
 Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine.
 """
@@ -16,66 +18,53 @@ Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkbuild.build.doctor import usable_memory
-from sparkbuild.build.pools import HEADROOM, plan_pools
+from sparkbuild.build.pools import heavy_indices, plan_pools, today_jobs
+from sparkbuild.build.schedule import KnownUnit, simulate
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
 MACHINES = {"spark-20c-128GB": (20, 128 * 10**9), "device-16c-128GiB": (16, 128 * GIB)}
 
 
-def simulate(units: list[dict[str, Any]], jobs: int, pool: set[int], depth: int
-             ) -> tuple[float, float]:
-    """(makespan seconds, peak GiB in flight) of list scheduling with a pool."""
-    pending = list(range(len(units)))
-    running: list[tuple[float, int]] = []
-    now = peak = in_flight = 0.0
-    in_pool = 0
-    while pending or running:
-        started = True
-        while started and len(running) < jobs:
-            started = False
-            for position, index in enumerate(pending):
-                if index in pool and in_pool >= depth:
-                    continue
-                pending.pop(position)
-                in_pool += index in pool
-                in_flight += units[index]["peak_rss_gib"]
-                heapq.heappush(running, (now + units[index]["seconds"], index))
-                started = True
-                break
-        peak = max(peak, in_flight)
-        now, done = heapq.heappop(running)
-        in_pool -= done in pool
-        in_flight -= units[done]["peak_rss_gib"]
-    return now, peak
+def _row(jobs: int, depth: int, pooled: set[int], seconds: list[float], peaks: list[float]
+         ) -> dict[str, Any]:
+    run = simulate(seconds, peaks, jobs, pooled, depth)
+    return {"max_jobs": jobs, "pool_depth": depth if pooled else None,
+            "pooled_units": len(pooled), "makespan_s": round(run.makespan, 1),
+            "peak_gib": round(run.peak, 1)}
 
 
 def plans(units: list[dict[str, Any]], cores: int, total: int) -> dict[str, Any]:
     usable = usable_memory(total, total)
-    today_jobs = max(1, min(cores, math.floor(usable / (TODAY_BUDGET_GIB * GIB))))
-    today, today_peak = simulate(units, today_jobs, set(), 0)
-    measured = {f"{u['path']}|": int(u["peak_rss_gib"] * GIB) for u in units}
-    plan = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,
-                      measured=measured)
-    heavy = {i for i, u in enumerate(units)
-             if int(u["peak_rss_gib"] * GIB) * HEADROOM > plan.threshold_bytes}
-    pooled, pooled_peak = simulate(units, plan.jobs, heavy, plan.depth)
-    return {"today": {"max_jobs": today_jobs, "makespan_s": round(today, 1),
-                      "peak_gib": round(today_peak, 1)},
-            "pools": {"max_jobs": plan.jobs, "pool_depth": plan.depth,
-                      "pooled_units": len(heavy), "makespan_s": round(pooled, 1),
-                      "peak_gib": round(pooled_peak, 1)},
-            "ratio": round(pooled / today, 3) if today else None,
-            "usable_gib": round(usable / GIB, 1)}
+    seconds = [float(u["seconds"]) for u in units]
+    peaks = [float(u["peak_rss_gib"]) for u in units]
+    today = today_jobs(cores, usable, TODAY_BUDGET_GIB)
+    table = [KnownUnit(str(u["path"]), "", float(u["seconds"]),
+                       int(u["peak_rss_gib"] * GIB), float(i)) for i, u in enumerate(units)]
+    measured = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,
+                          known=table)
+    rule = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB)
+    unmeasured = [KnownUnit(u.source, u.flags, u.seconds, None) for u in table]
+    result: dict[str, Any] = {
+        "today": _row(today, 0, set(), seconds, peaks),
+        "pools": _row(measured.jobs, measured.depth, heavy_indices(measured, table),
+                      seconds, peaks),
+        "first_build_rule": _row(rule.jobs, rule.depth, heavy_indices(rule, unmeasured),
+                                 seconds, peaks),
+        "usable_gib": round(usable / GIB, 1)}
+    assert result["pools"]["makespan_s"] == round(measured.predicted_seconds or 0.0, 1)
+    for name in ("pools", "first_build_rule"):
+        result[name]["ratio"] = round(result[name]["makespan_s"]
+                                      / result["today"]["makespan_s"], 3)
+    result["ratio"] = result["pools"]["ratio"]
+    return result
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -84,6 +73,13 @@ def load(path: Path) -> list[dict[str, Any]]:
     for unit in units:
         unit["peak_rss_gib"] = float(unit.get("peak_rss_gib") or 2.9)
     return list(units)
+
+
+def _describe(row: dict[str, Any]) -> str:
+    pool = (f" depth {row['pool_depth']} ({row['pooled_units']} pooled)"
+            if row["pool_depth"] else "")
+    return (f"MAX_JOBS={row['max_jobs']}{pool} makespan {row['makespan_s']:.0f} s "
+            f"(peak {row['peak_gib']} GiB)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,12 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"{len(units)} units, {sum(u['seconds'] for u in units):.0f} unit-seconds")
     for name, result in report.items():
-        today, pools = result["today"], result["pools"]
-        print(f"{name}: today MAX_JOBS={today['max_jobs']} makespan {today['makespan_s']:.0f} s"
-              f" (peak {today['peak_gib']} GiB); pools MAX_JOBS={pools['max_jobs']} depth "
-              f"{pools['pool_depth']} ({pools['pooled_units']} pooled) makespan "
-              f"{pools['makespan_s']:.0f} s (peak {pools['peak_gib']} GiB); ratio "
-              f"{result['ratio']}")
+        print(f"{name} ({result['usable_gib']} GiB usable): today {_describe(result['today'])}"
+              f"; pools {_describe(result['pools'])}, ratio {result['pools']['ratio']}; "
+              f"first build (rule) {_describe(result['first_build_rule'])}, ratio "
+              f"{result['first_build_rule']['ratio']}")
     return 0
 
 

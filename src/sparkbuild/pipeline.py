@@ -41,7 +41,7 @@ from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doct
 from sparkbuild.build.pools import write_plan_file
 from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.timeline import run_timeline, timeline_lines
-from sparkbuild.build.unit_memory import measured_for, remember
+from sparkbuild.build.unit_memory import known_units, measured_for, remember
 from sparkbuild.console import info, step, warn
 from sparkbuild.recipe import require_spark_target
 from sparkbuild.store.context import RunContext
@@ -211,7 +211,9 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
     plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
                       cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
                       measured=measured, killed=killed,
-                      requested_jobs=options.jobs or recipe.build.jobs)
+                      requested_jobs=options.jobs or recipe.build.jobs,
+                      known=known_units(cache.root, recipe.target.torch_cuda_arch_list)
+                      if cache else None)
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan

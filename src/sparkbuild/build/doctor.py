@@ -21,6 +21,7 @@ from typing import Any
 from packaging.version import Version
 
 from sparkbuild.build.pools import PoolPlan
+from sparkbuild.build.schedule import KnownUnit
 from sparkbuild.errors import ToolchainError
 from sparkbuild.recipe import BuildSettings, Recipe, require_spark_target
 from sparkbuild.sources.requirements import exact_pin, read_requirements
@@ -152,7 +153,8 @@ def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float
 
 def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
                cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
-               killed: tuple[str, ...] = (), requested_jobs: int | None = None) -> BuildPlan:
+               killed: tuple[str, ...] = (), requested_jobs: int | None = None,
+               known: list[KnownUnit] | None = None) -> BuildPlan:
     """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
     MAX_JOBS still wins, as the pool's ceiling)."""
     from sparkbuild.build.pools import plan_pools, pools_enabled
@@ -161,7 +163,8 @@ def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_byt
         return plan
     pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
                       usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
-                      nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed)
+                      nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
+                      known=known)
     jobs = requested_jobs or pool.jobs
     if jobs != pool.jobs or pool.depth > jobs:
         import dataclasses

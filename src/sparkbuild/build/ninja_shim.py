@@ -81,22 +81,27 @@ def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
     _, pools = read_graph(build_dir)
     if pool not in pools:
         lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
-    elif pools[pool] != depth:
-        _set_depth(build_dir, pool, depth)
+    elif pools[pool] != depth and not _depth_in(lines, pool, depth):
+        _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
     path.write_text("\n".join(lines) + ("\n" if lines and lines[-1] else ""), encoding="utf-8")
     return sorted(heavy)
 
 
+def _depth_in(lines: list[str], pool: str, depth: int) -> bool:
+    """Set the depth of ``pool`` where ``lines`` declare it; whether they do."""
+    for index, line in enumerate(lines[:-1]):
+        if line.strip() == f"pool {pool}" and lines[index + 1].strip().startswith("depth"):
+            lines[index + 1] = f"  depth = {depth}"
+            return True
+    return False
+
+
 def _set_depth(build_dir: Path, pool: str, depth: int) -> None:
-    for path in (build_dir / "build.ninja", build_dir / "CMakeFiles" / "rules.ninja"):
-        if not path.is_file():
-            continue
+    path = build_dir / "CMakeFiles" / "rules.ninja"
+    if path.is_file():
         lines = logical_lines(path.read_text(encoding="utf-8"))
-        for index, line in enumerate(lines[:-1]):
-            if line.strip() == f"pool {pool}" and lines[index + 1].strip().startswith("depth"):
-                lines[index + 1] = f"  depth = {depth}"
-                path.write_text("\n".join(lines), encoding="utf-8")
-                return
+        if _depth_in(lines, pool, depth):
+            path.write_text("\n".join(lines), encoding="utf-8")
 
 
 def failed_units(output: list[str]) -> dict[str, bool]:

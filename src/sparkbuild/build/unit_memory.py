@@ -15,10 +15,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from sparkbuild.build.schedule import KnownUnit
 
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -67,12 +69,13 @@ def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
     return totals
 
 
-def read_procs() -> list[Proc]:
+def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
+    """Every process under ``proc_root`` (``/proc``): pid, parent, resident bytes, argv."""
     procs = []
-    for entry in os.scandir("/proc"):
+    for entry in os.scandir(proc_root):
         if not entry.name.isdigit():
             continue
-        base = Path("/proc") / entry.name
+        base = proc_root / entry.name
         try:
             stat = (base / "stat").read_text(encoding="ascii", errors="replace")
             rss_pages = int((base / "statm").read_text(encoding="ascii").split()[1])
@@ -93,11 +96,13 @@ class MemorySampler:
     interval: float = INTERVAL
     peaks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
+    reader: Callable[[], list[Proc]] = read_procs
+    """Where a sample's processes come from (tests feed their own)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        for unit, rss in unit_rss(read_procs(), self.root).items():
+        for unit, rss in unit_rss(self.reader(), self.root).items():
             self.peaks[unit] = max(self.peaks.get(unit, 0), rss)
         self.samples += 1
 
@@ -157,18 +162,37 @@ def measured_for(cache_root: Path, arch: str) -> tuple[dict[str, int], tuple[str
     return peaks, tuple(sorted(killed))
 
 
+def known_units(cache_root: Path, arch: str) -> list[KnownUnit]:
+    """The unit table of the earlier builds for ``arch``: each unit's seconds (from the
+    last build's ``.ninja_log``), its peak where measured, in the last build's start order."""
+    units = []
+    for key, entry in load(cache_root).items():
+        source, _, rest = key.partition("|")
+        flags, _, entry_arch = rest.partition("|")
+        seconds = entry.get("seconds")
+        if entry_arch != arch or not isinstance(seconds, (int, float)):
+            continue
+        peak = entry.get("peak_rss_bytes")
+        units.append(KnownUnit(source, flags, float(seconds), int(peak) if peak else None,
+                               float(entry.get("start") or 0.0)))
+    return sorted(units, key=lambda u: (u.start, u.source))
+
+
 def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],
              killed: Iterable[str] = ()) -> int:
-    """Store the measured units (``source``, ``flags``, ``peak_rss_bytes``, ``seconds``)."""
+    """Store the build's units (``source``, ``flags``, ``seconds``, ``start`` and, where
+    measured, ``peak_rss_bytes``: an earlier peak stays when this build measured none);
+    returns how many had a peak."""
     data = load(cache_root)
     count = 0
     for unit in units:
-        if not unit.get("peak_rss_bytes"):
-            continue
         key = unit_key(str(unit["source"]), str(unit.get("flags", "")), arch)
-        data[key] = {**data.get(key, {}), "peak_rss_bytes": int(unit["peak_rss_bytes"]),
-                     "seconds": unit.get("seconds")}
-        count += 1
+        entry = {**data.get(key, {}), "seconds": unit.get("seconds"),
+                 "start": unit.get("start")}
+        if unit.get("peak_rss_bytes"):
+            entry["peak_rss_bytes"] = int(unit["peak_rss_bytes"])
+            count += 1
+        data[key] = entry
     for source in killed:
         matches = [k for k in data if k.startswith(source + "|") and k.endswith("|" + arch)]
         for key in matches or [unit_key(source, "", arch)]:
