@@ -49,7 +49,7 @@ from sparkbuild.vendor.materialize import materialize, require_complete
 from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
@@ -271,9 +271,70 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
                              offline=options.offline, wheels=not options.use_existing_torch)
 
 
+def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+    """The pins and closure the bundle carries (None without a bundle, or an old one)."""
+    if options.bundle is None:
+        return None
+    from sparkbuild.bundle.read import bundled_runtime
+
+    return bundled_runtime(options.bundle, cache.root)
+
+
+def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
+                         ) -> WheelOptions:
+    """A bundle written with ``--no-closure`` leaves the closure to the node; the closure it
+    carries is for its platform and Python, which the wheelhouse takes unless --platform."""
+    if runtime is None:
+        return options
+    if options.closure and runtime.get("closure") != "included":
+        step("the bundle was written with --no-closure: the wheelhouse leaves the runtime "
+             "closure to the node")
+        options = dataclasses.replace(options, closure=False)
+    if options.platform is None and options.closure and runtime.get("platform"):
+        options = dataclasses.replace(options, platform=str(runtime["platform"]))
+    return options
+
+
+def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
+                         cache: Cache, tree: Path) -> None:
+    """Offline, every pin (and a bundle's closure for the tree's requirements) must be
+    there before anything compiles; each one missing is named."""
+    if not options.offline:
+        return
+    from packaging.utils import canonicalize_name
+
+    from sparkbuild.errors import CacheMissError
+    from sparkbuild.wheelhouse.closure import declared_texts, runtime_gaps
+
+    recipe = options.recipe
+    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=options.closure,
+                        skip={canonicalize_name(recipe.package)})
+    if gaps:
+        where = f"the bundle {options.bundle}" if options.bundle else "the cache"
+        raise CacheMissError(
+            f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
+            where=str(options.bundle or cache.root),
+            hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
+            "pins and the closure), or run `sparkbuild wheel` once online; nothing was built")
+
+
+def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
+                       ) -> Callable[[Path, Cache, Path], dict[str, Any]]:
+    """What ``bundle`` passes to :func:`sparkbuild.bundle.write.assemble`: the wheelhouse's
+    pins and closure fetch (the bundle room ranks below the wheelhouse's)."""
+    from sparkbuild.wheelhouse.closure import bundle_runtime
+
+    def runtime(tree: Path, cache: Cache, dest: Path) -> dict[str, Any]:
+        return bundle_runtime(recipe, tree, cache, dest, closure=closure, offline=offline)
+
+    return runtime
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
-                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
+                compile_cache: CompileCacheResult | None = None,
+                runtime: dict[str, Any] | None = None,
+                dependencies: list[dict[str, Any]] | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -299,6 +360,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "dependencies": dependencies or [],
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -306,6 +368,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
+        bundled_closure=runtime.get("files") if runtime is not None else None,
     )
 
 
@@ -333,7 +396,10 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         with _timed(seconds, "prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
+        runtime = _bundle_runtime(options, cache)
+        options = _with_bundle_runtime(options, runtime)
         _refuse_contradicted_pins(options, tree)
+        _refuse_runtime_gaps(options, runtime, cache, tree)
         with _timed(seconds, "vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")
@@ -369,6 +435,9 @@ def build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
+            from sparkbuild.vendor.patched import dependency_records
+
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
+                                     runtime, dependency_records(vendored.plan, cache))
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

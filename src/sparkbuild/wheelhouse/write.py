@@ -296,11 +296,13 @@ def write_wheelhouse(
     list_archs: ArchLister | None = None,
     read_functions: SassReader | None = None,
     closure: bool = True,
+    bundled_closure: Sequence[dict[str, Any]] | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
     ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
-    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None).
+    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None);
+    ``bundled_closure``: the closure files a bundle carried (offline, from the cache).
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -323,7 +325,8 @@ def write_wheelhouse(
             # closure=False (--no-closure): the built wheels and the pins only; the node
             # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
             closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
-                                          target, outside, offline=offline) if closure else []
+                                          target, outside, offline=offline,
+                                          bundled=bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
