@@ -53,7 +53,7 @@ from sparkbuild.vendor.materialize import materialize, require_complete
 from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
@@ -295,10 +295,71 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
                              offline=options.offline, wheels=not options.use_existing_torch)
 
 
+def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+    """The pins and closure the bundle carries (None without a bundle, or an old one)."""
+    if options.bundle is None:
+        return None
+    from sparkbuild.bundle.read import bundled_runtime
+
+    return bundled_runtime(options.bundle, cache.root)
+
+
+def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
+                         ) -> WheelOptions:
+    """A bundle written with ``--no-closure`` leaves the closure to the node; the closure it
+    carries is for its platform and Python, which the wheelhouse takes unless --platform."""
+    if runtime is None:
+        return options
+    if options.closure and runtime.get("closure") != "included":
+        step("the bundle was written with --no-closure: the wheelhouse leaves the runtime "
+             "closure to the node")
+        options = dataclasses.replace(options, closure=False)
+    if options.platform is None and options.closure and runtime.get("platform"):
+        options = dataclasses.replace(options, platform=str(runtime["platform"]))
+    return options
+
+
+def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
+                         cache: Cache, tree: Path) -> None:
+    """Offline, every pin (and a bundle's closure for the tree's requirements) must be
+    there before anything compiles; each one missing is named."""
+    if not options.offline:
+        return
+    from packaging.utils import canonicalize_name
+
+    from sparkbuild.errors import CacheMissError
+    from sparkbuild.wheelhouse.closure import declared_texts, runtime_gaps
+
+    recipe = options.recipe
+    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=options.closure,
+                        skip={canonicalize_name(recipe.package)})
+    if gaps:
+        where = f"the bundle {options.bundle}" if options.bundle else "the cache"
+        raise CacheMissError(
+            f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
+            where=str(options.bundle or cache.root),
+            hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
+            "pins and the closure), or run `sparkbuild wheel` once online; nothing was built")
+
+
+def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
+                       ) -> Callable[[Path, Cache, Path], dict[str, Any]]:
+    """What ``bundle`` passes to :func:`sparkbuild.bundle.write.assemble`: the wheelhouse's
+    pins and closure fetch (the bundle room ranks below the wheelhouse's)."""
+    from sparkbuild.wheelhouse.closure import bundle_runtime
+
+    def runtime(tree: Path, cache: Cache, dest: Path) -> dict[str, Any]:
+        return bundle_runtime(recipe, tree, cache, dest, closure=closure, offline=offline)
+
+    return runtime
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
                 compile_cache: CompileCacheResult | None = None,
-                vendored: VendorResult | None = None) -> WheelhouseResult:
+                vendored: VendorResult | None = None,
+                runtime: dict[str, Any] | None = None,
+                dependencies: list[dict[str, Any]] | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -326,6 +387,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
+        "dependencies": dependencies or [],
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -334,22 +396,24 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
         vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
+        bundled_closure=runtime.get("files") if runtime is not None else None,
     )
 
 
 def _vendored_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
     """The sources built into the wheel, for its SBOM: each with the commit its ref
-    resolved to (the cache's record).  The series patches the source tree only; the
-    build unpacks each vendored source from the cache as it was fetched, so none is
-    patched (``patched``: False)."""
+    resolved to and whether the series' arch edit changed it (``patched``), both from the
+    cache's record (:func:`sparkbuild.vendor.patched.source_record`)."""
     from sparkbuild.vendor.index import source_entry
+    from sparkbuild.vendor.patched import source_record
 
     found = []
     for source in plan.sources:
-        entry = source_entry(cache, source) or {}
+        entry = source_entry(cache, source)
         found.append({"name": source.name, "kind": source.kind, "url": source.url,
-                      "ref": source.ref, "commit": entry.get("commit"),
-                      "sha256": source.sha256, "patched": False})
+                      "ref": source.ref, "commit": (entry or {}).get("commit"),
+                      "sha256": source.sha256,
+                      "patched": source_record(source, entry)["status"] == "applied"})
     return found
 
 
@@ -384,8 +448,11 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
         with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
+        runtime = _bundle_runtime(options, cache)
+        options = _with_bundle_runtime(options, runtime)
         with phase("pins"):
             _refuse_contradicted_pins(options, tree)
+            _refuse_runtime_gaps(options, runtime, cache, tree)
         with _timed(seconds, "vendor"), phase("vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")
@@ -430,7 +497,9 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
+            from sparkbuild.vendor.patched import dependency_records
+
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
-                                     vendored)
+                                     vendored, runtime, dependency_records(vendored.plan, cache))
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
+from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
+from sparkbuild.vendor.patched import dependency_edit
 from support import example_recipe, git, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
@@ -185,7 +187,10 @@ def test_missing_cache_entry_is_named_before_compiling(
     """Runs in any order: the entry is set aside for the run and put back afterwards."""
     assert online_build.returncode == 0, online_build.stderr[-4000:]
     cache = Cache(build_dirs["cache"])
-    key = f"git:file://{build_dirs['repo']}@v3.1.0"
+    # Vendored with the series' arch edit: the key says so (vendor.patched).
+    edit = dependency_edit(load_recipe(build_dirs["recipe"]))
+    assert edit is not None
+    key = edit.key(f"git:file://{build_dirs['repo']}@v3.1.0")
     entry = cache.lookup("sources", key)
     assert entry is not None, "the online build stored no pybind11 source in the cache"
     blob = cache.blob_path(entry["sha256"])

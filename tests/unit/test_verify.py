@@ -166,8 +166,8 @@ def test_a_stray_file_with_a_bad_wheel_name_is_a_mismatch_not_a_crash(tmp_path: 
 def test_a_kernel_with_no_code_for_the_target_fails_naming_it(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path, ("demo/_C.so", "demo/_host_only.so"))
     hopper = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_121a",)),
-                                      KernelCode("_Z8hopper_kPf", ("sm_90a", "sm_120"))]})
-    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120"]}),
+                                      KernelCode("_Z8hopper_kPf", ("sm_90a", "sm_120a"))]})
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120a"]}),
                                read_functions=NO_SASS, read_kernels=hopper)
     assert result.mismatches == []
     assert [lib.missing for lib in result.libraries] == [("sm_121",), ()]
@@ -273,7 +273,8 @@ def test_arch_spellings() -> None:
 @pytest.mark.parametrize(
     ("arch", "target", "runs"),
     [("sm_121a", "12.1a", True), ("sm_121f", "12.1a", True), ("sm_121", "12.1a", True),
-     ("sm_120f", "12.1a", True), ("sm_120a", "12.1a", False), ("sm_120", "12.1a", False),
+     ("sm_120f", "12.1a", True), ("sm_120a", "12.1a", False), ("sm_120", "12.1a", True),
+     ("sm_122", "12.1a", False), ("sm_100", "12.1a", False),
      ("sm_122f", "12.1a", False), ("sm_90a", "12.1a", False), ("sm_100f", "10.3a", True),
      ("sm_90a", "9.0a", True)],
 )
@@ -341,9 +342,10 @@ def test_writing_refuses_a_trap_and_leaves_no_wheelhouse(tmp_path: Path) -> None
 
 def test_writing_refuses_a_library_without_target_code(tmp_path: Path) -> None:
     out = tmp_path / "refused"
-    stand_in = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_120",))]})
+    # sm_120a: arch-specific code of another GPU, which a 12.1 GPU does not load.
+    stand_in = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_120a",))]})
     with pytest.raises(VerifyError, match=f"no code for 12.1a: {KERNEL}"):
-        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120"]}), out=out, kernels=stand_in)
+        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120a"]}), out=out, kernels=stand_in)
     assert not out.exists()
 
 

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import canonicalize_name
+
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
-from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
+from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.archive import extract_archive
@@ -171,6 +173,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
                 "ref": source["ref"], "commit": source["commit"], "sha256": digest,
                 "strip_top": False, "submodules": source["submodules"],
                 "from_bundle": unpacked.sha256,
+                **({"patched": source["patched"]} if source.get("patched") else {}),
             })
             imported.append(source["name"])
         wheelset = unpacked.plan.get("wheelset")
@@ -182,7 +185,28 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
                 "from_bundle": unpacked.sha256,
             })
             imported.append(f"{len(files)} wheels")
+        imported += _import_runtime(unpacked, cache)
     return imported
+
+
+def _import_runtime(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
+    """The pins (recorded as the wheelhouse looks them up) and the closure's wheels."""
+    runtime = unpacked.plan.get("runtime")
+    if not runtime:
+        return []
+    for item in [*runtime["pins"], *runtime["files"]]:
+        cache.put_file(unpacked.root / RUNTIME_DIR / item["file"], sha256=item["sha256"])
+    for pin in runtime["pins"]:
+        key = f"{canonicalize_name(pin['name'])}=={pin['version']}"
+        cache.record("pins", key, {"url": pin["url"], "filename": pin["file"],
+                                   "sha256": pin["sha256"], "from_bundle": unpacked.sha256})
+    return [f"{len(runtime['pins'])} pins", f"{len(runtime['files'])} closure wheels"]
+
+
+def bundled_runtime(bundle: Path, cache_root: Path) -> dict[str, Any] | None:
+    """The ``runtime`` record of a bundle (pins and closure); None for a bundle without."""
+    runtime = unpack_bundle(bundle, bundles_dir(cache_root)).plan.get("runtime")
+    return runtime if isinstance(runtime, dict) else None
 
 
 def _copy_tree(unpacked: UnpackedBundle, dest: Path) -> None:

@@ -205,15 +205,17 @@ _SASS_ARCH = re.compile(r"sm_(\d+)(\d)([af]?)")
 
 def runs_on(arch: str, target: str) -> bool:
     """Whether SASS built for ``arch`` (cuobjdump's ``sm_121a``, ``sm_120f``, ``sm_121``) runs
-    on a GPU of ``target`` (``12.1a``): the same GPU, or a family target of the same major
-    at that minor or below."""
+    on a GPU of ``target`` (``12.1a``): CUDA's binary compatibility.  Code of the same
+    compute capability runs whatever its suffix; plain (``sm_120``) and family (``sm_120f``)
+    code runs on the same major at that minor or above; arch-specific code (``sm_120a``)
+    runs on its own GPU only."""
     found = _SASS_ARCH.fullmatch(arch)
     wanted = _SASS_ARCH.fullmatch(f"sm_{arch_digits(target)}")
     if found is None or wanted is None:
         return False
     if found.group(1, 2) == wanted.group(1, 2):
         return True
-    return (found.group(3) == "f" and found.group(1) == wanted.group(1)
+    return (found.group(3) in ("f", "") and found.group(1) == wanted.group(1)
             and int(found.group(2)) <= int(wanted.group(2)))
 
 

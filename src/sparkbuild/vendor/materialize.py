@@ -51,7 +51,9 @@ def _source_problem(cache: Cache, source: SourcePlan) -> Missing | None:
         ))
     if source_entry(cache, source) is None:
         pin = f"@ {source.ref}" if source.kind == "git" else f"({source.url_hash or 'no hash'})"
-        return Missing("source", source.name, f"{source.url} {pin} is not in the cache")
+        patched = (f" with the series' arch edit (key {source.key}; an unpatched copy does "
+                   "not count)" if source.patched else "")
+        return Missing("source", source.name, f"{source.url} {pin}{patched} is not in the cache")
     return None
 
 
@@ -79,7 +81,8 @@ def require_complete(plan: VendorPlan, cache: Cache) -> None:
             where=str(cache.root),
             hint="run the same command once without --offline where the network is "
             "reachable (or `sparkbuild vendor --tree TREE --cache DIR` on a tree made by "
-            "`sparkbuild prepare --dest TREE`)",
+            "`sparkbuild prepare --dest TREE`; it vendors sources without the series' arch "
+            "edit, so a source marked \"with the series' arch edit\" needs the first way)",
         )
 
 

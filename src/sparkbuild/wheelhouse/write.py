@@ -310,13 +310,15 @@ def write_wheelhouse(
     closure: bool = True,
     vendored: Sequence[Mapping[str, Any]] = (),
     read_kernels: KernelReader | None = None,
+    bundled_closure: Sequence[dict[str, Any]] | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
     ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
     ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
     the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
-    the SBOMs.
+    the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
+    cache).
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -344,7 +346,8 @@ def write_wheelhouse(
             # closure=False (--no-closure): the built wheels and the pins only; the node
             # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
             closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
-                                          target, outside, offline=offline) if closure else []
+                                          target, outside, offline=offline,
+                                          bundled=bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
