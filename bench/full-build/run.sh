@@ -79,10 +79,11 @@ try:
 except (OSError, ValueError) as error:
     print("no verify.json:", error); raise SystemExit(0)
 for lib in report.get("libraries", []):
-    cov = lib.get("coverage") or lib.get("kernels") or {}
-    print(lib.get("library") or lib.get("path"), json.dumps(cov)[:400],
-          "block_scaled_mma", lib.get("block_scaled_mma"),
-          "trap_only", len(lib.get("trap_only_kernels") or []))
+    for cov in lib.get("coverage", []):
+        print(lib["library"], cov["target"], "kernels", cov["kernels"], "native", cov["native"],
+              "ptx", cov["ptx"], "none", cov["none"], "block_scaled_mma", lib["block_scaled_mma"],
+              "trap_only", len(lib["trap_only_kernels"]), "guard_stubs", len(lib["guard_stub_kernels"]))
+print("verify ok:", report.get("ok"), "mismatches:", len(report.get("mismatches", [])))
 PY
   for f in machine.txt progress.txt mem.json doctor.json wheel.json verify.json verify.rc coverage.txt; do
     cp $S/$f $OUT/ 2>/dev/null
