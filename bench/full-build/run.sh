@@ -15,11 +15,12 @@
 # wheel-err-tail.txt, build-log-tail.txt, verify.json, coverage.txt.
 set -u
 cmd=$1 PART=$2
-D=$PWD/.devrun S=/root/fb/$PART
+ROOT=${FB_ROOT:-/root/fb}
+D=$PWD/.devrun S=$ROOT/$PART
 OUT=${OUT:-/tmp/fb-out}
 run() { if [ -n "${DRY:-}" ]; then echo "would run: $*"; else "$@"; fi; }
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=/root/fb/ccache
+export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$ROOT/ccache
 mkdir -p $S $OUT
 
 setup() {
@@ -38,22 +39,22 @@ setup() {
 start_build() {  # TARGETS
   local targets=() closure=(--no-closure)
   if [ "$1" != all ]; then targets=(--targets "$1"); else closure=(); fi
-  source $PWD/bench/real-build/cudaroot.sh >> $S/machine.txt
-  python3 -m sparkbuild doctor --json > $S/doctor.json 2> $S/doctor.err
+  [ -n "${DRY:-}" ] || source $PWD/bench/real-build/cudaroot.sh >> $S/machine.txt
+  run python3 -m sparkbuild doctor --json > $S/doctor.json 2> $S/doctor.err
   date +%s > $S/start
   if [ -n "${DRY:-}" ]; then
     echo "would run: python3 -m sparkbuild wheel --offline --bundle $D/vllm.bundle.tar.xz" \
-      "--use-existing-torch ${targets[*]} ${closure[*]} --cache /root/fb/cache --out $S/wh --json"
+      "--use-existing-torch ${targets[*]} ${closure[*]} --cache $ROOT/cache --out $S/wh --json"
     echo 0 > $S/wheel.rc; return
   fi
   setsid nohup python3 $PWD/bench/real-build/monitor.py $S/mem.json $S/wheel.rc \
     > /dev/null 2>&1 < /dev/null &
   setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $D/vllm.bundle.tar.xz \
-    --use-existing-torch ${targets[*]} ${closure[*]} --cache /root/fb/cache --out $S/wh \
+    --use-existing-torch ${targets[*]} ${closure[*]} --cache $ROOT/cache --out $S/wh \
     --json > $S/wheel.json 2> $S/wheel.err; echo \$? > $S/wheel.rc" > /dev/null 2>&1 < /dev/null &
 }
 
-log() { ls /root/fb/cache/work/*/logs/build.log 2>/dev/null | head -1; }
+log() { ls $ROOT/cache/work/*/logs/build.log 2>/dev/null | head -1; }
 
 watch() {  # SECONDS
   local end=$(( $(date +%s) + $1 ))
@@ -90,7 +91,8 @@ PY
   done
   tail -c 3000000 "$(log)" > $OUT/build-log-tail.txt 2>/dev/null
   tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt 2>/dev/null
-  cat $S/coverage.txt 2>/dev/null | head -40; tail -3 $S/wheel.err 2>/dev/null
+  head -40 $S/coverage.txt 2>/dev/null; tail -3 $S/wheel.err 2>/dev/null
+  return 0
 }
 
 case $cmd in

@@ -1,0 +1,49 @@
+"""bench/full-build/run.sh with DRY=1: the device runner's commands for a part and for the
+whole build in one piece (issue 21), nothing built; and its recipe loads."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.recipe import load_recipe
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "full-build"
+
+
+def _dry(tmp_path: Path, part: str, targets: str) -> list[str]:
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("needs bash")
+    env = {**os.environ, "DRY": "1", "OUT": str(tmp_path / "out"),
+           "FB_ROOT": str(tmp_path / "root")}
+    result = subprocess.run([bash, str(BENCH / "run.sh"), "start", part, targets, "1"],
+                            env=env, text=True, capture_output=True, timeout=120, check=False,
+                            cwd=BENCH.parents[1])
+    assert result.returncode == 0, result.stderr
+    return [line for line in result.stdout.splitlines() if " -m sparkbuild wheel " in line]
+
+
+def test_a_part_builds_its_targets_without_the_closure(tmp_path: Path) -> None:
+    (wheel,) = _dry(tmp_path, "part1", "_vllm_fa2_C")
+    assert "--offline --bundle" in wheel and "--use-existing-torch" in wheel
+    assert "--targets _vllm_fa2_C" in wheel and "--no-closure" in wheel
+    assert f"--cache {tmp_path}/root/cache --out {tmp_path}/root/part1/wh --json" in wheel
+
+
+def test_the_one_piece_build_names_no_targets_and_keeps_the_closure(tmp_path: Path) -> None:
+    (wheel,) = _dry(tmp_path, "one-piece", "all")
+    assert "--targets" not in wheel and "--no-closure" not in wheel
+    assert f"--out {tmp_path}/root/one-piece/wh" in wheel
+    # what comes back is collected even when nothing was built
+    assert (tmp_path / "out").is_dir()
+
+
+def test_the_recipe_targets_the_spark_alone() -> None:
+    recipe = load_recipe(BENCH / "vllm-0.20.0-spark.toml")
+    assert list(recipe.target.cuda_archs) == ["12.1a"]
+    assert recipe.source.spec == "pypi:vllm==0.20.0"
