@@ -160,6 +160,17 @@ def _install(args: argparse.Namespace) -> StageResult:
     return install_wheelhouse(Path(args.dir), Path(args.venv))
 
 
+def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.build.flashinfer_aot import build_for_recipe
+    from sparkbuild.store.cache import default_cache_root
+
+    cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
+    recipe = _recipe(args)
+    return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
+                            cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
+                            offline=args.offline, jobs=args.jobs)
+
+
 def _selftest(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.selftest import run_e2m1_selftest
 
@@ -316,6 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--venv", required=True, metavar="PATH")
     _add_common(p)
     p.set_defaults(handler=_install)
+
+    p = sub.add_parser("flashinfer-aot", help="build flashinfer's kernel modules ahead for the "
+                       "recipe's target: a flashinfer-jit-cache wheel")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the wheel is written")
+    p.add_argument("--python", default=sys.executable, metavar="PY",
+                   help="an interpreter with torch to run flashinfer's builder (default: this one)")
+    p.add_argument("--offline", action="store_true", help="take the wheels from the cache only")
+    p.add_argument("--jobs", type=int, metavar="N", help="compile jobs (MAX_JOBS)")
+    _add_cache(p)
+    _add_common(p, recipe=True)
+    p.set_defaults(handler=_flashinfer_aot)
 
     p = sub.add_parser("selftest", help="prove a piece of the toolchain on this machine")
     p.add_argument("what", choices=("e2m1",))

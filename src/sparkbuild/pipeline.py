@@ -51,6 +51,7 @@ from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from sparkbuild.build.flashinfer_aot import AotResult
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
@@ -271,9 +272,23 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
                              offline=options.offline, wheels=not options.use_existing_torch)
 
 
+def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Path,
+                    jobs: int) -> AotResult | None:
+    """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
+    if not options.recipe.flashinfer.aot:
+        return None
+    from sparkbuild.build.flashinfer_aot import build_for_recipe
+
+    dist = work / "flashinfer-aot-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    return build_for_recipe(options.recipe, out=dist, python=python, cache_root=cache.root,
+                            work=work / "flashinfer-aot", offline=options.offline, jobs=jobs)
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
-                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
+                compile_cache: CompileCacheResult | None = None,
+                aot: AotResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -299,11 +314,13 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "flashinfer_aot": aot.to_dict() if aot else None,
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
-        built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
+        built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
+        build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
     )
@@ -363,12 +380,14 @@ def build_wheel(options: WheelOptions) -> WheelResult:
                     launcher=plan.launcher, targets=options.targets,
                 )
                 outcome = build_tree(request, python)
+            aot = _flashinfer_aot(options, python, cache, work, plan.max_jobs)
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
+                                     aot)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

@@ -32,12 +32,23 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
 
 from sparkbuild.console import step
-from sparkbuild.errors import CacheMissError, CommandFailed, HashMismatchError, UsageError
+from sparkbuild.errors import (
+    CacheMissError,
+    CommandFailed,
+    HashMismatchError,
+    RecipeError,
+    UsageError,
+)
 from sparkbuild.proc import run
 from sparkbuild.store.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from sparkbuild.recipe import Pin, Recipe
 
 JIT_CACHE_PROJECT = "flashinfer-jit-cache"
 JIT_CACHE_PACKAGE = "flashinfer_jit_cache"
@@ -296,3 +307,65 @@ def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: s
             archive.writestr(info, data)
     tmp.replace(wheel)
     return wheel
+
+
+# -- from a recipe -------------------------------------------------------------------------
+
+
+def _pin_of(recipe: Recipe) -> Pin:
+    for pin in recipe.pins:
+        if canonicalize_name(pin.name) == "flashinfer-python":
+            return pin
+    raise RecipeError("[flashinfer] aot needs a flashinfer-python pin", where=str(recipe.path),
+                      hint="add a [[pins]] entry for flashinfer-python (its wheel holds the "
+                      "builder), or set aot = false")
+
+
+def _interpreter_tag(python: Path) -> str:
+    result = run([python, "-c", "import platform, sys; print(f'cp{sys.version_info[0]}"
+                  "{sys.version_info[1]}-{platform.machine()}')"], echo=False, timeout=120)
+    return result.output.strip().splitlines()[-1]
+
+
+def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tuple[Path, Path]:
+    """The pinned flashinfer-python wheel and the wheels its builder imports, for
+    ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online, no
+    dependencies: flashinfer's own closure is not needed to build), then used offline."""
+    wheel_dir = cache_root / "flashinfer-aot" / _interpreter_tag(python)
+    wanted = "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
+    marker = wheel_dir / ".sparkbuild-complete"
+    if not (marker.is_file() and marker.read_text(encoding="utf-8") == wanted):
+        if offline:
+            raise CacheMissError(
+                f"the cache lacks the wheels flashinfer's builder needs ({pin.requirement} "
+                "and its imports)", where=str(wheel_dir),
+                hint="run `sparkbuild flashinfer-aot` (or `wheel`) online once with this cache")
+        step(f"downloading {pin.requirement} and what its builder imports into {wheel_dir}")
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+             "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
+            timeout=3600, log=wheel_dir / "download.log")
+        marker.write_text(wanted, encoding="utf-8")
+    found = sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl"))
+    if not found:
+        raise CacheMissError(f"no {pin.requirement} wheel in the cache", where=str(wheel_dir))
+    return found[0], wheel_dir
+
+
+def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
+                     work: Path, offline: bool, jobs: int | None = None,
+                     cuda_home: Path | None = None) -> AotResult:
+    """``sparkbuild flashinfer-aot`` and the step of ``wheel``: the recipe's target and
+    ``[flashinfer] aot_args``, with the pinned wheel's builder."""
+    from sparkbuild.toolchain.tools import cuda_root, find_nvcc
+
+    pin = _pin_of(recipe)
+    nvcc = find_nvcc()
+    wheel, wheel_dir = aot_wheels(pin, python, cache_root, offline=offline)
+    version = nvcc.version
+    return build_jit_cache(AotRequest(
+        flashinfer_wheel=wheel, wheel_dir=wheel_dir, python=python,
+        archs=recipe.target.cuda_archs, out=out, work=work,
+        cuda_home=cuda_home or cuda_root(nvcc),
+        cuda_version=f"{version.major}.{version.minor}" if version else "0.0",
+        args=recipe.flashinfer.aot_args, jobs=jobs, sha256=pin.sha256))
