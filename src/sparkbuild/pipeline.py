@@ -272,6 +272,14 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
                              offline=options.offline, wheels=not options.use_existing_torch)
 
 
+def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
+    """The declared node profile, recorded in the manifest (its fingerprint covers it)."""
+    from sparkbuild.node.profile import declared_profile
+
+    return [e.to_dict() for e in declared_profile(recipe.target.cuda_archs, recipe.node.env,
+                                                  recipe.node.drop, str(recipe.path))]
+
+
 def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Path,
                     jobs: int) -> AotResult | None:
     """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
@@ -315,6 +323,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
         "flashinfer_aot": aot.to_dict() if aot else None,
+        "node_profile": _node_profile(recipe),
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),

@@ -29,6 +29,12 @@ from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.node.fingerprint import record_installation
 from sparkbuild.node.pip_check import PipCheck, judge_pip_check
+from sparkbuild.node.profile import (
+    NodeProfile,
+    profile_from_manifest,
+    resolve_profile,
+    write_profile,
+)
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
@@ -53,17 +59,21 @@ class InstallResult:
     fingerprint: str = ""
     """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
     origin: str = ""
+    profile: NodeProfile | None = None
+    """The node profile written into the venv (sparkbuild.node.profile)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
                 "imported": self.imported, "pip_check": self.pip_check.to_dict(),
-                "fingerprint": self.fingerprint, "wheelhouse": self.origin}
+                "fingerprint": self.fingerprint, "wheelhouse": self.origin,
+                "profile": self.profile.to_dict() if self.profile else None}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
         return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
                 *self.pip_check.summary(),
                 f"  imported: {', '.join(self.imported) or 'nothing to import'}",
+                *(self.profile.summary() if self.profile else []),
                 f"wheelhouse fingerprint: {self.fingerprint or 'not recorded'}"]
 
     @property
@@ -157,9 +167,12 @@ def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | 
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                 timeout=PIP_TIMEOUT)
+    profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
+    step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
                                    origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
-                         fingerprint=recorded.fingerprint, origin=recorded.origin)
+                         fingerprint=recorded.fingerprint, origin=recorded.origin,
+                         profile=profile)
 
