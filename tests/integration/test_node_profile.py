@@ -8,6 +8,7 @@ the test downloads a few kilobytes.  The recipe adds one entry and drops one def
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from typing import TYPE_CHECKING
@@ -73,7 +74,8 @@ def test_install_writes_the_profile_and_activate_sets_it(tmp_path: Path) -> None
         "TRITON_PTXAS_PATH", "NCCL_IB_HCA"}
 
     venv = tmp_path / "venv"
-    command = [sys.executable, "-m", "sparkbuild", "install", out, "--venv", venv, "--json"]
+    command: list[str | os.PathLike[str]] = [sys.executable, "-m", "sparkbuild", "install",
+                                             out, "--venv", venv, "--json"]
     installed = run(["unshare", "-n", *command] if unshare_works() else command,
                     check=False, timeout=600)
     assert installed.returncode == 0, installed.output
