@@ -112,6 +112,11 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.doctor import run_doctor
 
+    if args.node:
+        from sparkbuild.node.preflight import run_preflight
+
+        return run_preflight(Path(args.venv) if args.venv else None)
+
     return run_doctor(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
@@ -291,6 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "12.1 is refused unless it opts in) and take its job_memory_gib")
     p.add_argument("--use-existing-torch", action="store_true",
                    help="compare the installed torch, its CUDA and nvcc with the tree's pins")
+    p.add_argument("--node", action="store_true", help="check this node before vLLM's first "
+                   "start: GPU, driver, ptxas, flashinfer's modules, workspace, nofile, RDMA")
+    p.add_argument("--venv", metavar="V", help="with --node: the venv `install` made "
+                   "(default: the active one)")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
