@@ -27,14 +27,29 @@ from sparkbuild.build.flashinfer_aot import (
     build_jit_cache,
 )
 from sparkbuild.proc import run
+from sparkbuild.recipe import load_recipe
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import list_cuda_archs, read_sass
 from sparkbuild.toolchain.tools import cuda_root, find_nvcc
+from sparkbuild.wheelhouse.lock import parse_lock
+from sparkbuild.wheelhouse.verify import verify_wheelhouse
+from sparkbuild.wheelhouse.write import write_wheelhouse
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
 FLASHINFER = "flashinfer-python==0.6.18"
 FLASHINFER_SHA256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
+RECIPE = """
+[recipe]
+name = "jit-cache"
+package = "flashinfer-jit-cache"
+[source]
+spec = "."
+[series]
+path = "series"
+[target]
+cuda_archs = ["12.1a"]
+"""
 SMALL = ("--only", "silu_and_mul", "--add-act", "true", "--add-moe", "false", "--add-comm",
          "false", "--add-misc", "false", "--add-xqa", "false", "--add-gemma", "false",
          "--add-oai-oss", "false")
@@ -109,3 +124,21 @@ def test_one_module_group_for_12_1a(wheels: Path, tmp_path: Path,
     assert aot_dir == cache_dir and Path(cache_dir).is_relative_to(venv)
     assert aot_path == str(Path(cache_dir) / "silu_and_mul" / "silu_and_mul.so")
     assert is_aot == "True"
+
+    # In a wheelhouse it is a built wheel: hashed into the lock, listed in the manifest,
+    # and its machine code read by verify like vLLM's.
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    out = tmp_path / "wheelhouse"
+    written = write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
+                               source={"kind": "directory", "spec": "."}, patches=[],
+                               built_wheels=[result.wheel], build_settings={},
+                               cache_root=tmp_path / "cache", offline=True, platform=None,
+                               closure=False)
+    (shipped,) = [f for f in written.files if f.role == "built"]
+    assert shipped.name == "flashinfer-jit-cache" and shipped.version.startswith("0.6.18+cu130")
+    locked = {r.key: r for r in parse_lock((out / "requirements.lock").read_text(), where="x")}
+    assert locked["flashinfer-jit-cache"].hashes == (shipped.sha256,)
+    report = verify_wheelhouse(out)
+    assert report.error is None, report.summary()
+    (lib,) = report.libraries
+    assert lib.library.endswith("silu_and_mul.so") and "sm_121a" in lib.archs
