@@ -128,17 +128,17 @@ def test_one_module_group_for_12_1a(wheels: Path, tmp_path: Path,
     # In a wheelhouse it is a built wheel: hashed into the lock, listed in the manifest,
     # and its machine code read by verify like vLLM's.
     (tmp_path / "recipe.toml").write_text(RECIPE)
-    out = tmp_path / "wheelhouse"
-    written = write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
+    house = tmp_path / "wheelhouse"
+    written = write_wheelhouse(house, recipe=load_recipe(tmp_path / "recipe.toml"),
                                source={"kind": "directory", "spec": "."}, patches=[],
                                built_wheels=[result.wheel], build_settings={},
                                cache_root=tmp_path / "cache", offline=True, platform=None,
                                closure=False)
     (shipped,) = [f for f in written.files if f.role == "built"]
     assert shipped.name == "flashinfer-jit-cache" and shipped.version.startswith("0.6.18+cu130")
-    locked = {r.key: r for r in parse_lock((out / "requirements.lock").read_text(), where="x")}
+    locked = {r.key: r for r in parse_lock((house / "requirements.lock").read_text(), where="x")}
     assert locked["flashinfer-jit-cache"].hashes == (shipped.sha256,)
-    report = verify_wheelhouse(out)
+    report = verify_wheelhouse(house)
     assert report.error is None, report.summary()
     (lib,) = report.libraries
     assert lib.library.endswith("silu_and_mul.so") and "sm_121a" in lib.archs
