@@ -45,6 +45,7 @@ from sparkbuild.errors import (
     UsageError,
 )
 from sparkbuild.proc import run
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tu
     """The pinned flashinfer-python wheel and the wheels its builder imports, for
     ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online, no
     dependencies: flashinfer's own closure is not needed to build), then used offline."""
-    wheel_dir = cache_root / "flashinfer-aot" / _interpreter_tag(python)
+    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / _interpreter_tag(python)
     wanted = "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
     marker = wheel_dir / ".sparkbuild-complete"
     if not (marker.is_file() and marker.read_text(encoding="utf-8") == wanted):

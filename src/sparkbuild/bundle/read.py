@@ -31,6 +31,7 @@ from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.fetch import store_tree_tarball
 from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
@@ -148,6 +149,10 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
                 "from_bundle": unpacked.sha256,
             })
             imported.append(f"{len(files)} wheels")
+        aot = unpacked.root / FLASHINFER_AOT_WHEELS
+        if aot.is_dir():
+            shutil.copytree(aot, cache.root / FLASHINFER_AOT_WHEELS, dirs_exist_ok=True)
+            imported.append("the wheels of flashinfer's builder")
     return imported
 
 

@@ -9,6 +9,8 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   :mod:`sparkbuild.vendor.unread`; listed in the plan);
 * ``wheels/``: the build-requirement wheels, unless ``--without-wheels`` (a host that
   builds against the torch it already has);
+* ``flashinfer-aot/``: with ``[flashinfer] aot``, the wheels flashinfer's builder needs
+  (the pinned flashinfer-python and what it imports), from ``CACHE/flashinfer-aot/``;
 * ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
   the series;
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
@@ -40,10 +42,10 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.bundle.archive import TOP, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
-from sparkbuild.console import step
+from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
-from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_root
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.index import source_entry, wheelset_entry
@@ -183,6 +185,22 @@ def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
         yield Path(directory)
 
 
+def _aot_wheels(recipe: Recipe, cache: Cache, root: Path) -> list[str]:
+    """``[flashinfer] aot``: the wheels its builder needs (``CACHE/flashinfer-aot/``), as
+    they are; the bundle's build host imports them into its cache."""
+    source = cache.root / FLASHINFER_AOT_WHEELS
+    if not recipe.flashinfer.aot:
+        return []
+    if not source.is_dir():
+        warn(f"[flashinfer] aot is on but the cache holds no {FLASHINFER_AOT_WHEELS}/: the "
+             "offline build will miss them; run `sparkbuild flashinfer-aot` online first")
+        return []
+    shutil.copytree(source, root / FLASHINFER_AOT_WHEELS,
+                    ignore=shutil.ignore_patterns("*.log"))
+    return sorted(p.relative_to(root).as_posix()
+                  for p in (root / FLASHINFER_AOT_WHEELS).rglob("*") if p.is_file())
+
+
 def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: VendorPlan,
              cache: Cache, out: Path, with_wheels: bool) -> BundleResult:
     """Copy the tree, sources, wheels and recipe into a staging area, then archive it."""
@@ -222,6 +240,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
             for filename, digest in sorted(files.items()):
                 shutil.copyfile(cache.path_of(str(digest)), root / "wheels" / filename)
                 wheels[filename] = str(digest)
+        aot = _aot_wheels(recipe, cache, root)
         _bundled_recipe(recipe, root / "recipe")
         plan_json = {
             "format": BUNDLE_FORMAT, "recipe": recipe.name, "recipe_file": recipe.path.name,
@@ -230,6 +249,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
                          "files": wheels} if wheels else None,
             "without_wheels": not wheels,
             "stripped": [report.to_dict() for report in stripped],
+            "flashinfer_aot": aot,
         }
         (root / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n", encoding="utf-8")
         step(f"compressing into {out} (xz)")
