@@ -47,6 +47,7 @@ from sparkbuild.errors import (
 from sparkbuild.proc import run
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe
@@ -166,11 +167,6 @@ class AotResult:
     @property
     def error(self) -> None:
         return None
-
-
-def flashinfer_arch_list(archs: tuple[str, ...] | list[str]) -> str:
-    """``FLASHINFER_CUDA_ARCH_LIST``: space-separated, suffixes kept (``12.1a``)."""
-    return " ".join(a.removesuffix("+PTX") for a in archs)
 
 
 def jit_cache_version(flashinfer_version: str, cuda_version: str) -> str:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.build.flashinfer_aot import flashinfer_arch_list
 from sparkbuild.proc import run
+from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 ON_NODE = "<found on the node>"
 PROFILE_DIR = "sparkbuild"
