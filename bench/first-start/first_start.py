@@ -101,12 +101,27 @@ def run_vllm(directory: Path, *, prompt: list[int], max_new: int) -> dict[str, A
                                           min_tokens=max_new, ignore_eos=True,
                                           detokenize=False))
     tokens = list(outputs[0].outputs[0].token_ids)
-    return {"tokens": tokens, "first_token": list(first[0].outputs[0].token_ids),
+    return {"tokens": tokens, "loaded_libraries": loaded_libraries(),
+            "first_token": list(first[0].outputs[0].token_ids),
             "vllm": vllm.__version__, "seconds": {
                 "import": round(imported - started, 2), "engine_start": round(ready - imported, 2),
                 "first_request": round(first_token - ready, 3),
                 "time_to_first_token": round(first_token - started, 2)},
             "attention_backend": os.environ.get("VLLM_ATTENTION_BACKEND")}
+
+
+def loaded_libraries() -> dict[str, list[str]]:
+    """flashinfer's modules mapped into this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps
+    the engine here): from the jit-cache wheel, or from flashinfer's JIT workspace."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return {}
+    paths = sorted({line.split()[-1] for line in maps.splitlines()
+                    if line.split() and line.split()[-1].endswith(".so")})
+    workspace = os.environ.get("FLASHINFER_WORKSPACE_BASE") or "//none"
+    return {"flashinfer_jit_cache": [p for p in paths if "flashinfer_jit_cache" in p],
+            "flashinfer_workspace": [p for p in paths if p.startswith(workspace)]}
 
 
 def compare(reference_tokens: list[int], tokens: list[int], margins: list[float]
@@ -133,6 +148,7 @@ def record(reference_json: Path, vllm_json: Path, evidence_json: Path | None,
         "seconds": got["seconds"], "vllm": got.get("vllm"),
         "transformers": ref.get("transformers"), "reference_device": ref.get("device"),
         "attention_backend": got.get("attention_backend"),
+        "loaded_libraries": got.get("loaded_libraries"),
     }
     if model_json and model_json.is_file():
         result["model"] = json.loads(model_json.read_text())

@@ -71,3 +71,26 @@ def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
     assert result["equal"] is False and result["first_difference"] == 3
     assert result["reference_margin_there"] == ref["margins"][3]
     assert result["nothing_compiled_or_downloaded"] is False
+
+
+def test_the_network_guard_refuses_outbound_tcp_and_logs_it(tmp_path: Path) -> None:
+    """guard/sitecustomize.py: a TCP connect to a routable address fails at once and is
+    logged; loopback works; a UDP connect (vLLM's get_ip) is logged as a route probe."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "sockets.jsonl"
+    probe = (
+        "import socket, errno\n"
+        "server = socket.socket(); server.bind(('127.0.0.1', 0)); server.listen()\n"
+        "socket.create_connection(server.getsockname(), timeout=5).close()\n"
+        "udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.connect(('8.8.8.8', 80))\n"
+        "try:\n    socket.create_connection(('192.0.2.1', 443), timeout=5)\n"
+        "except OSError as exc:\n    print('refused', exc.errno == errno.ENETUNREACH)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60,
+                         env={"PYTHONPATH": str(SCRIPT.parent / "guard"),
+                              "FIRST_START_SOCKET_LOG": str(log), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "refused True"
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds == ["udp_connect", "tcp_connect"]
