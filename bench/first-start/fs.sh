@@ -52,7 +52,11 @@ prove)
     export FLASHINFER_DISABLE_JIT=1 VLLM_ATTENTION_BACKEND=FLASHINFER VLLM_ENABLE_V1_MULTIPROCESSING=0
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
     export FIRST_START_SOCKET_LOG=$P/sockets.jsonl FIRST_START_NVCC_LOG=$P/nvcc.log
-    export PYTHONPATH=$D/guard PATH=$D/shim:$PATH CUDA_HOME=$P/no-cuda TRITON_CACHE_DIR=$P/triton-cache
+    # a node with no compiler: no directory holding nvcc stays on PATH; CUDA_HOME's nvcc is
+    # the shim (flashinfer's JIT would call $CUDA_HOME/bin/nvcc); Triton has the profile's ptxas
+    PATH=$(echo "$PATH" | tr : '\n' | while read -r d; do [ -x "$d/nvcc" ] || printf '%s:' "$d"; done)
+    export PYTHONPATH=$D/guard PATH=${PATH%:} CUDA_HOME=$P/no-cuda TRITON_CACHE_DIR=$P/triton-cache
+    which nvcc > $P/which-nvcc.txt 2>&1
     mkdir -p $P/no-cuda/bin && ln -sf $D/shim/nvcc $P/no-cuda/bin/nvcc
     env | grep -E '^(FLASHINFER|TRITON|VLLM|CUDA_HOME)' | sort > $P/env.txt
     python $D/first_start.py vllm $S/model --out $P/vllm.json > $P/vllm.log 2>&1

@@ -71,7 +71,7 @@ def test_install_writes_the_profile_and_activate_sets_it(tmp_path: Path) -> None
     assert recorded == declared
     assert {e["key"] for e in recorded} == {
         "FLASHINFER_NO_DOWNLOAD", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST",
-        "TRITON_PTXAS_PATH", "NCCL_IB_HCA"}
+        "TRITON_PTXAS_PATH", "VLLM_HAS_FLASHINFER_CUBIN", "NCCL_IB_HCA"}
 
     venv = tmp_path / "venv"
     command: list[str | os.PathLike[str]] = [sys.executable, "-m", "sparkbuild", "install",

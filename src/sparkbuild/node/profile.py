@@ -70,6 +70,11 @@ def default_entries(archs: Sequence[str]) -> list[ProfileEntry]:
                      "(triton#8539): a ptxas of CUDA 12.9 or later", default),
         ProfileEntry("VLLM_USE_DEEP_GEMM", "0", "on sm_121 vLLM's DeepGEMM gate opens and the "
                      "first blockwise-FP8 layer faults (vllm#54125)", default),
+        ProfileEntry("VLLM_HAS_FLASHINFER_CUBIN", "1", "vLLM turns FlashInfer off when neither "
+                     "flashinfer-cubin is installed nor nvcc is on PATH (vllm/utils/flashinfer.py:"
+                     " has_flashinfer); the prebuilt modules need no nvcc.  It also makes vLLM "
+                     "take trtllm-gen cubins as present, a path it takes on SM100 only: drop it "
+                     "there unless flashinfer-cubin is installed", default),
     ]
 
 
