@@ -120,6 +120,11 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.build.doctor import run_doctor
 
+    if args.node:
+        from sparkbuild.node.preflight import run_preflight
+
+        return run_preflight(Path(args.venv) if args.venv else None)
+
     return run_doctor(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
@@ -166,6 +171,17 @@ def _install(args: argparse.Namespace) -> StageResult:
     if is_url(args.dir):
         return install_from_url(args.dir, Path(args.venv), source=args.install_from)
     return install_wheelhouse(Path(args.dir), Path(args.venv), source=args.install_from)
+
+
+def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.build.flashinfer_aot import build_for_recipe
+    from sparkbuild.store.cache import default_cache_root
+
+    cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
+    recipe = _recipe(args)
+    return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
+                            cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
+                            offline=args.offline, jobs=args.jobs)
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
@@ -292,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "12.1 is refused unless it opts in) and take its job_memory_gib")
     p.add_argument("--use-existing-torch", action="store_true",
                    help="compare the installed torch, its CUDA and nvcc with the tree's pins")
+    p.add_argument("--node", action="store_true", help="check this node before vLLM's first "
+                   "start: GPU, driver, ptxas, flashinfer's modules, workspace, nofile, RDMA")
+    p.add_argument("--venv", metavar="V", help="with --node: the venv `install` made "
+                   "(default: the active one)")
     _add_common(p)
     p.set_defaults(handler=_doctor)
 
@@ -331,6 +351,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "pylock.toml (PEP 751) with uv")
     _add_common(p)
     p.set_defaults(handler=_install)
+
+    p = sub.add_parser("flashinfer-aot", help="build flashinfer's kernel modules ahead for the "
+                       "recipe's target: a flashinfer-jit-cache wheel")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the wheel is written")
+    p.add_argument("--python", default=sys.executable, metavar="PY",
+                   help="an interpreter with torch to run flashinfer's builder (default: this one)")
+    p.add_argument("--offline", action="store_true", help="take the wheels from the cache only")
+    p.add_argument("--jobs", type=int, metavar="N", help="compile jobs (MAX_JOBS)")
+    _add_cache(p)
+    _add_common(p, recipe=True)
+    p.set_defaults(handler=_flashinfer_aot)
 
     p = sub.add_parser("selftest", help="prove a piece of the toolchain on this machine")
     p.add_argument("what", choices=("e2m1",))

@@ -55,6 +55,7 @@ from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from sparkbuild.build.flashinfer_aot import AotResult
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
@@ -354,12 +355,34 @@ def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
     return runtime
 
 
+def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
+    """The declared node profile, recorded in the manifest (its fingerprint covers it)."""
+    from sparkbuild.node.profile import declared_profile
+
+    return [e.to_dict() for e in declared_profile(recipe.target.cuda_archs, recipe.node.env,
+                                                  recipe.node.drop, str(recipe.path))]
+
+
+def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Path,
+                    jobs: int) -> AotResult | None:
+    """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
+    if not options.recipe.flashinfer.aot:
+        return None
+    from sparkbuild.build.flashinfer_aot import build_for_recipe
+
+    dist = work / "flashinfer-aot-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    return build_for_recipe(options.recipe, out=dist, python=python, cache_root=cache.root,
+                            work=work / "flashinfer-aot", offline=options.offline, jobs=jobs)
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
                 compile_cache: CompileCacheResult | None = None,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
-                dependencies: list[dict[str, Any]] | None = None) -> WheelhouseResult:
+                dependencies: list[dict[str, Any]] | None = None,
+                aot: AotResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -388,11 +411,14 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
         "dependencies": dependencies or [],
+        "flashinfer_aot": aot.to_dict() if aot else None,
+        "node_profile": _node_profile(recipe),
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
-        built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
+        built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
+        build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
         vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
@@ -491,6 +517,8 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
                      [unit.to_dict() | {"source": unit.source,
                                         "peak_rss_bytes": unit.peak_rss_bytes}
                       for unit in outcome.timeline.units], outcome.timeline.killed_sources)
+        with phase("flashinfer aot"):
+            aot = _flashinfer_aot(options, python, cache, work, plan.max_jobs)
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
@@ -500,6 +528,7 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
             from sparkbuild.vendor.patched import dependency_records
 
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
-                                     vendored, runtime, dependency_records(vendored.plan, cache))
+                                     vendored, runtime, dependency_records(vendored.plan, cache),
+                                     aot)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

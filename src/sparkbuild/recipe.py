@@ -122,6 +122,24 @@ class VendorSettings:
 
 
 @dataclass(frozen=True)
+class FlashinferSettings:
+    """``[flashinfer]``: flashinfer's kernels built ahead (sparkbuild.build.flashinfer_aot)."""
+
+    aot: bool = False
+    aot_args: tuple[str, ...] = ()
+    """flashinfer's own builder options (``--add-moe false``, ``--fa2-head-dim 128,128``),
+    and sparkbuild's ``--only GLOB`` (keep only the modules whose name matches)."""
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """``[node]``: the node profile's entries the recipe adds (``env``) or drops (``drop``)."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    drop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     path: Path
     name: str
@@ -132,6 +150,8 @@ class Recipe:
     pins: tuple[Pin, ...]
     package: str = "vllm"
     vendor: VendorSettings = field(default_factory=VendorSettings)
+    flashinfer: FlashinferSettings = field(default_factory=FlashinferSettings)
+    node: NodeSettings = field(default_factory=NodeSettings)
 
     @property
     def lock_path(self) -> Path:
@@ -220,6 +240,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
+    "flashinfer": {"aot": bool, "aot_args": list},
+    "node": {"env": dict, "drop": list},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
 _PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
@@ -366,10 +388,11 @@ def refuse_known_bad(pin: Pin, *, where: str | None = None) -> None:
     check_known_bad(pin.name, pin.version, role="pin", where=where)
 
 
-def _strings(path: Path, text: str, key: str, value: Any) -> tuple[str, ...]:
+def _strings(path: Path, text: str, key: str, value: Any, *,
+             table: str = "vendor") -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise RecipeError(f"vendor.{key} must be a list of strings",
-                          where=_where(path, text, "vendor", key))
+        raise RecipeError(f"{table}.{key} must be a list of strings",
+                          where=_where(path, text, table, key))
     return tuple(value)
 
 
@@ -466,6 +489,13 @@ def load_recipe(path: Path) -> Recipe:
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
         vendor=_parse_vendor(path, text, tables["vendor"]),
+        flashinfer=FlashinferSettings(
+            aot=bool(tables["flashinfer"].get("aot", False)),
+            aot_args=_strings(path, text, "aot_args", tables["flashinfer"].get("aot_args", []),
+                              table="flashinfer")),
+        node=NodeSettings(
+            env={str(k): str(v) for k, v in tables["node"].get("env", {}).items()},
+            drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node")),
     )
 
 

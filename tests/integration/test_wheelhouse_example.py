@@ -279,6 +279,17 @@ def test_example_two_builds_verify_and_install_offline(
     install_json = install_report(installed.output)
     assert install_json["pip_check"]["ok"] is True, install_json["pip_check"]
     assert install_json["pip_check"]["problems"] == [] and "mini_vllm" in install_json["imported"]
+    # the node profile: declared in the manifest, written by install, set by activate
+    assert {e["key"] for e in manifest["build"]["node_profile"]} >= {
+        "FLASHINFER_NO_DOWNLOAD", "FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST",
+        "TRITON_PTXAS_PATH", "VLLM_USE_DEEP_GEMM"}
+    written = {e["key"]: e["value"] for e in install_json["profile"]["entries"]}
+    shown = run(["bash", "-c", f". {venv}/bin/activate && env"], check=True).output
+    sourced = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    assert {k: sourced.get(k) for k in written} == written
+    assert written["FLASHINFER_NO_DOWNLOAD"] == "1" and written["VLLM_USE_DEEP_GEMM"] == "0"
+    assert written["FLASHINFER_CUDA_ARCH_LIST"] == "12.1a"
+    assert (venv / "sparkbuild" / "node.env").is_file()
 
     # The standard route: uv alone, from pylock.toml, no network, into a fresh venv, on a
     # copy of the wheelhouse as a node receives it.

@@ -13,7 +13,7 @@ from sparkbuild.bundle.read import import_bundle, prepared_from_bundle, unpack_b
 from sparkbuild.bundle.write import assemble
 from sparkbuild.errors import RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
-from sparkbuild.store.cache import Cache
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.build_deps import WheelPlan
 from sparkbuild.vendor.fetch import write_tree_tarball
@@ -200,3 +200,25 @@ def test_links_to_directories_are_kept_in_tarballs_and_bundle_members(tmp_path: 
     members = members_of(tree)
     assert "include/alias" in members and "include/real/h.h" in members
     assert "include/alias/h.h" not in members  # the link itself, not what it points to
+
+
+def test_flashinfer_aot_wheels_travel_in_the_bundle(setup: dict[str, object],
+                                                    tmp_path: Path) -> None:
+    cache = setup["cache"]
+    assert isinstance(cache, Cache)
+    aot = cache.root / FLASHINFER_AOT_WHEELS / "cp312-x86_64"
+    _write(aot, {"flashinfer_python-0.6.18-py3-none-any.whl": "wheel bytes",
+                 ".sparkbuild-complete": "flashinfer-python==0.6.18\n", "download.log": "x"})
+    recipe_path = tmp_path / "aot.toml"
+    recipe_path.write_text('[source]\nspec = "."\n[series]\npath = "patches/series"\n'
+                           '[flashinfer]\naot = true\naot_args = ["--add-moe", "false"]\n')
+    setup = {**setup, "recipe": load_recipe(recipe_path)}
+    unpacked = unpack_bundle(_bundle(setup), tmp_path / "unpacked")
+    assert unpacked.plan["flashinfer_aot"] == [
+        "flashinfer-aot/cp312-x86_64/.sparkbuild-complete",
+        "flashinfer-aot/cp312-x86_64/flashinfer_python-0.6.18-py3-none-any.whl"]
+    fresh = Cache(tmp_path / "fresh")
+    assert import_bundle(unpacked, fresh)[-1] == "the wheels of flashinfer's builder"
+    copied = fresh.root / FLASHINFER_AOT_WHEELS / "cp312-x86_64"
+    assert (copied / "flashinfer_python-0.6.18-py3-none-any.whl").read_text() == "wheel bytes"
+    assert not (copied / "download.log").exists()

@@ -33,6 +33,7 @@ from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
 from sparkbuild.vendor.fetch import store_tree_tarball
@@ -186,6 +187,10 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
             })
             imported.append(f"{len(files)} wheels")
         imported += _import_runtime(unpacked, cache)
+        aot = unpacked.root / FLASHINFER_AOT_WHEELS
+        if aot.is_dir():
+            shutil.copytree(aot, cache.root / FLASHINFER_AOT_WHEELS, dirs_exist_ok=True)
+            imported.append("the wheels of flashinfer's builder")
     return imported
 
 

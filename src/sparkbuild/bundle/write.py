@@ -15,6 +15,8 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   out and ``runtime`` says so).  They are fetched by a function the caller passes in
   (``BundleOptions.runtime``; ``sparkbuild.pipeline`` passes the wheelhouse's), so that this room
   stays below the wheelhouse;
+* ``flashinfer-aot/``: with ``[flashinfer] aot``, the wheels flashinfer's builder needs
+  (the pinned flashinfer-python and what it imports), from ``CACHE/flashinfer-aot/``;
 * ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
   the series;
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
@@ -46,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.bundle.archive import TOP, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
-from sparkbuild.console import step
+from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
-from sparkbuild.store.cache import Cache, default_cache_root
+from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_root
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.index import source_entry, wheelset_entry
@@ -206,6 +208,22 @@ def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
         yield Path(directory)
 
 
+def _aot_wheels(recipe: Recipe, cache: Cache, root: Path) -> list[str]:
+    """``[flashinfer] aot``: the wheels its builder needs (``CACHE/flashinfer-aot/``), as
+    they are; the bundle's build host imports them into its cache."""
+    source = cache.root / FLASHINFER_AOT_WHEELS
+    if not recipe.flashinfer.aot:
+        return []
+    if not source.is_dir():
+        warn(f"[flashinfer] aot is on but the cache holds no {FLASHINFER_AOT_WHEELS}/: the "
+             "offline build will miss them; run `sparkbuild flashinfer-aot` online first")
+        return []
+    shutil.copytree(source, root / FLASHINFER_AOT_WHEELS,
+                    ignore=shutil.ignore_patterns("*.log"))
+    return sorted(p.relative_to(root).as_posix()
+                  for p in (root / FLASHINFER_AOT_WHEELS).rglob("*") if p.is_file())
+
+
 def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: VendorPlan,
              cache: Cache, out: Path, with_wheels: bool,
              runtime: Callable[[Path, Cache, Path], dict[str, Any]] | None = None
@@ -252,6 +270,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         if runtime is not None:
             step("adding the recipe's pins and runtime closure")
             carried = runtime(tree, cache, root / RUNTIME_DIR)
+        aot = _aot_wheels(recipe, cache, root)
         _bundled_recipe(recipe, root / "recipe")
         plan_json = {
             "format": BUNDLE_FORMAT, "recipe": recipe.name, "recipe_file": recipe.path.name,
@@ -261,6 +280,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
             "without_wheels": not wheels,
             "stripped": [report.to_dict() for report in stripped],
             **({"runtime": carried} if carried is not None else {}),
+            "flashinfer_aot": aot,
         }
         (root / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n", encoding="utf-8")
         step(f"compressing into {out} (xz)")

@@ -43,6 +43,12 @@ from sparkbuild.errors import (
 )
 from sparkbuild.node.fingerprint import record_installation
 from sparkbuild.node.pip_check import PipCheck, judge_pip_check
+from sparkbuild.node.profile import (
+    NodeProfile,
+    profile_from_manifest,
+    resolve_profile,
+    write_profile,
+)
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
@@ -73,12 +79,15 @@ class InstallResult:
     origin: str = ""
     installed_from: str = LOCK_NAME
     """The wheelhouse file the projects were installed from (requirements.lock, pylock.toml)."""
+    profile: NodeProfile | None = None
+    """The node profile written into the venv (sparkbuild.node.profile)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
                 "imported": self.imported, "pip_check": self.pip_check.to_dict(),
                 "fingerprint": self.fingerprint, "wheelhouse": self.origin,
-                "installed_from": self.installed_from}
+                "installed_from": self.installed_from,
+                "profile": self.profile.to_dict() if self.profile else None}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
@@ -87,6 +96,7 @@ class InstallResult:
                 f"from {self.installed_from} ({tool})",
                 *self.pip_check.summary(),
                 f"  imported: {', '.join(self.imported) or 'nothing to import'}",
+                *(self.profile.summary() if self.profile else []),
                 f"wheelhouse fingerprint: {self.fingerprint or 'not recorded'}"]
 
     @property
@@ -219,8 +229,10 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
         with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
             run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                 timeout=PIP_TIMEOUT)
+    profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
+    step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
                          fingerprint=recorded.fingerprint, origin=recorded.origin,
-                         installed_from=used)
+                         installed_from=used, profile=profile)

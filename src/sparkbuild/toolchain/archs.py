@@ -400,3 +400,9 @@ def is_native(result: Sequence[str], target: str) -> bool:
         if entry is not None and entry.base == target:
             return True
     return False
+
+
+def flashinfer_arch_list(archs: Sequence[str]) -> str:
+    """``FLASHINFER_CUDA_ARCH_LIST`` for a target: space-separated, suffixes kept (``12.1a``);
+    flashinfer builds no PTX, so ``+PTX`` is dropped."""
+    return " ".join(a.removesuffix("+PTX") for a in archs)

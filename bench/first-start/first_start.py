@@ -1,0 +1,212 @@
+"""The python part of the first-start proof: a tiny random model, its greedy reference,
+vLLM's greedy tokens, and the JSON record.
+
+    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--vocab 512]
+    python first_start.py reference DIR --out ref.json [--device cuda|cpu]
+    python first_start.py vllm DIR --out vllm.json        (in the installed wheelhouse's env)
+    python first_start.py record --reference ref.json --vllm vllm.json --evidence ev.json \\
+        --out RESULT.json
+
+``write-model`` makes a Llama (or Qwen2) config with a few layers and a small vocabulary,
+random weights from a fixed seed, saved as safetensors: nothing is downloaded.  There is
+no tokenizer: both sides take the same prompt token ids (vLLM with
+``skip_tokenizer_init``).  The weights are scaled so that the logits have wide margins
+(``--init-range``): greedy decoding of a random model in bf16 must not hang on near ties.
+``reference`` runs ``transformers``' greedy ``generate``; ``vllm`` runs ``vllm.LLM`` with
+``temperature=0`` and records the time to the first token (engine start, then a request
+with ``max_tokens=1``) and which attention backend it chose.  ``record`` compares the two
+token lists (equal or not, the first step where they differ, and the reference's top-2
+logit margin there) and joins the evidence the shell script gathered (flashinfer's JIT
+workspace, the nvcc shim's log, the socket guard's log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROMPT = [1, 17, 42, 99, 7, 256, 3, 88]
+
+
+def _module(name: str) -> Any:
+    """torch, transformers, vllm: imported when used, untyped here."""
+    return importlib.import_module(name)
+
+
+def write_model(directory: Path, *, arch: str = "llama", layers: int = 2, vocab: int = 512,
+                hidden: int = 256, heads: int = 4, kv_heads: int = 2, seed: int = 0,
+                init_range: float = 0.2, dtype: str = "bfloat16") -> dict[str, Any]:
+    """A tiny random model in ``directory`` (config.json, model.safetensors)."""
+    torch, transformers = _module("torch"), _module("transformers")
+    torch.manual_seed(seed)
+    common = {"vocab_size": vocab, "hidden_size": hidden, "intermediate_size": hidden * 2,
+              "num_hidden_layers": layers, "num_attention_heads": heads,
+              "num_key_value_heads": kv_heads, "max_position_embeddings": 512,
+              "initializer_range": init_range, "tie_word_embeddings": False,
+              "bos_token_id": 1, "eos_token_id": vocab - 1, "torch_dtype": dtype}
+    if arch == "qwen2":
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    else:
+        model = transformers.LlamaForCausalLM(
+            transformers.LlamaConfig(**common, head_dim=hidden // heads))
+    model = model.to(getattr(torch, dtype))
+    directory.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(directory, safe_serialization=True)
+    return {"arch": arch, "layers": layers, "vocab": vocab, "hidden": hidden, "heads": heads,
+            "kv_heads": kv_heads, "head_dim": hidden // heads, "seed": seed, "dtype": dtype,
+            "parameters": sum(p.numel() for p in model.parameters())}
+
+
+def reference(directory: Path, *, prompt: list[int], max_new: int, device: str
+              ) -> dict[str, Any]:
+    """transformers' greedy tokens, and each step's top-2 logit margin."""
+    torch, transformers = _module("torch"), _module("transformers")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype="auto")
+    model = loaded.to(device).eval()
+    ids = torch.tensor([prompt], device=device)
+    with torch.no_grad():
+        out = model.generate(ids, max_new_tokens=max_new, do_sample=False, min_new_tokens=max_new,
+                             output_scores=True, return_dict_in_generate=True,
+                             pad_token_id=0)
+    tokens = out.sequences[0, len(prompt):].tolist()
+    margins = []
+    for scores in out.scores:
+        top = torch.topk(scores[0].float(), 2).values
+        margins.append(float(top[0] - top[1]))
+    return {"tokens": tokens, "margins": margins, "device": device,
+            "transformers": transformers.__version__}
+
+
+def run_vllm(directory: Path, *, prompt: list[int], max_new: int) -> dict[str, Any]:
+    """vLLM's greedy tokens; time to the first token."""
+    started = time.monotonic()
+    vllm = _module("vllm")
+    LLM, SamplingParams = vllm.LLM, vllm.SamplingParams
+    TokensPrompt = _module("vllm.inputs").TokensPrompt
+    imported = time.monotonic()
+    llm = LLM(model=str(directory), skip_tokenizer_init=True, enforce_eager=True,
+              gpu_memory_utilization=0.3, max_model_len=256, seed=0)
+    ready = time.monotonic()
+    first = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
+                         SamplingParams(temperature=0.0, max_tokens=1, detokenize=False))
+    first_token = time.monotonic()
+    outputs = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
+                           SamplingParams(temperature=0.0, max_tokens=max_new,
+                                          min_tokens=max_new, ignore_eos=True,
+                                          detokenize=False))
+    tokens = list(outputs[0].outputs[0].token_ids)
+    return {"tokens": tokens, "loaded_libraries": loaded_libraries(),
+            "first_token": list(first[0].outputs[0].token_ids),
+            "vllm": vllm.__version__, "seconds": {
+                "import": round(imported - started, 2), "engine_start": round(ready - imported, 2),
+                "first_request": round(first_token - ready, 3),
+                "time_to_first_token": round(first_token - started, 2)},
+            "attention_backend": os.environ.get("VLLM_ATTENTION_BACKEND")}
+
+
+def loaded_libraries() -> dict[str, list[str]]:
+    """flashinfer's modules mapped into this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps
+    the engine here): from the jit-cache wheel, or from flashinfer's JIT workspace."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return {}
+    paths = sorted({line.split()[-1] for line in maps.splitlines()
+                    if line.split() and line.split()[-1].endswith(".so")})
+    workspace = os.environ.get("FLASHINFER_WORKSPACE_BASE") or "//none"
+    return {"flashinfer_jit_cache": [p for p in paths if "flashinfer_jit_cache" in p],
+            "flashinfer_workspace": [p for p in paths if p.startswith(workspace)]}
+
+
+def compare(reference_tokens: list[int], tokens: list[int], margins: list[float]
+            ) -> dict[str, Any]:
+    differ = next((i for i, (a, b) in enumerate(zip(reference_tokens, tokens, strict=False))
+                   if a != b), None)
+    if differ is None and len(reference_tokens) != len(tokens):
+        differ = min(len(reference_tokens), len(tokens))
+    return {"equal": reference_tokens == tokens, "first_difference": differ,
+            "reference_margin_there": margins[differ] if differ is not None
+            and differ < len(margins) else None, "min_reference_margin":
+            min(margins) if margins else None}
+
+
+def record(reference_json: Path, vllm_json: Path, evidence_json: Path | None,
+           model_json: Path | None) -> dict[str, Any]:
+    ref = json.loads(reference_json.read_text())
+    got = json.loads(vllm_json.read_text())
+    result: dict[str, Any] = {
+        "prompt": ref.get("prompt", PROMPT), "tokens": got["tokens"],
+        "reference_tokens": ref["tokens"],
+        **compare(ref["tokens"], got["tokens"], ref.get("margins", [])),
+        "time_to_first_token_s": got["seconds"]["time_to_first_token"],
+        "seconds": got["seconds"], "vllm": got.get("vllm"),
+        "transformers": ref.get("transformers"), "reference_device": ref.get("device"),
+        "attention_backend": got.get("attention_backend"),
+        "loaded_libraries": got.get("loaded_libraries"),
+    }
+    if model_json and model_json.is_file():
+        result["model"] = json.loads(model_json.read_text())
+    evidence = json.loads(evidence_json.read_text()) if evidence_json else {}
+    result["evidence"] = evidence
+    result["nothing_compiled_or_downloaded"] = bool(evidence) and all(
+        evidence.get(key) in ([], 0, False) for key in
+        ("flashinfer_jit_files", "nvcc_calls", "outbound_connections"))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("write-model")
+    p.add_argument("dir", type=Path)
+    p.add_argument("--arch", choices=("llama", "qwen2"), default="llama")
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=512)
+    p.add_argument("--init-range", type=float, default=0.2)
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--out", type=Path)
+    for name in ("reference", "vllm"):
+        p = sub.add_parser(name)
+        p.add_argument("dir", type=Path)
+        p.add_argument("--out", type=Path, required=True)
+        p.add_argument("--max-new", type=int, default=16)
+        if name == "reference":
+            p.add_argument("--device", default="cuda")
+    p = sub.add_parser("record")
+    p.add_argument("--reference", type=Path, required=True)
+    p.add_argument("--vllm", type=Path, required=True)
+    p.add_argument("--evidence", type=Path)
+    p.add_argument("--model", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if args.command == "write-model":
+        made = write_model(args.dir, arch=args.arch, layers=args.layers, vocab=args.vocab,
+                           init_range=args.init_range, dtype=args.dtype)
+        if args.out:
+            args.out.write_text(json.dumps(made, indent=2) + "\n")
+        print(json.dumps(made))
+        return 0
+    if args.command == "reference":
+        out: dict[str, Any] = reference(args.dir, prompt=PROMPT, max_new=args.max_new,
+                                        device=args.device)
+        out["prompt"] = PROMPT
+    elif args.command == "vllm":
+        out = run_vllm(args.dir, prompt=PROMPT, max_new=args.max_new)
+    else:
+        out = record(args.reference, args.vllm, args.evidence, args.model)
+        args.out.write_text(json.dumps(out, indent=2) + "\n")
+        print(json.dumps({k: out[k] for k in ("equal", "time_to_first_token_s",
+                                              "nothing_compiled_or_downloaded")}))
+        return 0 if out["equal"] else 1
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Run on the build host (network, not the device): everything the device run carries, in
+# .devrun/ (git-ignored), cut into parts of at most 60 MiB (64 MiB carried per call).
+#   bash bench/first-start/prep_here.sh CACHE
+# CACHE: a sparkbuild cache; GitHub sources come through the recipe's mirrors
+# (file:///tmp/rb/git/, filled from `fetch` snapshots as for bench/real-build).
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
+CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
+RECIPE=$HERE/recipe.toml
+rm -rf $D; mkdir -p $D/whl $D/pins $D/parts $D/runtime
+cp -r $HERE/first_start.py $HERE/seed_pins.py $HERE/fs.sh $HERE/guard $HERE/shim \
+   $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
+# 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md)
+PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+$PY -m pip wheel --no-deps -w $D/whl $REPO
+$PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+  $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv
+# 2. the wheels flashinfer's builder needs, for the device's interpreter (CPython 3.12,
+#    x86_64), with the marker sparkbuild.build.flashinfer_aot.aot_wheels checks
+AOT=$CACHE/flashinfer-aot/cp312-x86_64; mkdir -p $AOT
+PYTHONPATH=$REPO/src $PY - "$RECIPE" "$AOT" <<'PY'
+import sys
+from pathlib import Path
+from sparkbuild.build.flashinfer_aot import IMPORT_REQUIREMENTS
+from sparkbuild.recipe import load_recipe
+(pin,) = [p for p in load_recipe(Path(sys.argv[1])).pins if p.name == "flashinfer-python"]
+Path(sys.argv[2], "requirements.txt").write_text("\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n")
+PY
+$PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+  $PLAT --dest $AOT -r $AOT/requirements.txt
+cp $AOT/requirements.txt $AOT/.sparkbuild-complete && rm $AOT/requirements.txt
+cp $AOT/flashinfer_python-*.whl $D/pins/
+# 3. the bundle: prepared tree, sources, and (new) the flashinfer-aot wheels; no build
+#    wheels (the device builds against its own torch)
+PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
+  --without-wheels --out $D/bundle.tar.xz
+# 4. the runtime wheels vLLM 0.20.0 needs that the device lacks, less two large ones the
+#    proof leaves out on purpose: flashinfer-cubin (281 MiB of cubins: its absence with
+#    FLASHINFER_NO_DOWNLOAD=1 shows no cubin is needed) and nvidia-cutlass-dsl-libs
+# VLLM_SDIST: vllm-0.20.0.tar.gz (its requirements/ are read; the bundle holds the tree)
+$PY $HERE/missing_wheels.py --sdist "${VLLM_SDIST:?set VLLM_SDIST to vllm-0.20.0.tar.gz}" --dest $D/runtime --out $D/missing_wheels.json
+rm -f $D/runtime/flashinfer_cubin-*.whl $D/runtime/nvidia_cutlass_dsl_libs*.whl
+# 5. one archive of the carried files, cut into parts: each call carries .devrun/parts/N
+tar -C $D -cf $D/carry.tar whl pins runtime bundle.tar.xz missing_wheels.json
+split -b 60M -d $D/carry.tar $D/parts/carry.tar.
+rm -rf $D/whl $D/pins $D/runtime $D/bundle.tar.xz $D/carry.tar
+ls -la $D/parts; echo "parts: $(ls $D/parts | wc -l); carry one per call (fs.sh receive)"

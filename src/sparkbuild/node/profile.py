@@ -1,0 +1,230 @@
+"""The node profile: the environment a node needs to start vLLM with no network and no JIT.
+
+Each entry has its value, its reason and its source.  The *declared* profile comes from
+sparkbuild's defaults and the recipe's ``[node] env`` (add or replace) and ``drop``; it is
+recorded in the wheelhouse's manifest (``build.node_profile``), so the
+wheelhouse's fingerprint covers it.  ``install`` then *resolves* it on the node: a value
+of :data:`ON_NODE` is found there (the workspace, a ptxas that accepts sm_121a), and writes
+
+* ``VENV/sparkbuild/profile.sh``: ``export KEY=VALUE`` lines, sourced by ``VENV/bin/activate``;
+* ``VENV/sparkbuild/node.env``: plain ``KEY=VALUE`` lines for systemd's ``EnvironmentFile=``.
+
+An entry that cannot be resolved here (no ptxas that takes sm_121a) is left out, with a
+note naming why; ``sparkbuild doctor --node`` reports it too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.proc import run
+from sparkbuild.toolchain.archs import flashinfer_arch_list
+
+ON_NODE = "<found on the node>"
+PROFILE_DIR = "sparkbuild"
+PROFILE_SH = "profile.sh"
+ENV_FILE = "node.env"
+ACTIVATE_LINE = ('[ -f "$VIRTUAL_ENV/sparkbuild/profile.sh" ] && '
+                 '. "$VIRTUAL_ENV/sparkbuild/profile.sh"  # sparkbuild node profile')
+
+_TINY_PTX = """.version 8.8
+.target sm_121a
+.address_size 64
+.visible .entry sparkbuild_probe() { ret; }
+"""
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    key: str
+    value: str
+    reason: str
+    source: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"key": self.key, "value": self.value, "reason": self.reason,
+                "source": self.source}
+
+
+def default_entries(archs: Sequence[str]) -> list[ProfileEntry]:
+    """sparkbuild's defaults for a wheelhouse built for ``archs``."""
+    default = "sparkbuild default"
+    return [
+        ProfileEntry("FLASHINFER_NO_DOWNLOAD", "1", "flashinfer fails at once instead of "
+                     "fetching cubins from NVIDIA's artifact server (jit/cubin_loader.py: "
+                     "get_artifact)", default),
+        ProfileEntry("FLASHINFER_WORKSPACE_BASE", ON_NODE, "a writable place for flashinfer's "
+                     "cache (~/.cache/flashinfer under it); the service user's home may be "
+                     "read-only", default),
+        ProfileEntry("FLASHINFER_CUDA_ARCH_LIST", flashinfer_arch_list(list(archs)),
+                     "the archs the prebuilt modules are built for: flashinfer names its "
+                     "workspace and picks its kernels by them", "the wheelhouse's target"),
+        ProfileEntry("TRITON_PTXAS_PATH", ON_NODE, "Triton's bundled ptxas rejects sm_121a "
+                     "(triton#8539): a ptxas of CUDA 12.9 or later", default),
+        ProfileEntry("VLLM_USE_DEEP_GEMM", "0", "on sm_121 vLLM's DeepGEMM gate opens and the "
+                     "first blockwise-FP8 layer faults (vllm#54125)", default),
+        ProfileEntry("VLLM_HAS_FLASHINFER_CUBIN", "1", "vLLM turns FlashInfer off when neither "
+                     "flashinfer-cubin is installed nor nvcc is on PATH (vllm/utils/flashinfer.py:"
+                     " has_flashinfer); the prebuilt modules need no nvcc.  It also makes vLLM "
+                     "take trtllm-gen cubins as present, a path it takes on SM100 only: drop it "
+                     "there unless flashinfer-cubin is installed", default),
+    ]
+
+
+def declared_profile(archs: Sequence[str], env: Mapping[str, str], drop: Sequence[str],
+                     recipe_path: str) -> list[ProfileEntry]:
+    """The defaults, then the recipe's ``[node] env`` (added or replacing), less ``drop``."""
+    entries = {e.key: e for e in default_entries(archs)}
+    for key, value in env.items():
+        entries[key] = ProfileEntry(key, value, "set by the recipe", f"recipe {recipe_path}")
+    return [entry for key, entry in entries.items() if key not in set(drop)]
+
+
+def profile_from_manifest(manifest: Mapping[str, Any]) -> list[ProfileEntry]:
+    """The profile a wheelhouse records; sparkbuild's defaults for one that records none."""
+    settings = manifest.get("build") or {}
+    recorded = settings.get("node_profile") if isinstance(settings, dict) else None
+    if isinstance(recorded, list):
+        return [ProfileEntry(str(e["key"]), str(e["value"]), str(e.get("reason", "")),
+                             str(e.get("source", ""))) for e in recorded if isinstance(e, dict)]
+    archs = settings.get("archs") if isinstance(settings, dict) else None
+    return default_entries([str(a) for a in archs] if isinstance(archs, list) else ["12.1a"])
+
+
+# -- resolving on the node -----------------------------------------------------------------
+
+PtxasProbe = Callable[[Path], str | None]
+"""Compiles a tiny sm_121a PTX with a ptxas: None when it accepts it, else why not."""
+
+
+def probe_ptxas(ptxas: Path) -> str | None:
+    with tempfile.TemporaryDirectory() as scratch:
+        source = Path(scratch) / "probe.ptx"
+        source.write_text(_TINY_PTX, encoding="utf-8")
+        result = run([ptxas, "-arch=sm_121a", source, "-o", Path(scratch) / "probe.cubin"],
+                     check=False, echo=False, timeout=120)
+    if result.returncode == 0:
+        return None
+    return (result.output.strip().splitlines() or ["exit status " + str(result.returncode)])[-1]
+
+
+def ptxas_candidates(env: Mapping[str, str]) -> list[tuple[Path, str]]:
+    found: list[tuple[Path, str]] = []
+    if env.get("TRITON_PTXAS_PATH"):
+        found.append((Path(env["TRITON_PTXAS_PATH"]), "TRITON_PTXAS_PATH"))
+    for variable in ("CUDA_HOME", "CUDA_PATH"):
+        if env.get(variable):
+            found.append((Path(env[variable]) / "bin" / "ptxas", variable))
+    on_path = shutil.which("ptxas", path=env.get("PATH"))
+    if on_path:
+        found.append((Path(on_path), "PATH"))
+    found.append((Path("/usr/local/cuda/bin/ptxas"), "/usr/local/cuda"))
+    return found
+
+
+def find_ptxas(env: Mapping[str, str], probe: PtxasProbe = probe_ptxas
+               ) -> tuple[Path | None, str, list[str]]:
+    """The first ptxas that accepts sm_121a: (path, where it came from, why others failed)."""
+    refused: list[str] = []
+    seen: set[Path] = set()
+    for path, source in ptxas_candidates(env):
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        why = probe(path)
+        if why is None:
+            return path, source, refused
+        refused.append(f"{path} ({source}): {why}")
+    return None, "", refused
+
+
+@dataclass
+class NodeProfile:
+    entries: list[ProfileEntry]
+    notes: list[str]
+    profile_sh: Path | None = None
+    env_file: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"entries": [e.to_dict() for e in self.entries], "notes": self.notes,
+                "profile_sh": str(self.profile_sh) if self.profile_sh else None,
+                "env_file": str(self.env_file) if self.env_file else None}
+
+    def summary(self) -> list[str]:
+        lines = [f"node profile ({self.env_file}):"]
+        lines += [f"  {e.key}={e.value}  ({e.source})" for e in self.entries]
+        return lines + [f"  note: {note}" for note in self.notes]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {e.key: e.value for e in self.entries}
+
+
+def resolve_profile(declared: Sequence[ProfileEntry], venv: Path, *,
+                    env: Mapping[str, str] | None = None,
+                    probe: PtxasProbe = probe_ptxas) -> NodeProfile:
+    """The declared profile with its :data:`ON_NODE` values found here."""
+    env = os.environ if env is None else env
+    entries: list[ProfileEntry] = []
+    notes: list[str] = []
+    for entry in declared:
+        if entry.value != ON_NODE:
+            entries.append(entry)
+        elif entry.key == "FLASHINFER_WORKSPACE_BASE":
+            workspace = venv / "var" / "flashinfer"
+            workspace.mkdir(parents=True, exist_ok=True)
+            entries.append(ProfileEntry(entry.key, str(workspace), entry.reason,
+                                        f"{entry.source}: inside the venv, writable"))
+        elif entry.key == "TRITON_PTXAS_PATH":
+            ptxas, source, refused = find_ptxas(env, probe)
+            if ptxas is None:
+                notes.append("TRITON_PTXAS_PATH left out: no ptxas here accepts sm_121a"
+                             + (f" ({'; '.join(refused)})" if refused else "")
+                             + "; install CUDA 12.9 or later, or set it in [node] env")
+            else:
+                entries.append(ProfileEntry(entry.key, str(ptxas), entry.reason,
+                                            f"{entry.source}: found through {source}, "
+                                            "compiles sm_121a"))
+        else:
+            notes.append(f"{entry.key} left out: sparkbuild cannot find its value on a node")
+    return NodeProfile(entries, notes)
+
+
+def render_env_file(profile: NodeProfile) -> str:
+    lines = ["# sparkbuild node profile: systemd EnvironmentFile= (KEY=VALUE, no quoting)"]
+    for entry in profile.entries:
+        lines += [f"# {entry.reason} [{entry.source}]", f"{entry.key}={entry.value}"]
+    return "\n".join(lines) + "\n"
+
+
+def render_profile_sh(profile: NodeProfile) -> str:
+    lines = ["# sparkbuild node profile, sourced by this venv's bin/activate"]
+    for entry in profile.entries:
+        lines += [f"# {entry.reason} [{entry.source}]",
+                  f"export {entry.key}={shlex.quote(entry.value)}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_profile(profile: NodeProfile, venv: Path) -> NodeProfile:
+    """Write ``profile.sh`` and ``node.env`` into the venv; hook ``profile.sh`` into
+    ``bin/activate`` once."""
+    directory = venv / PROFILE_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    profile.profile_sh = directory / PROFILE_SH
+    profile.env_file = directory / ENV_FILE
+    profile.profile_sh.write_text(render_profile_sh(profile), encoding="utf-8")
+    profile.env_file.write_text(render_env_file(profile), encoding="utf-8")
+    activate = venv / "bin" / "activate"
+    if activate.is_file():
+        text = activate.read_text(encoding="utf-8")
+        if ACTIVATE_LINE not in text:
+            activate.write_text(text.rstrip("\n") + "\n\n" + ACTIVATE_LINE + "\n",
+                                encoding="utf-8")
+    return profile

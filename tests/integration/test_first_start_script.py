@@ -1,0 +1,96 @@
+"""bench/first-start/first_start.py on CPU: a tiny random model, its greedy reference twice
+(the same tokens), and the record's comparison, which must also catch a changed token.
+
+vLLM itself runs on the device (bench/first-start/run_device.sh); here its JSON is stood in
+for by a second reference run, so only transformers (and torch) are needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "first-start" / "first_start.py"
+
+
+def _script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("first_start", SCRIPT)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    fs = _script()
+    model = tmp_path / "model"
+    assert fs.main(["write-model", str(model), "--layers", "2", "--vocab", "512",
+                    "--dtype", "float32", "--out", str(tmp_path / "model.json")]) == 0
+    assert (model / "config.json").is_file() and (model / "model.safetensors").is_file()
+    config = json.loads((model / "config.json").read_text())
+    assert config["num_hidden_layers"] == 2 and config["vocab_size"] == 512
+
+    for name in ("ref", "again"):
+        assert fs.main(["reference", str(model), "--out", str(tmp_path / f"{name}.json"),
+                        "--device", "cpu", "--max-new", "8"]) == 0
+    ref = json.loads((tmp_path / "ref.json").read_text())
+    assert len(ref["tokens"]) == 8 and all(0 <= t < 512 for t in ref["tokens"])
+    assert len(ref["margins"]) == 8
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert again["tokens"] == ref["tokens"]  # greedy and seeded: the same tokens
+
+    # stand-in for vLLM's JSON: the same tokens, then one changed token
+    vllm = {"tokens": ref["tokens"], "seconds": {"time_to_first_token": 1.5}}
+    (tmp_path / "vllm.json").write_text(json.dumps(vllm))
+    evidence = {"flashinfer_jit_files": [], "nvcc_calls": 0, "outbound_connections": []}
+    (tmp_path / "evidence.json").write_text(json.dumps(evidence))
+    args = ["record", "--reference", str(tmp_path / "ref.json"), "--vllm",
+            str(tmp_path / "vllm.json"), "--evidence", str(tmp_path / "evidence.json"),
+            "--model", str(tmp_path / "model.json"), "--out", str(tmp_path / "result.json")]
+    assert fs.main(args) == 0
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["equal"] is True and result["first_difference"] is None
+    assert result["reference_tokens"] == result["tokens"] == ref["tokens"]
+    assert result["time_to_first_token_s"] == 1.5
+    assert result["nothing_compiled_or_downloaded"] is True
+    assert result["model"]["layers"] == 2
+
+    changed = list(ref["tokens"])
+    changed[3] = (changed[3] + 1) % 512
+    (tmp_path / "vllm.json").write_text(json.dumps({**vllm, "tokens": changed}))
+    evidence["nvcc_calls"] = 1
+    (tmp_path / "evidence.json").write_text(json.dumps(evidence))
+    assert fs.main(args) == 1
+    result = json.loads((tmp_path / "result.json").read_text())
+    assert result["equal"] is False and result["first_difference"] == 3
+    assert result["reference_margin_there"] == ref["margins"][3]
+    assert result["nothing_compiled_or_downloaded"] is False
+
+
+def test_the_network_guard_refuses_outbound_tcp_and_logs_it(tmp_path: Path) -> None:
+    """guard/sitecustomize.py: a TCP connect to a routable address fails at once and is
+    logged; loopback works; a UDP connect (vLLM's get_ip) is logged as a route probe."""
+    import subprocess
+    import sys
+
+    log = tmp_path / "sockets.jsonl"
+    probe = (
+        "import socket, errno\n"
+        "server = socket.socket(); server.bind(('127.0.0.1', 0)); server.listen()\n"
+        "socket.create_connection(server.getsockname(), timeout=5).close()\n"
+        "udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); udp.connect(('8.8.8.8', 80))\n"
+        "try:\n    socket.create_connection(('192.0.2.1', 443), timeout=5)\n"
+        "except OSError as exc:\n    print('refused', exc.errno == errno.ENETUNREACH)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, timeout=60,
+                         env={"PYTHONPATH": str(SCRIPT.parent / "guard"),
+                              "FIRST_START_SOCKET_LOG": str(log), "PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "refused True"
+    kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
+    assert kinds == ["udp_connect", "tcp_connect"]
