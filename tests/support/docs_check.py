@@ -11,7 +11,7 @@ What counts as a mention (the rules the pages are written to):
   (```wheel --offline --bundle```), is an invocation too;
 - inline code that starts with a flag (```--json```) names flags of some command;
 - inline code that starts with a plain word and holds a flag, where the word is neither a
-  sparkbuild command nor a program of :data:`FOREIGN` (```flashinfer-aot --out DIR```),
+  sparkbuild command nor a program of :data:`FOREIGN` (```teleport-kernels --out DIR```),
   names a command that does not exist.  Another program's flag is written with its
   program (```pip install --no-deps```).
 

@@ -173,11 +173,11 @@ def _links(path: Path) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("```bash\npython -m sparkbuild flashinfer-aot --recipe R --out DIR\n```\n",
-     "sparkbuild has no command 'flashinfer-aot'"),
-    ("Build it with `flashinfer-aot --out DIR`.\n",
-     "sparkbuild has no command 'flashinfer-aot'"),
-    ("Run `sparkbuild flashinfer-aot`.\n", "sparkbuild has no command 'flashinfer-aot'"),
+    ("```bash\npython -m sparkbuild teleport-kernels --recipe R --out DIR\n```\n",
+     "sparkbuild has no command 'teleport-kernels'"),
+    ("Build it with `teleport-kernels --out DIR`.\n",
+     "sparkbuild has no command 'teleport-kernels'"),
+    ("Run `sparkbuild teleport-kernels`.\n", "sparkbuild has no command 'teleport-kernels'"),
     ("Then `install --no-such-flag`.\n", "`sparkbuild install` has no --no-such-flag"),
     ("Add `--no-such-flag` to any command.\n", "no sparkbuild command has --no-such-flag"),
     ("```sh\nsparkbuild wheel \\\n    --out w --no-such-flag\n```\n",
@@ -205,8 +205,8 @@ def test_the_checker_catches(tmp_path: Path, text: str, expected: str) -> None:
     "```toml\n[[pins]]\nsparkbuild = \"--no-such-flag\"\n```\n",
     "Written with its program: `pip install --no-deps`, `git apply --check`.\n",
     "`pytest -m \"not integration\"` runs the unit tests.\n",
-    "`doctor --node` (pending: issue 19) checks a node.\n",
-    "```bash\nsparkbuild flashinfer-aot --out DIR   # pending: issue 19\n```\n",
+    "`doctor --teleport` (pending: a later round) checks a node.\n",
+    "```bash\nsparkbuild teleport-kernels --out DIR   # pending: issue 19\n```\n",
     "```bash\nsparkbuild wheel --out w > wheel.json  # --no-such-flag in a comment\n```\n",
     "The cache is `~/.cache/sparkbuild`, the module `sparkbuild.resources`.\n",
     "```bash\npython -m sparkbuild wheel --mirror=https://a/=file:///b/ --jobs 4 && ls -la\n```\n",
