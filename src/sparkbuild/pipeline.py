@@ -40,7 +40,7 @@ from sparkbuild.build.compile_cache import (
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
 from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.console import step, warn
-from sparkbuild.recipe import require_spark_target
+from sparkbuild.recipe import check_jobs, require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
@@ -321,6 +321,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
     from sparkbuild.wheelhouse.destination import check_destination
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
+    check_jobs(options.jobs, where="wheel --jobs")
     recipe = options.recipe
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
