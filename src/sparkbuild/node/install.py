@@ -95,6 +95,18 @@ def ensure_venv(venv: Path, version: str | None) -> bool:
     return True
 
 
+def _remove_new_venv(venv: Path, existed: bool) -> None:
+    """Remove what this run put at ``venv``; an empty directory that was there stays."""
+    if not existed:
+        shutil.rmtree(venv, ignore_errors=True)
+    elif venv.is_dir():
+        for child in venv.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
 def import_names(wheel: Path) -> list[str]:
     """The top-level modules a wheel installs: top_level.txt, else its file list."""
     with zipfile.ZipFile(wheel) as archive:
@@ -140,23 +152,33 @@ def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | 
     locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
     for item in locked:
         check_known_bad(item.name, item.version, role="wheelhouse file", where=str(lock))
-    created = ensure_venv(venv, manifest.get("target", {}).get("python"))
-    python = venv_python(venv)
-    how = "its simple/ index" if pip_sources else "no index"
-    step(f"installing {len(locked)} projects from {origin or directory} ({how}, hashes required)")
-    sources = pip_sources or ["--no-index", "--find-links", str(directory)]
-    _pip(python, "install", *sources, "--require-hashes",
-         "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
-    check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
-                                timeout=PIP_TIMEOUT, check=False).output, manifest)
-    installed = [f"{r.name}=={r.version}" for r in locked]
-    if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
-        return InstallResult(venv, created, installed, [], check)
-    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
-    if modules:
-        with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
-            run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
-                timeout=PIP_TIMEOUT)
+    existed, created = venv.exists(), False
+    fresh = not existed or (venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir()))
+    try:  # a venv this run made goes again if the install fails: no half-made venv stays
+        created = ensure_venv(venv, manifest.get("target", {}).get("python"))
+        python = venv_python(venv)
+        how = "its simple/ index" if pip_sources else "no index"
+        step(f"installing {len(locked)} projects from {origin or directory} ({how}, "
+             "hashes required)")
+        sources = pip_sources or ["--no-index", "--find-links", str(directory)]
+        _pip(python, "install", *sources, "--require-hashes",
+             "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
+        check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
+                                    timeout=PIP_TIMEOUT, check=False).output, manifest)
+        installed = [f"{r.name}=={r.version}" for r in locked]
+        if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
+            if fresh:
+                _remove_new_venv(venv, existed)
+            return InstallResult(venv, created, installed, [], check)
+        modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
+        if modules:
+            with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
+                run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
+                    timeout=PIP_TIMEOUT)
+    except BaseException:
+        if fresh:  # all that is there now is this run's
+            _remove_new_venv(venv, existed)
+        raise
     recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
                                    origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
