@@ -10,13 +10,14 @@ sha256): compare it with the one the build machine shows.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.errors import VerifyError
+from sparkbuild.errors import NetworkError, SparkbuildError, VerifyError
 from sparkbuild.node.install import InstallResult, install_wheelhouse
 from sparkbuild.store.download import download
 from sparkbuild.wheelhouse.lock import LOCK_NAME
@@ -24,6 +25,7 @@ from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
 from sparkbuild.wheelhouse.write import SIMPLE_DIR
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from typing import Any
 
 
@@ -78,6 +80,26 @@ def fetch_wheelhouse(url: str, into: Path) -> Path:
 
 def install_from_url(url: str, venv: Path) -> InstallResult:
     """Install the wheelhouse served at ``url`` into ``venv``."""
-    with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch, \
+            _as_served(url, Path(scratch)):
         local = fetch_wheelhouse(url, Path(scratch))
         return install_wheelhouse(local, venv, pip_sources=index_args(url), origin=url)
+
+
+@contextlib.contextmanager
+def _as_served(url: str, scratch: Path) -> Iterator[None]:
+    """Errors say where on the server, not in the scratch copy (gone when they are read),
+    and a server that cannot be reached gets a hint about serving, not about building."""
+    try:
+        yield
+    except SparkbuildError as exc:
+        if exc.where:
+            for local in {str(scratch.resolve()), str(scratch)}:
+                exc.where = exc.where.replace(local + "/", _base(url)).replace(local, url)
+        if isinstance(exc, NetworkError):
+            exc.hint = (f"check the URL and that the wheelhouse is served there (it is the "
+                        f"directory holding {MANIFEST_NAME}; any static HTTP server of it will "
+                        "do, e.g. `python -m http.server` in it) and that this machine can "
+                        "reach the server; or copy the wheelhouse here and install from its "
+                        "directory")
+        raise
