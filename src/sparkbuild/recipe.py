@@ -284,7 +284,7 @@ def _parse_pins(path: Path, text: str, raw: Any) -> tuple[Pin, ...]:
                 raise RecipeError(f"a [[pins]] entry lacks `{key}`", where=str(path))
         if not _PROJECT_NAME.fullmatch(table["name"]):
             raise RecipeError(f"pins: {table['name']!r} is not a project name",
-                              where=_where(path, text, "pins", "name"),
+                              where=pin_where(path, table["name"]),
                               hint="a project name is letters, digits, and . _ - inside, as "
                               "on the package index (such as flashinfer-python)")
         override = table.get("override")
@@ -426,6 +426,18 @@ def check_jobs(value: int | None, *, where: str) -> int | None:
         raise UsageError(f"--jobs must be a positive integer, not {value}", where=where,
                          hint="leave --jobs out to let doctor choose from memory and cores")
     return value
+
+
+def pin_where(path: Path, name: str) -> str:
+    """``RECIPE:LINE`` of the ``name = "NAME"`` line of the pin ``name``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return str(path)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"""\s*name\s*=\s*["']{re.escape(name)}["']""", line):
+            return f"{path}:{number}"
+    return str(path)
 
 
 def _parse_archs(path: Path, text: str, value: Any) -> tuple[str, ...]:
