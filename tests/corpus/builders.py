@@ -328,14 +328,17 @@ def path_without_nvcc() -> str:
 # -- wheels ------------------------------------------------------------------------------
 
 
-def pure_wheel(directory: Path) -> Path:
-    """A small, valid pure-Python wheel of the demo package, with a correct RECORD."""
+def pure_wheel(directory: Path, *, requires: tuple[str, ...] = ()) -> Path:
+    """A small, valid pure-Python wheel of the demo package, with a correct RECORD;
+    ``requires``: its Requires-Dist lines."""
     directory.mkdir(parents=True, exist_ok=True)
     dist_info = f"{PACKAGE}-{VERSION}.dist-info"
+    requires_dist = "".join(f"Requires-Dist: {name}\n" for name in requires)
     files = {
         f"{PACKAGE}/__init__.py": b"VALUE = 1\n" * 200,
         f"{dist_info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n".encode()
+            f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n{requires_dist}"
+            .encode()
         ),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: corpus\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",
