@@ -24,6 +24,11 @@ def test_the_lock_file_names_the_holder_and_its_running_groups(tmp_path: Path) -
             assert 424242 in lockmod._read_groups(probe.fileno())
         lockmod._on_group(424242, False)
         assert path.read_text() == f"{os.getpid()}\n"
+        lockmod._on_group(434343, True)
+    # released in order while a group still runs: the run is alive and answers for it, so
+    # the next holder must not stop it
+    assert path.read_text() == f"{os.getpid()}\n"
+    lockmod._on_group(434343, False)
     assert lockmod._RECORDING == {}
 
 

@@ -5,7 +5,10 @@ holder, so a waiting run can say whom it waits for, and the process groups of th
 it runs (``group PGID STARTTIME`` lines, kept up to date through
 :func:`sparkbuild.proc.add_group_listener`).  Each child runs in a session of its own, so a
 run killed with SIGKILL leaves its build running: the next run that takes the lock finds
-those groups in the file and stops them (SIGTERM, then SIGKILL) before it starts.
+those groups in the file and stops them (SIGTERM, then SIGKILL) before it starts.  A
+release in order rewrites the file without groups: a live run answers for its children.  A
+group is taken to be the dead run's only while it lives and its leader, if still there,
+has the start time recorded (a reused id is someone else's).
 """
 
 from __future__ import annotations
@@ -64,9 +67,11 @@ class CacheLock:
             try:
                 yield outermost
             finally:
-                if outermost:
+                if outermost:  # an orderly release: what still runs is not left behind
                     with _RECORD_GUARD:
-                        _RECORDING.pop(key, None)
+                        fd = _RECORDING.pop(key, None)
+                        if fd is not None:
+                            _write_record(fd, groups=False)
 
     def _acquire(self) -> int:
         try:
@@ -130,8 +135,9 @@ def start_time(pid: int) -> str | None:
     return stat.rpartition(")")[2].split()[19]
 
 
-def _write_record(fd: int) -> None:
-    text = f"{os.getpid()}\n" + "".join(f"group {g} {t}\n" for g, t in sorted(_GROUPS.items()))
+def _write_record(fd: int, *, groups: bool = True) -> None:
+    text = f"{os.getpid()}\n" + "".join(
+        f"group {g} {t}\n" for g, t in sorted(_GROUPS.items()) if groups)
     with contextlib.suppress(OSError):  # the record helps the next run; it never fails this one
         os.ftruncate(fd, 0)
         os.pwrite(fd, text.encode(), 0)
