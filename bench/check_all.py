@@ -11,9 +11,14 @@ VLLM_CUTLASS_SRC_DIR; without it the CUTLASS units are skipped for their headers
 
 Releases run one after another (each takes over an hour on 2 cores).  Prints one JSON
 object per release and writes bench/CHECK_ALL_RESULTS.md: units compiled, failed (with the
-reason), skipped, trap-only kernels, block-scaled MMA, units per minute.
+reason), skipped, trap-only kernels, block-scaled MMA, units per minute, and the coverage
+per kernel at 12.1a of every compiled unit (native, PTX only, none), with the units whose
+recorded gencode gives 12.1a no SASS (known before anything compiles).
 
     python bench/check_all.py 0.33.0=/scratch/cutlass-4.7 0.11.0=/scratch/cutlass-4.0
+
+``--unit PATH`` (repeatable) checks only those units of each release: a proof run, whose
+JSON is printed and not recorded in the results files.
 """
 
 from __future__ import annotations
@@ -79,6 +84,10 @@ def summarize(version: str, cutlass: str | None, result: CheckResult, seconds: f
         "failed": {u.path: u.reason for u in result.units if u.status == "failed"},
         "skipped": {u.path: u.reason for u in result.units if u.status.startswith("skipped")},
         "configure_stops": result.configure_stops,
+        "coverage": result.coverage_counts(),
+        "unit_coverage": {u.path: [c.to_dict() for c in u.coverage] for u in result.units
+                          if u.coverage},
+        "no_target_sass": [g.to_dict() for g in result.no_target_sass],
     }
 
 
@@ -87,8 +96,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
            f"Machine: {platform.machine()}, {os.cpu_count()} cores; written by "
            "bench/check_all.py.", "",
            "| release | torch | CUTLASS | units | ok | failed | skipped | not built | trap-only "
-           "kernels | guard stubs | block-scaled MMA | jobs | minutes | units/min |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "kernels | guard stubs | block-scaled MMA | kernels native / PTX only / none | "
+           "units without SASS (gencode) | jobs | minutes | units/min |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["counts"]
         skipped = c["skipped-missing-headers"] + c["skipped-missing-sources"]
@@ -97,8 +107,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         out.append(f"| {r['release']} | {r.get('torch')} | {r['cutlass'] or 'none'} | "
                    f"{r['units']} | {c['ok']} | "
                    f"{c['failed']} | {skipped} | {c['not-built']} | {traps} | {stubs} | "
-                   f"{r['block_scaled_mma']} | {r['jobs']} | {r['seconds'] / 60:.0f} | "
-                   f"{r['units_per_minute']} |")
+                   f"{r['block_scaled_mma']} | {_kernel_counts(r)} | "
+                   f"{len(r.get('no_target_sass', []))} | {r['jobs']} | "
+                   f"{r['seconds'] / 60:.0f} | {r['units_per_minute']} |")
     for r in rows:
         out += ["", f"## {r['release']}", ""]
         out += [f"- configure would stop: {stop}" for stop in r["configure_stops"]]
@@ -106,12 +117,27 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         out += [f"- skipped `{path}`: {reason[:300]}" for path, reason in r["skipped"].items()]
         out += [f"- trap-only in `{path}`: {len(k)} kernel(s)" for path, k in
                 r["trap_only"].items()]
+        out += [f"- gencode gives {g['target']} no SASS: `{g['unit']}` ({g['coverage']}"
+                f"{' ' + g['ptx_arch'] if g['ptx_arch'] else ''})"
+                for g in r.get("no_target_sass", [])]
+        out += [f"- not native in `{path}` at {c['target']}: {c['ptx']} PTX only, "
+                f"{c['none']} none (of {c['kernels']})"
+                for path, found in r.get("unit_coverage", {}).items() for c in found
+                if c["ptx"] or c["none"]]
     return "\n".join(out) + "\n"
+
+
+def _kernel_counts(row: dict[str, Any]) -> str:
+    found = row.get("coverage", {}).get("12.1a")
+    return f"{found['native']} / {found['ptx']} / {found['none']}" if found else "not read"
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("releases", nargs="+", metavar="VERSION[=CUTLASS_DIR]")
+    parser.add_argument("--unit", action="append", default=[], metavar="PATH",
+                        help="check only this unit (repeatable); the results files are "
+                        "left as they are")
     args = parser.parse_args(argv)
     rows: list[dict[str, Any]] = (json.loads(ROWS.read_text(encoding="utf-8"))
                                   if ROWS.is_file() else [])
@@ -126,9 +152,11 @@ def main(argv: list[str]) -> int:
             else:
                 os.environ.pop("VLLM_CUTLASS_SRC_DIR", None)
             started = time.monotonic()
-            result = check_tree(tree, recipe, all_units=True)
+            result = check_tree(tree, recipe, only=args.unit or None, all_units=not args.unit)
             row = summarize(version, cutlass or None, result, time.monotonic() - started)
             print(json.dumps(row, indent=1), flush=True)
+            if args.unit:
+                continue
             rows = [r for r in rows if r["release"] != version] + [row]
             ROWS.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
             RESULTS.write_text(markdown(rows), encoding="utf-8")

@@ -80,3 +80,19 @@ cmake_language(
   SET_DEPENDENCY_PROVIDER sparkbuild_provide_dependency
   SUPPORTED_METHODS FETCHCONTENT_MAKEAVAILABLE_SERIAL
 )
+
+# The heavy units' job pool (sparkbuild.build.pools): declared here, next to the tree's
+# own pools (vLLM's setup.py passes CMAKE_JOB_POOLS=compile=MAX_JOBS), with the depth
+# doctor chose in $ENV{SPARKBUILD_HEAVY_POOL_DEPTH}.  Which units go into it is decided
+# after CMake wrote build.ninja, by sparkbuild's ninja (CMAKE_MAKE_PROGRAM): CMake has no
+# per-source pool, and vLLM's kernels are all sources of one target.
+if(DEFINED ENV{SPARKBUILD_HEAVY_POOL_DEPTH})
+  get_property(_sb_pools GLOBAL PROPERTY JOB_POOLS)
+  if(NOT _sb_pools AND DEFINED CMAKE_JOB_POOLS)
+    set(_sb_pools "${CMAKE_JOB_POOLS}")
+  endif()
+  list(FILTER _sb_pools EXCLUDE REGEX "^sparkbuild_heavy=")
+  list(APPEND _sb_pools "sparkbuild_heavy=$ENV{SPARKBUILD_HEAVY_POOL_DEPTH}")
+  set_property(GLOBAL PROPERTY JOB_POOLS "${_sb_pools}")
+  message(STATUS "sparkbuild: job pools ${_sb_pools}")
+endif()

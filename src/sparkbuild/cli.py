@@ -53,7 +53,12 @@ def _patch(args: argparse.Namespace) -> StageResult:
         "apply": engine.apply_series,
         "revert": engine.revert_series,
     }[args.action]
-    return action(Path(args.tree), recipe)
+    report = action(Path(args.tree), recipe)
+    if args.action == "status" and args.cache:
+        from sparkbuild.vendor.patched import dependency_status
+
+        report.dependencies = dependency_status(Path(args.tree), recipe, Path(args.cache))
+    return report
 
 
 def _vendor(args: argparse.Namespace) -> StageResult:
@@ -97,15 +102,18 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 def _bundle(args: argparse.Namespace) -> StageResult:
     from sparkbuild.bundle.write import BundleOptions, make_bundle
+    from sparkbuild.pipeline import bundle_runtime_for
 
+    recipe = _recipe(args)
     return make_bundle(BundleOptions(
-        recipe=_recipe(args),
+        recipe=recipe,
         out=Path(args.out),
         tree=Path(args.tree) if args.tree else None,
         cache=Path(args.cache) if args.cache else None,
         with_wheels=not args.without_wheels,
         mirrors=tuple(args.mirror),
         offline=args.offline,
+        runtime=bundle_runtime_for(recipe, closure=not args.no_closure, offline=args.offline),
     ))
 
 
@@ -156,8 +164,8 @@ def _install(args: argparse.Namespace) -> StageResult:
     from sparkbuild.node.remote import install_from_url, is_url
 
     if is_url(args.dir):
-        return install_from_url(args.dir, Path(args.venv))
-    return install_wheelhouse(Path(args.dir), Path(args.venv))
+        return install_from_url(args.dir, Path(args.venv), source=args.install_from)
+    return install_wheelhouse(Path(args.dir), Path(args.venv), source=args.install_from)
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
@@ -218,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("patch", help="status, apply or revert the series on a tree")
     p.add_argument("action", choices=("status", "apply", "revert"))
     p.add_argument("tree", metavar="TREE")
+    p.add_argument("--cache", metavar="DIR", help="status: also report each vendored source "
+                   "in this cache and what the series' arch edit did to it")
     _add_common(p, recipe=True)
     p.set_defaults(handler=_patch)
 
@@ -266,6 +276,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--without-wheels", action="store_true",
                    help="leave out the build wheels (a host that has torch)")
     p.add_argument("--offline", action="store_true", help="take everything from the cache")
+    p.add_argument("--no-closure", action="store_true",
+                   help="carry the pins but not the runtime closure (the node has it)")
     _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_bundle)
@@ -314,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", metavar="DIR", help="the wheelhouse: a directory, or the URL of one "
                    "served over HTTP (its simple/ index)")
     p.add_argument("--venv", required=True, metavar="PATH")
+    p.add_argument("--from", dest="install_from", choices=("lock", "pylock"), default="lock",
+                   help="install from requirements.lock with pip (default), or from "
+                   "pylock.toml (PEP 751) with uv")
     _add_common(p)
     p.set_defaults(handler=_install)
 

@@ -38,20 +38,24 @@ from sparkbuild.build.compile_cache import (
     cache_spec,
     units_by_language,
 )
-from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor
+from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor, with_pools
+from sparkbuild.build.pools import write_plan_file
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.console import step, warn
+from sparkbuild.build.timeline import run_timeline, timeline_lines
+from sparkbuild.build.unit_memory import known_units, measured_for, remember
+from sparkbuild.console import info, step, warn
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.recipe import check_jobs, require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.phases import phase, recording
 from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
 from sparkbuild.vendor.index import remember_missed
 from sparkbuild.vendor.materialize import materialize, require_complete
 from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
@@ -97,6 +101,8 @@ class WheelResult:
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     compile_cache: CompileCacheResult | None = None
+    timeline: dict[str, Any] = field(default_factory=dict)
+    """Every phase's seconds and the build's account (sparkbuild.build.timeline)."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -117,6 +123,8 @@ class WheelResult:
             "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
             "wheelhouse": self.wheelhouse.to_dict(),
             "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
+            "timeline": self.timeline,
+            "units": self.build.timeline.units_table() if self.build.timeline else [],
         }
 
     def summary(self) -> list[str]:
@@ -133,6 +141,7 @@ class WheelResult:
         lines += self.compile_cache.summary() if self.compile_cache else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
+        lines += timeline_lines(self.timeline, self.build.timeline)
         return lines + self.wheelhouse.summary()
 
 
@@ -182,7 +191,7 @@ def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scrat
     shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
+def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -> BuildPlan:
     recipe = options.recipe
     report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib,
                         compile_cache=None, existing_torch=options.use_existing_torch)
@@ -192,13 +201,24 @@ def _build_plan(options: WheelOptions, tree: Path) -> BuildPlan:
         raise report.error
     total, available = read_memory()
     launcher = report.tools.get("launcher")
-    return plan_build(
+    plan = plan_build(
         total_memory_bytes=total, available_memory_bytes=available,
         cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
         nvcc_threads=recipe.build.nvcc_threads, arch_count=len(recipe.target.cuda_archs),
         launcher=str(launcher.path) if launcher else None,
         requested_jobs=options.jobs or recipe.build.jobs,
     )
+    measured, killed = measured_for(cache.root, recipe.target.torch_cuda_arch_list) \
+        if cache else ({}, ())
+    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
+                      cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
+                      measured=measured, killed=killed,
+                      requested_jobs=options.jobs or recipe.build.jobs,
+                      known=known_units(cache.root, recipe.target.torch_cuda_arch_list)
+                      if cache else None)
+    for line in plan.pool_lines():
+        info(f"doctor: {line}")
+    return plan
 
 
 def _build_torch(python: Path, existing_torch: bool) -> str | None:
@@ -246,6 +266,7 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
     if options.bundle is not None:
         from sparkbuild.bundle.read import (
             bundles_dir,
+            check_recipe,
             import_bundle,
             prepared_from_bundle,
             unpack_bundle,
@@ -253,10 +274,13 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
         cache = context.cache()
         unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
-        imported = import_bundle(unpacked, cache)
+        check_recipe(unpacked, recipe)
+        with phase("bundle import"):
+            imported = import_bundle(unpacked, cache)
         if imported:
             step(f"imported from the bundle into the cache: {', '.join(imported)}")
-        return prepared_from_bundle(unpacked, recipe, work / "tree")
+        with phase("tree copy"):
+            return prepared_from_bundle(unpacked, recipe, work / "tree")
     tree = work / "tree"
     shutil.rmtree(tree, ignore_errors=True)
     # The spec as written: fetch_source takes the recipe's own relative path from the
@@ -273,9 +297,71 @@ def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
                              offline=options.offline, wheels=not options.use_existing_torch)
 
 
+def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+    """The pins and closure the bundle carries (None without a bundle, or an old one)."""
+    if options.bundle is None:
+        return None
+    from sparkbuild.bundle.read import bundled_runtime
+
+    return bundled_runtime(options.bundle, cache.root)
+
+
+def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
+                         ) -> WheelOptions:
+    """A bundle written with ``--no-closure`` leaves the closure to the node; the closure it
+    carries is for its platform and Python, which the wheelhouse takes unless --platform."""
+    if runtime is None:
+        return options
+    if options.closure and runtime.get("closure") != "included":
+        step("the bundle was written with --no-closure: the wheelhouse leaves the runtime "
+             "closure to the node")
+        options = dataclasses.replace(options, closure=False)
+    if options.platform is None and options.closure and runtime.get("platform"):
+        options = dataclasses.replace(options, platform=str(runtime["platform"]))
+    return options
+
+
+def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
+                         cache: Cache, tree: Path) -> None:
+    """Offline, every pin (and a bundle's closure for the tree's requirements) must be
+    there before anything compiles; each one missing is named."""
+    if not options.offline:
+        return
+    from packaging.utils import canonicalize_name
+
+    from sparkbuild.errors import CacheMissError
+    from sparkbuild.wheelhouse.closure import declared_texts, runtime_gaps
+
+    recipe = options.recipe
+    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=options.closure,
+                        skip={canonicalize_name(recipe.package)})
+    if gaps:
+        where = f"the bundle {options.bundle}" if options.bundle else "the cache"
+        raise CacheMissError(
+            f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
+            where=str(options.bundle or cache.root),
+            hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
+            "pins and the closure), or run `sparkbuild wheel` once online; nothing was built")
+
+
+def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
+                       ) -> Callable[[Path, Cache, Path], dict[str, Any]]:
+    """What ``bundle`` passes to :func:`sparkbuild.bundle.write.assemble`: the wheelhouse's
+    pins and closure fetch (the bundle room ranks below the wheelhouse's)."""
+    from sparkbuild.wheelhouse.closure import bundle_runtime
+
+    def runtime(tree: Path, cache: Cache, dest: Path) -> dict[str, Any]:
+        return bundle_runtime(recipe, tree, cache, dest, closure=closure, offline=offline)
+
+    return runtime
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
-                compile_cache: CompileCacheResult | None = None) -> WheelhouseResult:
+                compile_cache: CompileCacheResult | None = None,
+                vendored: VendorResult | None = None,
+                runtime: dict[str, Any] | None = None,
+                dependencies: list[dict[str, Any]] | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
@@ -301,6 +387,9 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "pool": plan.pool.to_dict() if plan.pool else None,
+        "units": outcome.timeline.units_table() if outcome.timeline else [],
+        "dependencies": dependencies or [],
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
@@ -308,7 +397,26 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         built_wheels=outcome.wheels, build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform, toolchain=toolchain,
         closure=options.closure,
+        vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
+        bundled_closure=runtime.get("files") if runtime is not None else None,
     )
+
+
+def _vendored_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
+    """The sources built into the wheel, for its SBOM: each with the commit its ref
+    resolved to and whether the series' arch edit changed it (``patched``), both from the
+    cache's record (:func:`sparkbuild.vendor.patched.source_record`)."""
+    from sparkbuild.vendor.index import source_entry
+    from sparkbuild.vendor.patched import source_record
+
+    found = []
+    for source in plan.sources:
+        entry = source_entry(cache, source)
+        found.append({"name": source.name, "kind": source.kind, "url": source.url,
+                      "ref": source.ref, "commit": (entry or {}).get("commit"),
+                      "sha256": source.sha256,
+                      "patched": source_record(source, entry)["status"] == "applied"})
+    return found
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -335,6 +443,13 @@ def _source_directory(options: WheelOptions) -> Path | None:
 
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
+    with recording() as clock:
+        result = _build_wheel(options)
+    result.timeline = run_timeline(clock.seconds, clock.wall(), result.build.timeline)
+    return result
+
+
+def _build_wheel(options: WheelOptions) -> WheelResult:
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
@@ -349,16 +464,21 @@ def build_wheel(options: WheelOptions) -> WheelResult:
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with CacheLock(root / "work" / f"{recipe.name}.lock").held():
-        with _timed(seconds, "prepare"):
+        with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
-        _refuse_contradicted_pins(options, tree)
-        with _timed(seconds, "vendor"):
+        runtime = _bundle_runtime(options, cache)
+        options = _with_bundle_runtime(options, runtime)
+        with phase("pins"):
+            _refuse_contradicted_pins(options, tree)
+            _refuse_runtime_gaps(options, runtime, cache, tree)
+        with _timed(seconds, "vendor"), phase("vendor"):
             vendored = _vendor(options, cache, tree)
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
-        plan = _build_plan(options, tree)
-        with _timed(seconds, "build"):
+        with phase("doctor"):
+            plan = _build_plan(options, tree, cache)
+        with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
                 from sparkbuild.build.existing_torch import use_existing_torch
@@ -374,20 +494,31 @@ def build_wheel(options: WheelOptions) -> WheelResult:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
                         *plan.reasons, f"compiler launcher: sccache, shared cache "
                         f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
+                                            tree) if plan.pool else None
                 request = BuildRequest(
                     tree=tree, work=work, archs=recipe.target.torch_cuda_arch_list,
                     jobs=plan.max_jobs, nvcc_threads=plan.nvcc_threads,
                     offline=options.offline, deps=deps,
                     recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
                     launcher=plan.launcher, targets=options.targets,
+                    pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
                 )
                 outcome = build_tree(request, python)
+        if outcome.timeline is not None:
+            remember(cache.root, recipe.target.torch_cuda_arch_list,
+                     [unit.to_dict() | {"source": unit.source,
+                                        "peak_rss_bytes": unit.peak_rss_bytes}
+                      for unit in outcome.timeline.units], outcome.timeline.killed_sources)
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
-        with _timed(seconds, "wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache)
+        with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
+            from sparkbuild.vendor.patched import dependency_records
+
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
+                                     vendored, runtime, dependency_records(vendored.plan, cache))
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)

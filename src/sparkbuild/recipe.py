@@ -87,6 +87,9 @@ class Target:
     python: str = "3.12"
     allow_plain_sm121: bool = False
     """Opt-in for PTX-portable builds that knowingly lose the tensor-core FP4 kernels."""
+    allow_jit: bool = False
+    """Opt-in for kernels that reach the target as PTX only (the driver JIT-compiles them at
+    load); the manifest lists them as ``jit_kernels``.  Without it they fail the build."""
 
     @property
     def torch_cuda_arch_list(self) -> str:
@@ -213,7 +216,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "recipe": {"name": str, "description": str, "package": str},
     "source": {"spec": str, "sha256": str, "branch": str},
     "series": {"path": str},
-    "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool},
+    "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
+               "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
@@ -524,6 +528,7 @@ def load_recipe(path: Path) -> Recipe:
             platform=target.get("platform", Target.platform),
             python=_parse_python(path, text, target.get("python")),
             allow_plain_sm121=target.get("allow_plain_sm121", False),
+            allow_jit=target.get("allow_jit", False),
         ),
         build=BuildSettings(
             jobs=_parse_jobs(path, text, build.get("jobs")),

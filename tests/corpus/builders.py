@@ -7,9 +7,11 @@ compilers), so the corpus stays readable and the inputs cannot rot.
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
+import json
 import os
 import subprocess
 import tarfile
@@ -328,9 +330,10 @@ def path_without_nvcc() -> str:
 # -- wheels ------------------------------------------------------------------------------
 
 
-def pure_wheel(directory: Path, *, requires: tuple[str, ...] = ()) -> Path:
-    """A small, valid pure-Python wheel of the demo package, with a correct RECORD;
-    ``requires``: its Requires-Dist lines."""
+def pure_wheel(directory: Path, extra: dict[str, bytes] | None = None, *,
+               requires: tuple[str, ...] = ()) -> Path:
+    """A small, valid pure-Python wheel of the demo package, with a correct RECORD
+    (``extra``: more members, each with its RECORD line; ``requires``: its Requires-Dist)."""
     directory.mkdir(parents=True, exist_ok=True)
     dist_info = f"{PACKAGE}-{VERSION}.dist-info"
     requires_dist = "".join(f"Requires-Dist: {name}\n" for name in requires)
@@ -342,6 +345,7 @@ def pure_wheel(directory: Path, *, requires: tuple[str, ...] = ()) -> Path:
         ),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: corpus\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",
+        **(extra or {}),
     }
     record = (
         "".join(
@@ -357,7 +361,108 @@ def pure_wheel(directory: Path, *, requires: tuple[str, ...] = ()) -> Path:
     return path
 
 
-def _record_digest(data: bytes) -> str:
-    import base64
+def node_wheelhouse(out: Path, *, role: str = "built", requires: tuple[str, ...] = ()) -> Path:
+    """A wheelhouse ``install`` takes: one demo wheel (``role``; ``requires``: its
+    Requires-Dist), its lock, a manifest that vouches for both (no GPU target: nothing for
+    cuobjdump to read)."""
+    wheel = pure_wheel(out, requires=requires)
+    digest = sha256_of(wheel)
+    lock = out / "requirements.lock"
+    lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{digest}\n", encoding="utf-8")
+    manifest = {
+        "schema": 1,
+        "target": {"cuda_archs": []},
+        "wheels": [{"file": wheel.name, "name": PACKAGE, "version": VERSION,
+                    "sha256": digest, "size": wheel.stat().st_size, "role": role}],
+        "files": {lock.name: sha256_of(lock)},
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
 
+
+TAMPERED_MEMBER = f"{PACKAGE}/backdoor.py"
+
+
+def tamper_wheel_and_lock(wheelhouse: Path) -> Path:
+    """Issue 23's sequence: a file added to the wheel with its RECORD line, the new hash put
+    into requirements.lock only; manifest.json (which records the lock's hash) unchanged."""
+    (wheel,) = wheelhouse.glob("*.whl")
+    pure_wheel(wheelhouse, {TAMPERED_MEMBER: b"print('not what was built')\n"})
+    lock = wheelhouse / "requirements.lock"
+    lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{sha256_of(wheel)}\n",
+                    encoding="utf-8")
+    return wheelhouse
+
+
+def _record_digest(data: bytes) -> str:
     return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def big_member_wheelhouse(out: Path, member: str, size: int) -> Path:
+    """A wheelhouse whose one wheel holds ``member`` of ``size`` zero bytes (written in
+    streaming, so the test itself stays small); RECORD, lock and manifest all agree.  A
+    METADATA member gets the demo's headers first, then the zeros."""
+    out.mkdir(parents=True, exist_ok=True)
+    dist_info = f"{PACKAGE}-{VERSION}.dist-info"
+    head = (f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n\n".encode()
+            if member.endswith("/METADATA") else b"")
+    block = bytes(1 << 20)
+    digest = hashlib.sha256(head)
+    path = out / f"{PACKAGE}-{VERSION}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        rows = []
+        if not member.endswith("/METADATA"):
+            meta = f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n".encode()
+            archive.writestr(f"{dist_info}/METADATA", meta)
+            rows.append(f"{dist_info}/METADATA,sha256={_record_digest(meta)},{len(meta)}\n")
+        with archive.open(member, "w", force_zip64=True) as stream:
+            stream.write(head)
+            for _ in range(size // len(block)):
+                stream.write(block)
+                digest.update(block)
+        encoded = base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+        rows.append(f"{member},sha256={encoded},{len(head) + size}\n")
+        archive.writestr(f"{dist_info}/RECORD", "".join(rows) + f"{dist_info}/RECORD,,\n")
+    wheel_digest = sha256_of_streamed(path)
+    lock = out / "requirements.lock"
+    lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{wheel_digest}\n", encoding="utf-8")
+    manifest = {"schema": 1, "target": {"cuda_archs": []},
+                "wheels": [{"file": path.name, "name": PACKAGE, "version": VERSION,
+                            "sha256": wheel_digest, "size": path.stat().st_size,
+                            "role": "built"}],
+                "files": {lock.name: sha256_of(lock)}}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def sha256_of_streamed(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- bundles -----------------------------------------------------------------------------
+
+
+def tiny_bundle(path: Path, recipe_name: str, *, twice: str | None = None) -> Path:
+    """A bundle as ``unpack_bundle`` reads it (plan, the recipe it carries, a manifest of
+    both); ``twice``: a member the manifest lists a second time, the same entry again."""
+    top = "sparkbuild-bundle"
+    recipe = recipe_text("unused", "series/series").replace('name = "corpus"',
+                                                            f'name = "{recipe_name}"')
+    members = {
+        "plan.json": json.dumps({"format": 1, "recipe": recipe_name,
+                                 "recipe_file": "corpus.toml", "sources": []}).encode(),
+        "recipe/corpus.toml": recipe.encode(),
+    }
+    entries = [f'"{name}": {{"sha256": "{hashlib.sha256(data).hexdigest()}", '
+               f'"size": {len(data)}}}' for name, data in members.items()]
+    if twice is not None:  # the same entry again: each copy is true, the list is not
+        entries += [entry for name, entry in zip(members, entries, strict=True) if name == twice]
+    manifest = '{"format": 1, "members": {' + ", ".join(entries) + "}}"
+    with tarfile.open(path, "w:xz") as tar:
+        for name, data in {**members, "manifest.json": manifest.encode()}.items():
+            add_bytes(tar, f"{top}/{name}", data)
+    return path

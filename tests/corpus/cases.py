@@ -961,6 +961,18 @@ def _manifest_files_null(work: Path, command: str = "verify") -> Invocation:
                           after=_no_venv(work / "venv"))
     return inv
 
+# -- trust only what was checked (issue 23) ----------------------------------------------
+
+
+def _genuine(work: Path) -> Path:
+    return b.node_wheelhouse(work / "wheelhouse")
+
+
+def _tampered(work: Path) -> Path:
+    """Issue 23's sequence on a copy: a file added to the wheel with its RECORD line, the new
+    hash put into requirements.lock only."""
+    return b.tamper_wheel_and_lock(b.node_wheelhouse(work / "tampered"))
+
 
 def _no_venv(venv: Path) -> Callable[[], None]:
     def check() -> None:
@@ -970,17 +982,9 @@ def _no_venv(venv: Path) -> Callable[[], None]:
 
 
 def _install_pip_check_fails(work: Path) -> Invocation:
-    """A wheel that requires a project the wheelhouse lacks: pip check refuses the venv
-    after it was made, and the venv goes."""
-    out = work / "wheelhouse"
-    wheel = b.pure_wheel(out, requires=("absent-dependency-sb23",))
-    digest = b.sha256_of(wheel)
-    lock = out / "requirements.lock"
-    lock.write_text(f"{b.PACKAGE}=={b.VERSION} --hash=sha256:{digest}\n", encoding="utf-8")
-    (out / "manifest.json").write_text(json.dumps({
-        "target": {"cuda_archs": ["12.1"]},
-        "wheels": [{"file": wheel.name, "sha256": digest, "role": "pin"}],
-        "files": {lock.name: b.sha256_of(lock)}}), encoding="utf-8")
+    """A verified wheelhouse whose wheel requires a project it lacks: pip check refuses the
+    venv after it was made, and the venv goes."""
+    out = b.node_wheelhouse(work / "wheelhouse", role="pin", requires=("absent-dependency-sb23",))
     venv = work / "venv"
     return Invocation(["install", str(out), "--venv", str(venv)], after=_no_venv(venv))
 
@@ -1153,6 +1157,152 @@ ISSUE23_CASES = [
 ]
 
 
+
+def _install_refused(work: Path, wheelhouse: Path) -> Invocation:
+    venv = work / "venv"
+    return Invocation(["install", str(wheelhouse), "--venv", str(venv)], after=_no_venv(venv))
+
+
+_TEMPLATE: dict[str, Path] = {}
+
+
+def _installed(work: Path) -> tuple[Path, Path]:
+    """A genuine wheelhouse and a venv ``sparkbuild install`` made of it (made once, then
+    copied: a venv is read here, never run)."""
+    if not _TEMPLATE:
+        import subprocess
+        import tempfile
+
+        root = Path(tempfile.mkdtemp(prefix="corpus-installed-"))
+        wheelhouse = _genuine(root)
+        subprocess.run([*CLI, "install", str(wheelhouse), "--venv", str(root / "venv")],
+                       check=True, capture_output=True, timeout=300,
+                       env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
+        _TEMPLATE.update(wheelhouse=wheelhouse, venv=root / "venv")
+    wheelhouse, venv = work / "wheelhouse", work / "venv"
+    shutil.copytree(_TEMPLATE["wheelhouse"], wheelhouse)
+    shutil.copytree(_TEMPLATE["venv"], venv, symlinks=True)
+    return wheelhouse, venv
+
+
+def _site(venv: Path) -> Path:
+    (site,) = venv.glob("lib/python*/site-packages")
+    return site
+
+
+def _venv_with_added_file(work: Path) -> Invocation:
+    wheelhouse, venv = _installed(work)
+    (_site(venv) / b.PACKAGE / "dropped_in.py").write_text("print('not from a wheel')\n")
+    return Invocation(["verify", "--installed", str(venv), str(wheelhouse)])
+
+
+def _venv_of_tampered_wheel(work: Path) -> Invocation:
+    """The venv the old install made of the tampered wheelhouse: the file, its RECORD line,
+    and the RECORD's hash in sparkbuild-wheelhouse.json all agree with one another."""
+    import hashlib
+
+    wheelhouse, venv = _installed(work)
+    site = _site(venv)
+    data = b"print('not what was built')\n"
+    (site / b.TAMPERED_MEMBER).write_bytes(data)
+    record = site / f"{b.PACKAGE}-{b.VERSION}.dist-info" / "RECORD"
+    record.write_text(record.read_text() + f"{b.TAMPERED_MEMBER},sha256="
+                      f"{b._record_digest(data)},{len(data)}\n")
+    installed = venv / "sparkbuild-wheelhouse.json"
+    state = json.loads(installed.read_text())
+    state["distributions"][b.PACKAGE]["record_sha256"] = hashlib.sha256(
+        record.read_bytes()).hexdigest()
+    installed.write_text(json.dumps(state))
+    return Invocation(["verify", "--installed", str(venv), str(wheelhouse)])
+
+
+def _venv_against_tampered(work: Path) -> Invocation:
+    """The genuine venv against a tampered copy of its own wheelhouse (same manifest)."""
+    wheelhouse, venv = _installed(work)
+    b.tamper_wheel_and_lock(wheelhouse)
+    return Invocation(["verify", "--installed", str(venv), str(wheelhouse)])
+
+
+def _wheel_as_symlink(work: Path, command: str) -> Invocation:
+    wheelhouse = _genuine(work)
+    (wheel,) = wheelhouse.glob("*.whl")
+    elsewhere = work / "elsewhere" / wheel.name
+    elsewhere.parent.mkdir()
+    wheel.rename(elsewhere)
+    wheel.symlink_to(elsewhere)  # the very same bytes
+    if command == "install":
+        return _install_refused(work, wheelhouse)
+    return Invocation(["verify", str(wheelhouse)])
+
+
+def _stray_directory_link(work: Path) -> Invocation:
+    wheelhouse = _genuine(work)
+    outside = work / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("outside the wheelhouse\n")
+    (wheelhouse / "simple").symlink_to(outside, target_is_directory=True)
+    return Invocation(["verify", str(wheelhouse)])
+
+
+def _manifest_leaves(work: Path) -> Invocation:
+    wheelhouse = _genuine(work)
+    outside = b.pure_wheel(work / "outside")
+    manifest = json.loads((wheelhouse / "manifest.json").read_text())
+    manifest["wheels"].append({"file": f"../outside/{outside.name}", "name": "demo2",
+                               "version": "1.0", "sha256": b.sha256_of(outside),
+                               "role": "built"})
+    (wheelhouse / "manifest.json").write_text(json.dumps(manifest))
+    return Invocation(["verify", str(wheelhouse)])
+
+
+def _big_metadata(work: Path) -> Invocation:
+    wheelhouse = b.big_member_wheelhouse(work / "wheelhouse",
+                                         f"{b.PACKAGE}-{b.VERSION}.dist-info/METADATA", 64 << 20)
+    return Invocation(["verify", str(wheelhouse)])
+
+
+def _bundle_case(work: Path, *, other: bool) -> Invocation:
+    bundle = b.tiny_bundle(work / "b.tar.xz", "bundled",
+                           twice=None if other else "recipe/corpus.toml")
+    args = ["wheel", "--bundle", str(bundle), "--cache", str(work / "cache"),
+            "--out", str(work / "out")]
+    if other:
+        recipe = b.write_recipe(work, b.recipe_text("unused", "patches/series").replace(
+            'name = "corpus"', 'name = "other"'), "other.toml")
+        args += ["--recipe", str(recipe)]
+    return Invocation(args)
+
+
+TRUST_CASES = [
+    Case("install-tampered-lock-only", "trust", VerifyError, "requirements.lock",
+         lambda w: _install_refused(w, _tampered(w)), ("sparkbuild.node.install",)),
+    Case("verify-tampered-lock-only", "trust", VerifyError, "requirements.lock",
+         lambda w: Invocation(["verify", str(_tampered(w))]), VERIFY),
+    Case("verify-installed-file-no-wheel-has", "trust", VerifyError,
+         "no wheel of the wheelhouse has this file", _venv_with_added_file, VERIFY),
+    Case("verify-installed-tampered-wheel-vs-genuine", "trust", VerifyError,
+         f"{b.TAMPERED_MEMBER} (no wheel of the wheelhouse has this file)",
+         _venv_of_tampered_wheel, VERIFY),
+    Case("verify-installed-vs-tampered-wheelhouse", "trust", VerifyError,
+         "the wheelhouse itself fails verify", _venv_against_tampered, VERIFY),
+    Case("verify-wheel-symlink-same-bytes", "trust", VerifyError, "a symbolic link",
+         lambda w: _wheel_as_symlink(w, "verify"), VERIFY),
+    Case("install-wheel-symlink-same-bytes", "trust", VerifyError, "a symbolic link",
+         lambda w: _wheel_as_symlink(w, "install"), ("sparkbuild.node.install",)),
+    Case("verify-stray-directory-symlink", "trust", VerifyError, "simple (a symbolic link",
+         _stray_directory_link, VERIFY),
+    Case("verify-manifest-entry-leaves", "trust", VerifyError,
+         "leaves the wheelhouse directory", _manifest_leaves, VERIFY),
+    Case("verify-metadata-member-64mib", "trust", VerifyError, "is over 16 MiB",
+         _big_metadata, VERIFY),
+    Case("wheel-bundle-other-recipe", "trust", UsageError,
+         "the bundle carries the recipe 'bundled', not 'other'",
+         lambda w: _bundle_case(w, other=True), ("sparkbuild.pipeline",)),
+    Case("wheel-bundle-member-listed-twice", "trust", VerifyError,
+         "lists recipe/corpus.toml twice", lambda w: _bundle_case(w, other=False),
+         ("sparkbuild.pipeline",)),
+]
+
 CASES: list[Case] = [
     *ARCHIVE_CASES,
     *INDEX_CASES,
@@ -1164,6 +1314,7 @@ CASES: list[Case] = [
     *CACHE_CASES,
     *WHEEL_CASES,
     *ISSUE23_CASES,
+    *TRUST_CASES,
 ]
 
 CLI = [sys.executable, "-m", "sparkbuild"]

@@ -60,6 +60,9 @@ cuda_archs_loose_intersection(SM90_ONLY_ARCHS "9.0a" "${CUDA_ARCHS}")
 if(VLLM_GPU_LANG STREQUAL "CUDA")
   include(cmake/external_projects/qlike.cmake)
 endif()
+cuda_archs_loose_intersection(MARLIN_ARCHS "8.0+PTX" "${CUDA_ARCHS}")
+cuda_archs_loose_intersection(MM2X_ARCHS "7.5;8.0;8.9+PTX" "${CUDA_ARCHS}")
+cuda_archs_loose_intersection(OLD_ARCHS "7.5;8.0" "${CUDA_ARCHS}")
 """
 QLIKE = """\
 set(QLIKE_SUPPORT_ARCHS)
@@ -109,6 +112,9 @@ def test_before_the_edit_the_spark_gets_a_12_0_stand_in(tree: Path, cuda: str) -
     assert results["CUDA_ARCHS"] == ["12.0"]
     assert results["SCALED_MM_ARCHS@CMakeLists.txt:17"] == ["12.0a"]  # sm_120a code
     assert results["SM90_ONLY_ARCHS@CMakeLists.txt:19"] == []
+    assert results["MARLIN_ARCHS@CMakeLists.txt:23"] == ["8.0+PTX"]  # PTX only: JIT on the node
+    assert results["MM2X_ARCHS@CMakeLists.txt:24"] == ["8.9+PTX"]
+    assert results["OLD_ARCHS@CMakeLists.txt:25"] == []  # no PTX: nothing crosses majors
     if cuda == "13.0":
         assert results["FP4_SM120_ARCHS@CMakeLists.txt:13"] == ["12.0f"]
         assert "FP4_SM120_ARCHS@CMakeLists.txt:15" not in results  # the other branch
@@ -131,7 +137,7 @@ def test_the_edit_gives_12_1a_everywhere_at_every_cuda_version(
         results = _results(tree, ("12.1a",), cuda)
         assert results["CUDA_ARCHS"] == ["12.1a"], (cuda, results)
         family = {k: v for k, v in results.items()
-                  if k.split("@")[0] not in ("CUDA_ARCHS", "SM90_ONLY_ARCHS")}
+                  if k.split("@")[0] not in ("CUDA_ARCHS", "SM90_ONLY_ARCHS", "OLD_ARCHS")}
         assert all(v == ["12.1a"] for v in family.values()), (cuda, family)
         assert results["SM90_ONLY_ARCHS@CMakeLists.txt:19"] == []
     cmake = (tree / "CMakeLists.txt").read_text()
@@ -139,6 +145,8 @@ def test_the_edit_gives_12_1a_everywhere_at_every_cuda_version(
     assert 'set(CUDA_SUPPORTED_ARCHS "8.0;9.0")' in cmake  # no SM12x entry: untouched
     assert '"12.0;12.1;12.0a;12.1a"' in cmake and '"9.0a"' in cmake
     assert 'FP4_SM120_ARCHS "12.0f"' in cmake  # 12.0f already gives 12.1a: left alone
+    assert 'MARLIN_ARCHS "8.0+PTX;12.1a"' in cmake and 'MM2X_ARCHS "7.5;8.0;8.9+PTX;12.1a"' in cmake
+    assert 'OLD_ARCHS "7.5;8.0"' in cmake  # gives the target nothing: untouched
     qlike = (tree / "cmake" / "external_projects" / "qlike.cmake").read_text()
     assert '"10.0a" "12.0a;12.1a")' in qlike and '"10.0f" "12.0f")' in qlike
     details = outcome.to_dict()["details"]
@@ -148,7 +156,11 @@ def test_the_edit_gives_12_1a_everywhere_at_every_cuda_version(
     scaled = next(row for row in details["lists"] if row["variable"] == "SCALED_MM_ARCHS")
     assert (scaled["source"], scaled["source_after"]) == ("12.0;12.0a", "12.0;12.1;12.0a;12.1a")
     assert (scaled["before"], scaled["after"]) == (["12.0a"], ["12.1a"])
-    assert all(row["variable"] != "SM90_ONLY_ARCHS" for row in details["lists"])
+    assert all(row["variable"] not in ("SM90_ONLY_ARCHS", "OLD_ARCHS")
+               for row in details["lists"])
+    marlin = next(row for row in details["lists"] if row["variable"] == "MARLIN_ARCHS")
+    assert (marlin["source"], marlin["source_after"]) == ("8.0+PTX", "8.0+PTX;12.1a")
+    assert (marlin["before"], marlin["after"]) == (["8.0+PTX"], ["12.1a"])
 
     again = series_status(tree, recipe).patches[0]
     assert again.status == ALREADY and "gives 12.1a code" in again.detail
@@ -196,3 +208,92 @@ def test_a_recipe_without_a_12_1_target_is_refused(tree: Path) -> None:
     edit = ArchListsEdit("CMakeLists.txt", "12.1", EditContext(("9.0a",), "13.0"))
     with pytest.raises(PatchError, match="hold no 12"):
         edit.plan(tree)
+
+
+def test_a_list_kept_ptx_on_purpose_stays_ptx_and_says_why(tree: Path, tmp_path: Path) -> None:
+    edit = EDIT + 'keep_ptx = { MARLIN_ARCHS = "does not compile for sm_121a (test)" }\n'
+    recipe = write_series(tmp_path / "patches", {"archs.toml": edit})
+    (outcome,) = apply_series(tree, recipe).patches
+    assert outcome.status == APPLIED, outcome.detail
+    results = _results(tree, ("12.1a",), "13.0")
+    assert results["MARLIN_ARCHS@CMakeLists.txt:23"] == ["8.0+PTX"]
+    assert results["MM2X_ARCHS@CMakeLists.txt:24"] == ["12.1a"]
+    details = outcome.to_dict()["details"]
+    assert details["kept_ptx"] == {"MARLIN_ARCHS": "does not compile for sm_121a (test)"}
+    marlin = next(row for row in details["lists"] if row["variable"] == "MARLIN_ARCHS")
+    assert marlin["after"] == ["8.0+PTX"]
+
+
+def test_an_old_helper_without_suffix_rules_gets_12_1a_too(tmp_path: Path) -> None:
+    """The shape of vllm-flash-attn's CMake: its own, older helper (only 9.0a/10.0a known),
+    CUDA_SUPPORTED_ARCHS grown by list(APPEND) per CUDA branch, FA2_ARCHS "8.0+PTX"."""
+    root = tmp_path / "dep"
+    (root / "cmake").mkdir(parents=True)
+    (root / "cmake" / "utils.cmake").write_text(OLD_HELPER)
+    (root / "CMakeLists.txt").write_text(DEPENDENCY)
+    edit = ArchListsEdit("CMakeLists.txt", "12.1", EditContext(("12.1a",), "13.0"),
+                         root_is_optional=True)
+    plan = edit.plan(root)
+    rows = {row["variable"]: row for row in plan.details["lists"]}
+    assert rows["FA2_ARCHS"]["before"] == ["8.0+PTX"] and rows["FA2_ARCHS"]["after"] == ["12.1a"]
+    assert [row["before"] for row in plan.details["cuda_archs"]] == [["12.0"]]
+    (change,) = plan.changes
+    assert 'FA2_ARCHS "8.0+PTX;12.1a"' in change.new
+
+
+def test_a_dependency_without_cuda_lists_is_nothing_to_do(tmp_path: Path) -> None:
+    root = tmp_path / "dep"
+    root.mkdir()
+    (root / "CMakeLists.txt").write_text('set(HIP_SUPPORTED_ARCHS "gfx906;gfx90a")\n')
+    edit = ArchListsEdit("CMakeLists.txt", "12.1", EditContext(("12.1a",), "13.0"),
+                         root_is_optional=True)
+    plan = edit.plan(root)
+    assert plan.changes == () and plan.details["lists"] == []
+
+
+OLD_HELPER = r"""
+function(cuda_archs_loose_intersection OUT_CUDA_ARCHS SRC_CUDA_ARCHS TGT_CUDA_ARCHS)
+  set(_SRC ${SRC_CUDA_ARCHS})
+  set(_PTX)
+  foreach(_arch ${SRC_CUDA_ARCHS})
+    if(_arch MATCHES "\\+PTX$")
+      string(REPLACE "+PTX" "" _base "${_arch}")
+      list(APPEND _PTX "${_base}")
+      list(REMOVE_ITEM _SRC "${_arch}")
+      list(APPEND _SRC "${_base}")
+    endif()
+  endforeach()
+  list(SORT _SRC COMPARE NATURAL ORDER ASCENDING)
+  set(_OUT)
+  foreach(_tgt ${TGT_CUDA_ARCHS})
+    set(_pick)
+    string(REGEX REPLACE "^([0-9]+)\\..*$" "\\1" _tmaj "${_tgt}")
+    foreach(_src ${_SRC})
+      string(REGEX REPLACE "^([0-9]+)\\..*$" "\\1" _smaj "${_src}")
+      if(_src VERSION_LESS_EQUAL _tgt)
+        if(_src IN_LIST _PTX OR _smaj STREQUAL _tmaj)
+          set(_pick "${_src}")
+        endif()
+      endif()
+    endforeach()
+    if(_pick)
+      if(_pick IN_LIST _PTX)
+        list(APPEND _OUT "${_pick}+PTX")
+      else()
+        list(APPEND _OUT "${_pick}")
+      endif()
+    endif()
+  endforeach()
+  set(${OUT_CUDA_ARCHS} ${_OUT} PARENT_SCOPE)
+endfunction()
+"""
+DEPENDENCY = """\
+include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
+set(CUDA_SUPPORTED_ARCHS "8.0;8.6;8.9;9.0")
+if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 12.8)
+  list(APPEND CUDA_SUPPORTED_ARCHS "10.0" "11.0" "12.0")
+endif()
+cuda_archs_loose_intersection(CUDA_ARCHS "${CUDA_SUPPORTED_ARCHS}" "${CUDA_ARCHS}")
+cuda_archs_loose_intersection(FA2_ARCHS "8.0+PTX" "${CUDA_ARCHS}")
+cuda_archs_loose_intersection(FA3_ARCHS "9.0a;" "${CUDA_ARCHS}")
+"""

@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
+from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
-from support import example_recipe, pybind11_bare_repo, unshare_works
+from sparkbuild.vendor.patched import dependency_edit
+from support import example_recipe, git, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -104,6 +106,7 @@ def test_online_then_offline_build(
                                          build_dirs["root"] / "so-online")
     (extension,) = report["wheelhouse"]["libraries"]
     assert extension["sass_archs"] == ["sm_121a"]
+    _vendored_in_sbom(build_dirs["root"] / "online", build_dirs["repo"])
     assert extension["block_scaled_mma"] > 0 and extension["trap_only_kernels"] == []
     verified = subprocess.run([sys.executable, "-m", "sparkbuild", "verify",
                                str(build_dirs["root"] / "online"), "--json"],
@@ -111,6 +114,11 @@ def test_online_then_offline_build(
     assert verified.returncode == 0, verified.stderr[-3000:]
     (library,) = json.loads(verified.stdout)["libraries"]
     assert library["block_scaled_mma"] == extension["block_scaled_mma"]
+    # every kernel of the extension is native sm_121a code: none PTX only, none without code
+    (spark,) = library["coverage"]
+    assert spark["target"] == "12.1a" and spark["kernels"] > 0
+    assert (spark["native"], spark["ptx"], spark["none"]) == (spark["kernels"], 0, 0)
+    assert spark["not_native"] == []
 
     # No network, and the dependency's repository gone: only the cache can serve it.
     hidden = build_dirs["repo"].with_name("moved-away.git")
@@ -127,6 +135,23 @@ def test_online_then_offline_build(
     archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),
                              build_dirs["root"] / "so-offline")
     assert "sm_121a" in archs, archs
+
+
+def _vendored_in_sbom(out: Path, repo: Path) -> None:
+    """The wheelhouse's SBOM names the vendored pybind11 inside the built wheel, at the
+    commit its tag resolved to, unpatched; the wheel's own SBOM says the same."""
+    commit = git("rev-parse", "v3.1.0^{commit}", cwd=repo)
+    sbom = json.loads((out / "sbom.cdx.json").read_text())
+    (built,) = [c for c in sbom["components"] if c["name"] == "mini-vllm"]
+    (pybind11,) = built["components"]
+    props = {p["name"]: p["value"] for p in pybind11["properties"]}
+    assert (pybind11["name"], pybind11["version"]) == ("pybind11", commit)
+    assert props["sparkbuild:vendored:ref"] == "v3.1.0"
+    assert props["sparkbuild:patched"] == "false"
+    with zipfile.ZipFile(_built_wheel(out)) as archive:
+        (inside,) = [n for n in archive.namelist() if n.endswith("/sboms/sbom.cdx.json")]
+        own = json.loads(archive.read(inside))
+    assert own["metadata"]["component"]["components"] == [pybind11]
 
 
 def test_plain_12_1_stops_at_verify_naming_the_trap(build_dirs: dict[str, Path]) -> None:
@@ -162,7 +187,10 @@ def test_missing_cache_entry_is_named_before_compiling(
     """Runs in any order: the entry is set aside for the run and put back afterwards."""
     assert online_build.returncode == 0, online_build.stderr[-4000:]
     cache = Cache(build_dirs["cache"])
-    key = f"git:file://{build_dirs['repo']}@v3.1.0"
+    # Vendored with the series' arch edit: the key says so (vendor.patched).
+    edit = dependency_edit(load_recipe(build_dirs["recipe"]))
+    assert edit is not None
+    key = edit.key(f"git:file://{build_dirs['repo']}@v3.1.0")
     entry = cache.lookup("sources", key)
     assert entry is not None, "the online build stored no pybind11 source in the cache"
     blob = cache.blob_path(entry["sha256"])

@@ -13,17 +13,20 @@ import json
 import os
 import shutil
 import sys
+import tomllib
 import zipfile
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from cyclonedx.schema import SchemaVersion
+from cyclonedx.validation.json import JsonStrictValidator
 
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, load_recipe
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.closure import RealOutside, fetch_pin
-from sparkbuild.wheelhouse.lock import parse_lock
+from sparkbuild.wheelhouse.lock import find_uv, parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
 from support import example_recipe
@@ -114,7 +117,9 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     names = sorted(p.name for p in one.iterdir())
     assert names == sorted([built.name, "iniconfig-2.3.0-py3-none-any.whl",
                             "six-1.17.0-py2.py3-none-any.whl", "requirements.lock",
-                            "manifest.json", "simple"]), names
+                            "manifest.json", "simple", "pylock.toml", "sbom.cdx.json"]), names
+    for name in ("pylock.toml", "sbom.cdx.json"):
+        assert (one / name).read_bytes() == (two / name).read_bytes(), name
     locked = {r.key: r for r in parse_lock((one / "requirements.lock").read_text(), where="x")}
     assert locked["iniconfig"].hashes == (INICONFIG_2_3_0,)
     assert sorted(locked) == ["iniconfig", "six", "tinyproj"]
@@ -140,6 +145,19 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     probe = run([venv / "bin" / "python", "-c",
                  "import importlib.metadata as m, tinyproj, iniconfig; "
                  "print(m.version('tinyproj'))"], cwd=tmp_path)
+    assert probe.output.strip() == built.name.split("-")[1]
+
+    pylock_venv = tmp_path / "venv-pylock"
+    installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
+                     "--venv", pylock_venv, "--from", "pylock", "--json"], check=False,
+                    timeout=600)
+    assert installed.returncode == 0, installed.output
+    report = install_report(installed.output)
+    assert report["installed_from"] == "pylock.toml" and report["pip_check"]["ok"] is True
+    assert "uv" in installed.output.split("\n{")[0] and "--offline" in installed.output
+    probe = run([pylock_venv / "bin" / "python", "-c",
+                 "import importlib.metadata as m, tinyproj, six; print(m.version('tinyproj'))"],
+                cwd=tmp_path)
     assert probe.output.strip() == built.name.split("-")[1]
     with zipfile.ZipFile(built) as archive:
         assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
@@ -233,10 +251,11 @@ def test_example_two_builds_verify_and_install_offline(
     sparkbuild_wheel(recipe, tmp_path / "cache", two, "--offline")
 
     (built,) = one.glob("mini_vllm-0.1.0+sm121a.*.whl")
-    assert (two / built.name).read_bytes() == built.read_bytes()
+    assert (two / built.name).read_bytes() == built.read_bytes()  # its SBOM included
     assert sorted(p.name for p in one.iterdir()) == sorted(
         [built.name, "iniconfig-2.3.0-py3-none-any.whl", "requirements.lock", "manifest.json",
-         "simple"])
+         "simple", "pylock.toml", "sbom.cdx.json"])
+    check_example_standards(one, two, built)
     manifest = json.loads((one / "manifest.json").read_text())
     assert [p["status"] for p in manifest["patches"]] == ["applied"] * 4
     assert manifest["toolchain"]["nvcc"] and manifest["build"]["archs"] == ["12.1a"]
@@ -260,3 +279,48 @@ def test_example_two_builds_verify_and_install_offline(
     install_json = install_report(installed.output)
     assert install_json["pip_check"]["ok"] is True, install_json["pip_check"]
     assert install_json["pip_check"]["problems"] == [] and "mini_vllm" in install_json["imported"]
+
+    # The standard route: uv alone, from pylock.toml, no network, into a fresh venv, on a
+    # copy of the wheelhouse as a node receives it.
+    node = tmp_path / "node"
+    shutil.copytree(one, node / "wheelhouse")
+    fresh = tmp_path / "venv-uv"
+    run([sys.executable, "-m", "venv", "--without-pip", fresh], timeout=300)
+    uv_install = run(["unshare", "-n", find_uv(), "pip", "install", "--offline", "-r",
+                      "wheelhouse/pylock.toml"], cwd=node,
+                     env={"VIRTUAL_ENV": str(fresh), "UV_NO_CONFIG": "1",
+                          "UV_CACHE_DIR": str(tmp_path / "uv-cache")},
+                     check=False, timeout=600)
+    assert uv_install.returncode == 0, uv_install.output
+    probe = run([fresh / "bin" / "python", "-c",
+                 "import importlib.metadata as m, mini_vllm, iniconfig; "
+                 "print(m.version('mini-vllm'))"], cwd=tmp_path)
+    assert probe.output.strip() == built.name.split("-")[1]
+
+
+def check_example_standards(one: Path, two: Path, built: Path) -> None:
+    """pylock.toml and sbom.cdx.json: the same bytes from both builds, schema-valid, every
+    wheel with its hash, the patches as pedigree; the wheel's own SBOM under .dist-info."""
+    for name in ("pylock.toml", "sbom.cdx.json"):
+        assert (two / name).read_bytes() == (one / name).read_bytes(), name
+    validator = JsonStrictValidator(SchemaVersion.V1_6)
+    text = (one / "sbom.cdx.json").read_text()
+    assert validator.validate_str(text) is None
+    sbom = json.loads(text)
+    hashes = {c["purl"].split("?file_name=")[1].replace("%2B", "+"): c["hashes"][0]["content"]
+              for c in sbom["components"]}
+    assert hashes == {p.name: sha256_file(p) for p in one.glob("*.whl")}
+    (component,) = [c for c in sbom["components"] if c["name"] == "mini-vllm"]
+    assert len(component["pedigree"]["patches"]) == 4
+    statuses = {p["name"]: p["value"] for p in component["properties"]
+                if p["name"].endswith(":status")}
+    assert sorted(statuses.values()) == ["applied"] * 4
+    lock = tomllib.loads((one / "pylock.toml").read_text())
+    assert {w["path"]: w["hashes"]["sha256"] for p in lock["packages"]
+            for w in p["wheels"]} == hashes
+    with zipfile.ZipFile(built) as archive:
+        (inside,) = [n for n in archive.namelist()
+                     if n.endswith(".dist-info/sboms/sbom.cdx.json")]
+        record = archive.read(inside.split("/")[0] + "/RECORD").decode()
+        assert f"{inside},sha256=" in record
+        assert validator.validate_str(archive.read(inside).decode()) is None

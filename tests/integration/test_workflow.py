@@ -58,6 +58,10 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
     ("actions/cache@v4", "actions/cache@v4\n        with2: {}", "with2"),
     ("${{ steps.fingerprint.outputs.fingerprint }}", "${{ steps.fingerprint.output }}",
      "output"),
+    # actionlint knows the attest action's inputs and outputs: the step is really checked
+    ("subject-path: |", "subject-paths: |", "subject-paths"),
+    ("${{ steps.attest.outputs.bundle-path }}", "${{ steps.attest.outputs.bundle }}",
+     "bundle"),
 ])
 def test_actionlint_catches_a_broken_copy(tmp_path: Path, old: str, new: str,
                                           named: str) -> None:
@@ -81,3 +85,19 @@ def test_workflow_does_what_the_issue_asks() -> None:
         assert path in uploads
     assert "SPARKBUILD_COMPILE_CACHE: ${{ secrets.SPARKBUILD_COMPILE_CACHE }}" in text
     assert 'args+=(--compile-cache "$SPARKBUILD_COMPILE_CACHE")' in text
+
+
+def test_workflow_attests_the_wheelhouse_and_uploads_the_sbom() -> None:
+    text = WORKFLOW.read_text()
+    job = text[text.index("\n  wheelhouse:"):]
+    permissions = job[job.index("    permissions:"):job.index("    outputs:")]
+    for line in ("contents: read", "id-token: write", "attestations: write"):
+        assert f"      {line}\n" in permissions
+    attest = job[job.index("uses: actions/attest-build-provenance@"):]
+    subjects = attest[attest.index("subject-path: |"):attest.index("\n\n")]
+    for name in ("*.whl", "requirements.lock", "pylock.toml", "sbom.cdx.json", "manifest.json"):
+        assert f"${{{{ env.OUT }}}}/{name}" in subjects
+    assert job.index("sparkbuild verify") < job.index("attest-build-provenance")
+    sbom = job[job.index("name: wheelhouse-sbom"):]
+    assert "${{ env.OUT }}/sbom.cdx.json" in sbom.split("if-no-files-found")[0]
+    assert "${{ steps.attest.outputs.bundle-path }}" in sbom.split("if-no-files-found")[0]

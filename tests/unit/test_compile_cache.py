@@ -21,7 +21,6 @@ from sparkbuild.build.compile_cache import (
 )
 from sparkbuild.build.sccache_server import _environments
 from sparkbuild.errors import RecipeError, UsageError
-from sparkbuild.node.remote import index_args
 from sparkbuild.recipe import load_recipe
 from sparkbuild.vendor.materialize import Materialized
 
@@ -219,14 +218,6 @@ def test_server_gets_the_secrets_the_build_does_not(tmp_path: Path) -> None:
     assert client["SCCACHE_DIR"] == str(tmp_path / "sccache-fallback")
     local = CacheSpec("local", "/d", prefix="/d")
     assert _environments(local, "ns", 1, tmp_path, [])[0]["SCCACHE_DIR"] == "/d/ns"
-
-
-def test_http_index_options() -> None:
-    assert index_args("http://127.0.0.1:8000/wh") == [
-        "--index-url", "http://127.0.0.1:8000/wh/simple/"]
-    assert index_args("http://spark-1.lan:8000/wh/") == [
-        "--index-url", "http://spark-1.lan:8000/wh/simple/", "--trusted-host", "spark-1.lan:8000"]
-    assert "--trusted-host" not in index_args("https://files.lan/wh")
 
 
 @pytest.mark.parametrize("url", ["redis://u:hunter2@host:99999", "redis://u:hunter2@host/abc",

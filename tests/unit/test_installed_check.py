@@ -99,24 +99,85 @@ def test_uninstalled_and_tampered_record(venv: Path, tmp_path: Path) -> None:
     assert "not installed at its version" in problems["demo-1.0-py3-none-any.whl"]
 
 
+def _wheelhouse(root: Path, files: dict[str, bytes]) -> tuple[Path, bytes]:
+    """A wheelhouse that passes verify: one demo wheel of ``files``, its lock, a manifest."""
+    root.mkdir()
+    wheel = root / "demo-1.0-py3-none-any.whl"
+    meta = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in {**files, "demo-1.0.dist-info/METADATA": meta}.items():
+            archive.writestr(name, data)
+        archive.writestr("demo-1.0.dist-info/RECORD", "".join(
+            f"{n},{_digest(d)},{len(d)}\n" for n, d in files.items()))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = root / "requirements.lock"
+    lock.write_text(f"demo==1.0 --hash=sha256:{digest}\n")
+    manifest = {"schema": 1, "wheels": [
+        {"file": wheel.name, "name": "demo", "version": "1.0", "sha256": digest,
+         "size": wheel.stat().st_size, "role": "built"}],
+        "files": {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest()}}
+    data = json.dumps(manifest, indent=2).encode()
+    (root / "manifest.json").write_bytes(data)
+    return root, data
+
+
+INSTALLED = {"demo/__init__.py": b"VALUE = 1\n", "demo/_C.so": b"\x7fELF fake"}
+
+
 def test_compared_with_the_wheels_of_the_wheelhouse(venv: Path, tmp_path: Path) -> None:
-    wheelhouse = tmp_path
-    record_installation(venv, _manifest(wheelhouse), str(wheelhouse))
-    so_digest = _digest(b"\x7fELF fake")
-    with zipfile.ZipFile(wheelhouse / "demo-1.0-py3-none-any.whl", "w") as wheel:
-        wheel.writestr("demo-1.0.dist-info/RECORD",
-                       f"demo/__init__.py,{_digest(b'VALUE = 3')},9\n"
-                       f"demo/_C.so,{so_digest},9\n")
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    record_installation(venv, manifest, str(wheelhouse))
     result = verify_installed(venv)
+    assert result.error is None, result.mismatches
     assert result.compared_with == str(wheelhouse)
-    assert [m.file for m in result.mismatches] == [
-        "lib/python3.12/site-packages/demo/__init__.py"]
-    assert "its wheel demo-1.0-py3-none-any.whl says" in result.mismatches[0].problem
     other = tmp_path / "other"
     other.mkdir()
     (other / "manifest.json").write_text("{}")
     problems = verify_installed(venv, other).mismatches
-    assert "fingerprint" in problems[-1].problem
+    assert "fails verify" in problems[-1].problem
+
+
+def test_installed_bytes_differ_from_the_wheels(venv: Path, tmp_path: Path) -> None:
+    """The venv's RECORD agrees with its files; the wheel does not: the wheel decides."""
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", {**INSTALLED,
+                                                         "demo/__init__.py": b"VALUE = 3\n"})
+    record_installation(venv, manifest, str(wheelhouse))
+    result = verify_installed(venv)
+    assert [m.file for m in result.mismatches] == [
+        "lib/python3.12/site-packages/demo/__init__.py"]
+    assert "differ from its wheel demo-1.0-py3-none-any.whl" in result.mismatches[0].problem
+
+
+def test_a_file_no_wheel_has_fails_even_when_record_lists_it(venv: Path, tmp_path: Path
+                                                             ) -> None:
+    """Issue 23: a venv installed from a tampered wheel (one file added with its RECORD line)
+    passed against itself and against the genuine wheelhouse."""
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    site = venv / "lib" / "python3.12" / "site-packages"
+    (site / "demo" / "backdoor.py").write_text("print('hi')\n")
+    record = site / "demo-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + f"demo/backdoor.py,{_digest(b'print(1)')},8\n")
+    (site / "demo" / "backdoor.py").write_bytes(b"print(1)")
+    (site / "sitecustomize.pth").write_text("import demo.backdoor\n")
+    record_installation(venv, manifest, str(wheelhouse))  # as the old install recorded it
+    alone = verify_installed(venv, tmp_path / "nowhere")
+    assert alone.error is None  # its own RECORD says nothing against it: not enough
+    result = verify_installed(venv)
+    assert sorted(m.file for m in result.mismatches) == [
+        "lib/python3.12/site-packages/demo/backdoor.py",
+        "lib/python3.12/site-packages/sitecustomize.pth"]
+    assert all(m.problem == "no wheel of the wheelhouse has this file"
+               for m in result.mismatches)
+
+
+def test_the_wheelhouse_compared_with_is_verified_first(venv: Path, tmp_path: Path) -> None:
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    record_installation(venv, manifest, str(wheelhouse))
+    (wheelhouse / "requirements.lock").write_text("demo==1.0 --hash=sha256:" + "1" * 64 + "\n")
+    result = verify_installed(venv)
+    assert result.compared_with is None
+    assert [m.file for m in result.mismatches] == [str(wheelhouse)]
+    assert "requirements.lock" in result.mismatches[0].problem
 
 
 def test_a_venv_not_made_by_install(venv: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
 from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
-from sparkbuild.toolchain.sass import SassFunction, arch_digits, parse_sass, runs_on
+from sparkbuild.toolchain.sass import KernelCode, SassFunction, arch_digits, parse_sass, runs_on
 from sparkbuild.wheelhouse.closure import RealOutside
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
@@ -84,27 +84,46 @@ def lister(archs: dict[str, list[str]]) -> Callable[[Path], list[str]]:
 SM121 = lister({"_C.so": ["sm_121a"]})
 
 
+def kernel_reader(table: dict[str, list[KernelCode]]) -> Callable[[Path], list[KernelCode]]:
+    """A fake ``read_kernels``: the kernels of each library, by file name."""
+    return lambda path: table.get(path.name, [])
+
+
+NATIVE = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_121a",))]})
+PTX_KERNEL = "_ZN4demo12marlin_gemmEPKvPv"
+# The shape of `_vllm_fa2_C` at 12.1a: sm_80 SASS and compute_80 PTX, nothing else.
+SM80_PTX = kernel_reader({"_C.so": [KernelCode(PTX_KERNEL, ("sm_80",), ("compute_80",))]})
+# The shape of `_C` at 12.1a: sm_121a code for some kernels, PTX only for a Marlin one.
+MIXED = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_121a",)),
+                                 KernelCode(PTX_KERNEL, (), ("compute_80",))]})
+
+
 def wheelhouse(tmp_path: Path, libraries: tuple[str, ...] = ("demo/_C.so",), *,
                sass: Callable[[Path], list[SassFunction]] = NO_SASS,
                archs: Callable[[Path], list[str]] = SM121,
-               out: Path | None = None) -> Path:
+               out: Path | None = None,
+               kernels: Callable[[Path], list[KernelCode]] = NATIVE,
+               allow_jit: bool = False) -> Path:
     recipe = Recipe(path=tmp_path / "r.toml", name="demo", source=SourcePin("."),
-                    series=tmp_path / "series", target=Target(cuda_archs=("12.1a",)),
+                    series=tmp_path / "series",
+                    target=Target(cuda_archs=("12.1a",), allow_jit=allow_jit),
                     build=BuildSettings(), pins=(), package="demo")
     out = out or tmp_path / "wheelhouse"
     write_wheelhouse(out, recipe=recipe, source={"kind": "directory"}, patches=[],
                      built_wheels=[demo_wheel(tmp_path, libraries)], build_settings={},
                      cache_root=tmp_path / "cache", offline=False, platform=None,
                      toolchain={"python": "3.11"}, outside=NoNetwork(), list_archs=archs,
-                     read_functions=sass)
+                     read_functions=sass, read_kernels=kernels)
     return out
 
 
 def test_intact_wheelhouse_passes_and_lists_archs(tmp_path: Path) -> None:
-    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=SM121, read_functions=NO_SASS)
+    result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=SM121, read_functions=NO_SASS,
+                               read_kernels=NATIVE)
     assert result.error is None, result.summary()
     assert [(lib.library, lib.archs) for lib in result.libraries] == [("demo/_C.so", ("sm_121a",))]
-    assert result.checked == 5  # the wheel, the lock, two index pages and the manifest
+    # the wheel, the lock, two index pages, pylock.toml, sbom.cdx.json and the manifest
+    assert result.checked == 7
     assert result.to_dict()["ok"] is True
 
 
@@ -114,7 +133,7 @@ def test_one_flipped_byte_names_the_wheel(tmp_path: Path) -> None:
     data = bytearray(wheel.read_bytes())
     data[len(data) // 2] ^= 0x01
     wheel.write_bytes(bytes(data))
-    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS, read_kernels=NATIVE)
     assert result.error is not None
     assert [m.file for m in result.mismatches] == [wheel.name]
     assert wheel.name in str(result.error)
@@ -128,7 +147,7 @@ def test_added_missing_and_edited_files_are_each_named(tmp_path: Path) -> None:
     (out / "simple" / "demo" / "index.html").unlink()
     lock = out / "requirements.lock"
     lock.write_text(lock.read_text() + "# edited\n")
-    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS, read_kernels=NATIVE)
     problems = {m.file: m.problem for m in result.mismatches}
     assert problems["simple/demo/index.html"] == "missing"
     assert problems["requirements.lock"].startswith("sha256")
@@ -138,32 +157,91 @@ def test_added_missing_and_edited_files_are_each_named(tmp_path: Path) -> None:
 def test_a_stray_file_with_a_bad_wheel_name_is_a_mismatch_not_a_crash(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path)
     (out / "extra.whl").write_bytes(b"dropped here by hand")
-    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS, read_kernels=NATIVE)
     problems = {m.file: m.problem for m in result.mismatches}
     assert "not a valid wheel file name" in problems["extra.whl"]
     assert "not listed in manifest.json" in problems["extra.whl"]
 
 
-def test_missing_target_arch_fails_naming_the_library(tmp_path: Path) -> None:
+def test_a_kernel_with_no_code_for_the_target_fails_naming_it(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path, ("demo/_C.so", "demo/_host_only.so"))
-    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120"]}),
-                               read_functions=NO_SASS)
+    hopper = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_121a",)),
+                                      KernelCode("_Z8hopper_kPf", ("sm_90a", "sm_120a"))]})
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_90", "sm_120a"]}),
+                               read_functions=NO_SASS, read_kernels=hopper)
     assert result.mismatches == []
     assert [lib.missing for lib in result.libraries] == [("sm_121",), ()]
     assert result.error is not None and "demo/_C.so" in str(result.error)
-    assert "sm_121" in "\n".join(result.summary())
+    assert "1 kernel(s) with no code for 12.1a: _Z8hopper_kPf" in str(result.error)
+    (library, host) = result.to_dict()["libraries"]
+    assert library["coverage"] == [{"target": "12.1a", "kernels": 2, "native": 1, "ptx": 0,
+                                    "none": 1, "not_native": [
+                                        {"kernel": "_Z8hopper_kPf", "coverage": "none"}]}]
+    assert host["coverage"] == []
+    assert "kernels 12.1a: 1 native, 0 ptx, 1 none" in "\n".join(result.summary())
+
+
+def test_sm80_sass_with_compute_80_ptx_is_ptx_only_not_missing(tmp_path: Path) -> None:
+    # Before: "missing sm_121".  Now: its kernel reaches 12.1a as compute_80 PTX only.
+    with pytest.raises(VerifyError, match="PTX only") as caught:
+        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_80"]}), kernels=SM80_PTX,
+                   out=tmp_path / "refused")
+    assert PTX_KERNEL in caught.value.what and "12.1a from compute_80" in caught.value.what
+    assert "no code" not in caught.value.what
+    assert "allow_jit" in (caught.value.hint or "")
+
+
+def test_one_ptx_only_kernel_beside_native_ones_fails(tmp_path: Path) -> None:
+    out = wheelhouse(tmp_path, kernels=NATIVE)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS,
+                               read_kernels=MIXED)
+    assert result.error is not None and PTX_KERNEL in str(result.error)
+    assert KERNEL not in str(result.error)
+    (coverage,) = result.to_dict()["libraries"][0]["coverage"]
+    assert (coverage["native"], coverage["ptx"], coverage["none"]) == (1, 1, 0)
+    assert coverage["not_native"] == [{"kernel": PTX_KERNEL, "coverage": "ptx",
+                                       "ptx_arch": "compute_80"}]
+
+
+def test_allow_jit_passes_and_the_manifest_lists_the_jit_kernels(tmp_path: Path) -> None:
+    out = wheelhouse(tmp_path, kernels=MIXED, allow_jit=True)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["target"]["allow_jit"] is True
+    assert manifest["jit_kernels"] == [{"wheel": manifest["wheels"][0]["file"],
+                                        "library": "demo/_C.so", "target": "12.1a",
+                                        "kernel": PTX_KERNEL, "ptx_arch": "compute_80"}]
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS,
+                               read_kernels=MIXED)
+    assert result.error is None, result.summary()
+    assert result.to_dict()["allow_jit"] is True
+    # a kernel that is PTX only and not listed as a JIT kernel is named
+    manifest["jit_kernels"] = []
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS,
+                               read_kernels=MIXED)
+    assert [m.problem for m in result.mismatches] == [
+        f"demo/_C.so: the PTX-only kernel {PTX_KERNEL} (at 12.1a) is not listed in jit_kernels"]
+    # allow_jit does not let a kernel with no code for the target through
+    none = kernel_reader({"_C.so": [KernelCode("_Z8hopper_kPf", ("sm_90a",))]})
+    with pytest.raises(VerifyError, match=r"no code for 12\.1a"):
+        wheelhouse(tmp_path, kernels=none, allow_jit=True, out=tmp_path / "refused")
+
+
+def test_without_allow_jit_the_manifest_lists_no_jit_kernels(tmp_path: Path) -> None:
+    manifest = json.loads((wheelhouse(tmp_path) / "manifest.json").read_text())
+    assert manifest["jit_kernels"] == [] and manifest["target"]["allow_jit"] is False
 
 
 def test_no_gpu_code_anywhere_fails_when_archs_are_targeted(tmp_path: Path) -> None:
     result = verify_wheelhouse(wheelhouse(tmp_path), list_archs=lister({}),
-                               read_functions=NO_SASS)
+                               read_functions=NO_SASS, read_kernels=NATIVE)
     assert result.error is not None and "no shared library holds GPU machine code" in str(
         result.error)
 
 
 def test_pure_python_wheel_has_nothing_to_list(tmp_path: Path) -> None:
     result = verify_wheelhouse(wheelhouse(tmp_path, ()), list_archs=SM121,
-                               read_functions=NO_SASS)
+                               read_functions=NO_SASS, read_kernels=NATIVE)
     assert result.error is None and result.libraries == []
     assert "no shared library" in result.notes[0]
 
@@ -180,6 +258,7 @@ def test_cli_json_reports_and_exits_with_verify_code(
     next(out.glob("demo-*.whl")).write_bytes(b"truncated")
     monkeypatch.setattr("sparkbuild.toolchain.sass.list_cuda_archs", SM121)
     monkeypatch.setattr("sparkbuild.toolchain.sass.read_sass", NO_SASS)
+    monkeypatch.setattr("sparkbuild.toolchain.sass.read_kernels", NATIVE)
     assert main(["verify", str(out), "--json"]) == VerifyError.exit_code
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] is False and report["error"]["error"] == "VerifyError"
@@ -194,7 +273,8 @@ def test_arch_spellings() -> None:
 @pytest.mark.parametrize(
     ("arch", "target", "runs"),
     [("sm_121a", "12.1a", True), ("sm_121f", "12.1a", True), ("sm_121", "12.1a", True),
-     ("sm_120f", "12.1a", True), ("sm_120a", "12.1a", False), ("sm_120", "12.1a", False),
+     ("sm_120f", "12.1a", True), ("sm_120a", "12.1a", False), ("sm_120", "12.1a", True),
+     ("sm_122", "12.1a", False), ("sm_100", "12.1a", False),
      ("sm_122f", "12.1a", False), ("sm_90a", "12.1a", False), ("sm_100f", "10.3a", True),
      ("sm_90a", "9.0a", True)],
 )
@@ -205,7 +285,7 @@ def test_which_machine_code_a_target_gpu_loads(arch: str, target: str, runs: boo
 def test_block_scaled_mma_is_counted_for_the_target(tmp_path: Path) -> None:
     sass = reader({"_C.so": REAL_121A + TRAP_90})
     out = wheelhouse(tmp_path, sass=sass)
-    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass, read_kernels=NATIVE)
     assert result.error is None, result.summary()
     (library,) = result.to_dict()["libraries"]
     assert library["block_scaled_mma"] == 1 and library["trap_only_kernels"] == []
@@ -219,7 +299,7 @@ def test_family_code_of_the_same_major_counts(tmp_path: Path) -> None:
     sass = reader({"_C.so": REAL_120F})
     out = wheelhouse(tmp_path, sass=sass, archs=lister({"_C.so": ["sm_120", "sm_121a"]}))
     result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_120", "sm_121a"]}),
-                               read_functions=sass)
+                               read_functions=sass, read_kernels=NATIVE)
     assert result.libraries[0].sass_archs == ("sm_120f",)
     assert result.libraries[0].block_scaled_mma == 1
 
@@ -227,7 +307,8 @@ def test_family_code_of_the_same_major_counts(tmp_path: Path) -> None:
 def test_a_trap_only_kernel_fails_verify_naming_library_and_kernel(tmp_path: Path) -> None:
     out = wheelhouse(tmp_path)
     sass = reader({"_C.so": TRAP_121})
-    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_121"]}), read_functions=sass)
+    result = verify_wheelhouse(out, list_archs=lister({"_C.so": ["sm_121"]}), read_functions=sass,
+                               read_kernels=NATIVE)
     assert result.mismatches == []
     assert result.libraries[0].trap_only_kernels == (KERNEL,)
     assert result.error is not None
@@ -241,7 +322,7 @@ def test_a_kernel_that_prints_and_exits_fails_verify_too(tmp_path: Path) -> None
     exits = TRAP.replace("BPT.TRAP 0x1", "NOP")
     out = wheelhouse(tmp_path)
     sass = reader({"_C.so": _fatbin("sm_121a", "sm_121a", KERNEL, exits)})
-    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=sass, read_kernels=NATIVE)
     library = result.libraries[0]
     assert library.trap_only_kernels == () and library.guard_stub_kernels == (KERNEL,)
     assert result.error is not None and KERNEL in str(result.error)
@@ -261,8 +342,10 @@ def test_writing_refuses_a_trap_and_leaves_no_wheelhouse(tmp_path: Path) -> None
 
 def test_writing_refuses_a_library_without_target_code(tmp_path: Path) -> None:
     out = tmp_path / "refused"
-    with pytest.raises(VerifyError, match="no machine code for sm_121"):
-        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120"]}), out=out)
+    # sm_120a: arch-specific code of another GPU, which a 12.1 GPU does not load.
+    stand_in = kernel_reader({"_C.so": [KernelCode(KERNEL, ("sm_120a",))]})
+    with pytest.raises(VerifyError, match=f"no code for 12.1a: {KERNEL}"):
+        wheelhouse(tmp_path, archs=lister({"_C.so": ["sm_120a"]}), out=out, kernels=stand_in)
     assert not out.exists()
 
 

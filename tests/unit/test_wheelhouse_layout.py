@@ -153,7 +153,7 @@ def test_layout(tmp_path: Path) -> None:
     assert re.fullmatch(r"sm121a\.[0-9a-f]{8}", result.label)
     top = sorted(p.name for p in out.iterdir())
     assert top == sorted([built, PIN_FILE, DEP_FILE, "requirements.lock", "manifest.json",
-                          "simple"])
+                          "simple", "pylock.toml", "sbom.cdx.json"])
     assert (out / PIN_FILE).read_bytes() == PIN_WHEEL  # byte-identical to the index's
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".wheelhouse")] == []
 
@@ -196,7 +196,8 @@ def test_manifest_says_where_everything_came_from(tmp_path: Path) -> None:
     assert manifest["local_label"] == result.label
     assert set(manifest["files"]) == {"requirements.lock", "simple/index.html",
                                       "simple/demo/index.html", "simple/dep-one/index.html",
-                                      "simple/tiny-pin/index.html"}
+                                      "simple/tiny-pin/index.html", "pylock.toml",
+                                      "sbom.cdx.json"}
 
 
 def test_offline_second_run_uses_the_cache_and_gives_the_same_bytes(tmp_path: Path) -> None:

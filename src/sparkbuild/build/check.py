@@ -30,6 +30,7 @@ from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
+from sparkbuild.toolchain.compile_flags import gencode_codes
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -99,7 +100,7 @@ def target_code(gencode: tuple[str, ...], native: str) -> str | None:
     """The SASS target among ``gencode`` that runs on ``native`` (sm_121a), by the rule
     verify applies (:func:`sparkbuild.toolchain.sass.runs_on`): itself, another 12.1
     variant, or a family code such as sm_120f; None when none does."""
-    codes = [g.split("code=", 1)[1] for g in gencode if "code=sm_" in g]
+    codes = gencode_codes(gencode)[0]
 
     def preference(code: str) -> int:
         same_gpu = sass.arch_digits(code) == sass.arch_digits(native)
@@ -139,6 +140,29 @@ def _read_machine_code(plan: CheckPlan, command: UnitCommand, obj: Path, log: Pa
     return summary, summary.guard_stub_kernels, ""
 
 
+def unit_coverage(plan: CheckPlan, obj: Path) -> tuple[sass.Coverage, ...]:
+    """Every kernel of the object, per target arch of the recipe."""
+    kernels = sass.read_kernels(obj)
+    return tuple(sass.coverage(kernels, sass.target_name(a)) for a in plan.archs)
+
+
+def coverage_failure(found: tuple[sass.Coverage, ...], allow_jit: bool) -> str | None:
+    """Why the object's kernels fail the check: some with no code for a target, or (unless
+    ``allow_jit``) some that reach it as PTX only; None when they do not."""
+    reasons = []
+    for cover in found:
+        none = [k.name for k in cover.of_kind(sass.NO_CODE)]
+        ptx = cover.of_kind(sass.PTX_ONLY)
+        if none:
+            reasons.append(f"{len(none)} kernel(s) with no code for {cover.target}: "
+                           f"{short_names(tuple(none))}")
+        if ptx and not allow_jit:
+            archs = ", ".join(sorted({k.code or "?" for k in ptx}))
+            reasons.append(f"{len(ptx)} kernel(s) PTX only for {cover.target} ({archs}, "
+                           f"JIT-compiled at load): {short_names(tuple(k.name for k in ptx))}")
+    return "; ".join(reasons) or None
+
+
 def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
     missing = _missing_source(plan, unit)
     if missing is not None:
@@ -157,16 +181,23 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
                                        plan.record, plan.cuda_root, plan.native_code)
     summary: sass.SassSummary | None = None
     stubs: tuple[str, ...] = ()
+    covered: tuple[sass.Coverage, ...] = ()
+    uncovered: str | None = None
     if status == "ok":
         summary, stubs, note = _read_machine_code(plan, command, obj, log)
         reason += note
+        covered = unit_coverage(plan, obj)
+        uncovered = coverage_failure(covered, plan.allow_jit)
         if summary is not None and stubs:
             status = "failed"
             reason = (f"{len(stubs)} kernel(s) for {summary.arch} compiled to a guard stub "
                       f"({len(summary.trap_only_kernels)} trap-only): {short_names(stubs)} "
                       "(a feature guard left printf + trap or exit; nvcc exited 0)")
+        elif uncovered:
+            status, reason = "failed", uncovered
     return UnitOutcome(unit, status, reason, result.seconds, command.target, command.gencode,
-                       headers, log, command.argv, summary, why, stubs)
+                       headers, log, command.argv, summary, why, stubs, covered,
+                       uncovered if status == "failed" and not stubs else None)
 
 
 def _compile_all(plan: CheckPlan, jobs: int) -> list[UnitOutcome]:
@@ -216,6 +247,11 @@ def check_tree(
     plan = plan_check(tree, recipe, only=only, all_units=all_units)
     selection = "named" if only else "all" if all_units else "series"
     build_plan = machine_plan(recipe)
+    if plan.no_target_sass:
+        step(f"{len(plan.no_target_sass)} unit(s) of the build get no SASS for the target "
+             "from their recorded gencode (before anything compiles):")
+        for lacking in plan.no_target_sass:
+            info(f"  {lacking.describe()}")
     step(f"compiling {len(plan.units)} unit(s), {build_plan.max_jobs} at a time")
     outcomes = _compile_all(plan, build_plan.max_jobs) if plan.units else []
     outcomes += [UnitOutcome(path, "not-built", "the tree's CMake does not compile it for "
@@ -223,4 +259,5 @@ def check_tree(
                  for path in plan.not_built]
     return CheckResult(plan.tree, plan.archs, str(plan.nvcc.version), plan.touched, outcomes,
                        build_plan, plan.record.fatals, _notes(plan, selection),
-                       time.monotonic() - started, plan.gencode_changed, selection)
+                       time.monotonic() - started, plan.gencode_changed, selection,
+                       plan.no_target_sass, plan.allow_jit)

@@ -37,6 +37,7 @@ from sparkbuild.toolchain.cmake_recorder import (
 from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
     UnsupportedGenex,
+    gencode_codes,
     source_gencode,
     unit_command,
 )
@@ -183,6 +184,11 @@ class CheckPlan:
     cuda_root: Path
     gencode_changed: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    allow_jit: bool = False
+    """The recipe's ``allow_jit``: PTX-only kernels do not fail the check."""
+    no_target_sass: list[GencodeCoverage] = field(default_factory=list)
+    """Units of the build whose recorded gencode gives a target no SASS (every unit, chosen
+    or not: known before anything compiles)."""
 
     @property
     def native_code(self) -> str:
@@ -249,6 +255,44 @@ def gencodes(record: BuildRecord, root: Path) -> dict[str, tuple[str, ...]]:
     return found
 
 
+@dataclass(frozen=True)
+class GencodeCoverage:
+    """A unit whose ``-gencode`` gives ``target`` no SASS: ``ptx`` (``code``: the virtual
+    arch the driver would JIT at load) or ``none``."""
+
+    unit: str
+    target: str
+    gencode: tuple[str, ...]
+    kind: str
+    code: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"unit": self.unit, "target": self.target, "gencode": list(self.gencode),
+                "coverage": self.kind, "ptx_arch": self.code}
+
+    def describe(self) -> str:
+        what = f"PTX only ({self.code})" if self.kind == sass.PTX_ONLY else "no code"
+        return f"{self.unit}: {what} for {self.target} [{' '.join(self.gencode)}]"
+
+
+def units_without_target_sass(found: dict[str, tuple[str, ...]], archs: Sequence[str]
+                              ) -> list[GencodeCoverage]:
+    """The units of ``found`` (unit -> gencode, :func:`gencodes`) whose gencode embeds no
+    SASS a GPU of each target loads, classified as a kernel of them would be.  A unit with
+    no ``-gencode`` (archs set another way) or one that could not be evaluated is left out."""
+    lacking = []
+    for unit, codes in sorted(found.items()):
+        if not codes or codes == ("?",):
+            continue
+        sass_codes, ptx = gencode_codes(codes)
+        for arch in archs:
+            target = sass.target_name(arch)
+            got = sass.classify_kernel(sass.KernelCode(unit, sass_codes, ptx), target)
+            if got.kind != sass.NATIVE:
+                lacking.append(GencodeCoverage(unit, target, codes, got.kind, got.code))
+    return lacking
+
+
 def _series_units(plan: CheckPlan, recipe: Recipe, recorder_dir: Path) -> None:
     """Touched units, and units whose gencode the series changed."""
     built = {unit_key(s, plan.scratch) for s in plan.record.sources()}
@@ -313,7 +357,9 @@ def plan_check(
     scratch = scratch_copy(tree, work / "src")
     record = recorder.record(scratch, work / "cmake", generators=True)
     plan = CheckPlan(tree, scratch, recipe.target.cuda_archs, work, nvcc, recorder, record,
-                     touched, {}, [], _extra_includes(recorder.cuda_root), recorder.cuda_root)
+                     touched, {}, [], _extra_includes(recorder.cuda_root), recorder.cuda_root,
+                     allow_jit=recipe.target.allow_jit)
+    plan.no_target_sass = units_without_target_sass(gencodes(record, scratch), plan.archs)
     if only:
         _named_units(plan, only)
     elif all_units:

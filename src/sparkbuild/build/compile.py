@@ -33,16 +33,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.build.ext_targets import hook_environment
+from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VARIABLE, write_wrapper
+from sparkbuild.build.pools import DEPTH_VARIABLE
+from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
+from sparkbuild.build.unit_memory import MemorySampler
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import CommandFailed, DiskFullError, UsageError, is_disk_full
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.store.files import venv_python
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.phases import credit
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from sparkbuild.build.timeline import BuildTimeline
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendor.materialize import Materialized
 
@@ -91,6 +97,9 @@ class BuildRequest:
     launcher: str | None = None
     targets: tuple[str, ...] = ()
     """Only these extensions (``wheel --targets``; see sparkbuild.build.ext_targets)."""
+    pool_plan: Path | None = None
+    """The heavy units' pool plan file (sparkbuild.build.pools); None: no pool."""
+    pool_depth: int | None = None
 
 
 @dataclass
@@ -102,6 +111,7 @@ class BuildOutcome:
     env: dict[str, str]
     fetch_log: Path
     python: Path
+    timeline: BuildTimeline | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +143,7 @@ def cmake_overrides(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
     if request.launcher:
         for language in LAUNCHER_LANGUAGES:
             defines[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher
+    defines["CMAKE_MAKE_PROGRAM"] = str(ninja_wrapper(request.work))
     _no_spaces(defines)
     return defines
 
@@ -162,6 +173,10 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
     if request.offline:
         env["SPARKBUILD_OFFLINE"] = "1"
     env.update(hook_environment(request.work, request.tree, request.targets))
+    env[RECORD_VARIABLE] = str(request.work / "logs" / "ninja-runs.jsonl")
+    if request.pool_plan is not None:
+        env[PLAN_VARIABLE] = str(request.pool_plan)
+        env[DEPTH_VARIABLE] = str(request.pool_depth or request.jobs)
     if request.launcher:
         for language in LAUNCHER_LANGUAGES:
             env[f"CMAKE_{language}_COMPILER_LAUNCHER"] = request.launcher
@@ -173,6 +188,21 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
         # vLLM's setup.py takes any sccache on PATH, whose default server would outlive us.
         env.setdefault("VLLM_DISABLE_SCCACHE", "1")
     return env
+
+
+def ninja_wrapper(work: Path) -> Path:
+    """sparkbuild's ninja (sparkbuild.build.ninja_shim), CMake's CMAKE_MAKE_PROGRAM."""
+    return work / "bin" / "ninja"
+
+
+def _write_ninja_wrapper(work: Path, env: dict[str, str]) -> None:
+    real = shutil.which("ninja", path=env.get("PATH"))
+    if real is None:
+        raise UsageError("ninja is not installed in the build environment or on PATH",
+                         hint="add ninja to the build requirements, or install it")
+    env[REAL_VARIABLE] = real
+    package_parent = Path(__file__).resolve().parents[2]
+    write_wrapper(ninja_wrapper(work), sys.executable, package_parent)
 
 
 def _is_sccache(launcher: str | None) -> bool:
@@ -271,6 +301,9 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     if request.launcher and _is_sccache(request.launcher):
         path.append(str(Path(request.launcher).parent))  # vLLM's setup.py looks on PATH
     env["PATH"] = os.pathsep.join([*path, os.environ.get("PATH", "")])
+    _write_ninja_wrapper(request.work, env)
+    record = Path(env[RECORD_VARIABLE])
+    record.unlink(missing_ok=True)
     find_links = ["--find-links", str(request.deps.wheel_dir)] if request.deps.wheel_dir else []
     command: list[str | os.PathLike[str]] = [
         python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--no-index",
@@ -279,10 +312,16 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     step(f"building {request.tree} for TORCH_CUDA_ARCH_LIST={request.archs} "
          f"with MAX_JOBS={request.jobs} (log: {log})")
     started = time.monotonic()
-    with count_progress("compiling") as update:
+    marks = BuildMarks()
+    with count_progress("compiling") as update, MemorySampler() as sampler:
         progress = NinjaProgress(update)
+
+        def reader(line: str) -> None:
+            progress(line)
+            marks(line)
+
         try:
-            run(command, cwd=request.tree, env=env, log=log, progress=progress,
+            run(command, cwd=request.tree, env=env, log=log, progress=reader,
                 timeout=BUILD_TIMEOUT)
         except CommandFailed as failure:
             raise CommandFailed(
@@ -294,10 +333,15 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     if not wheels:
         raise CommandFailed("pip wheel succeeded but wrote no wheel", where=f"full log: {log}")
     seconds = time.monotonic() - started
+    marks.ended = time.time()
+    timeline = build_timeline(read_runs(record), marks, request.tree, sampler.peaks)
+    for name, phase_seconds in timeline.phases.items():
+        credit(name, phase_seconds)
     info(f"built {', '.join(w.name for w in wheels)} in {seconds:.0f} s "
          f"({len(progress.units)} compiled units)")
     changed = {k: v for k, v in env.items() if k != "PATH"}
-    return BuildOutcome(wheels, log, seconds, progress.units, changed, fetch_log, python)
+    return BuildOutcome(wheels, log, seconds, progress.units, changed, fetch_log, python,
+                        timeline)
 
 
 def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:

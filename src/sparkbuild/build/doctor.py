@@ -20,6 +20,8 @@ from typing import Any
 
 from packaging.version import Version
 
+from sparkbuild.build.pools import PoolPlan
+from sparkbuild.build.schedule import KnownUnit
 from sparkbuild.errors import ToolchainError, UsageError
 from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
 from sparkbuild.sources.requirements import exact_pin, read_requirements
@@ -64,6 +66,8 @@ class BuildPlan:
     nvcc_threads: int
     launcher: str | None
     reasons: tuple[str, ...]
+    pool: PoolPlan | None = None
+    """The heavy units' job pool (sparkbuild.build.pools); None: today's single MAX_JOBS."""
 
     def env(self) -> dict[str, str]:
         """The variables vLLM's setup.py reads."""
@@ -71,7 +75,16 @@ class BuildPlan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
-                "launcher": self.launcher, "reasons": list(self.reasons)}
+                "launcher": self.launcher, "reasons": list(self.reasons),
+                "pool": self.pool.to_dict() if self.pool else None}
+
+    def pool_lines(self) -> list[str]:
+        """doctor's account of the pool plan: its depth and why."""
+        if self.pool is None:
+            return ["job plan: one MAX_JOBS for every unit (SPARKBUILD_JOB_PLAN=single)"]
+        return [f"job plan: MAX_JOBS={self.pool.jobs}, heavy units in pool sparkbuild_heavy "
+                f"of depth {self.pool.depth} ({self.pool.basis})",
+                *(f"  - {reason}" for reason in self.pool.reasons)]
 
 
 def _gib(value: float) -> str:
@@ -132,6 +145,37 @@ def plan_build(
     return BuildPlan(jobs, threads, launcher, tuple(reasons))
 
 
+def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float:
+    """What the build may use: the available memory less the system's share."""
+    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
+    return max(0.0, available_memory_bytes - reserve)
+
+
+def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
+               cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
+               killed: tuple[str, ...] = (), requested_jobs: int | None = None,
+               known: list[KnownUnit] | None = None) -> BuildPlan:
+    """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
+    MAX_JOBS still wins, as the pool's ceiling)."""
+    from sparkbuild.build.pools import plan_pools, pools_enabled
+
+    if not pools_enabled():
+        return plan
+    pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
+                      usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
+                      nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
+                      known=known)
+    jobs = requested_jobs or pool.jobs
+    if jobs != pool.jobs or pool.depth > jobs:
+        import dataclasses
+
+        pool = dataclasses.replace(pool, jobs=jobs, depth=min(pool.depth, jobs))
+    reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
+    return BuildPlan(jobs, plan.nvcc_threads, plan.launcher,
+                     (*reasons, f"MAX_JOBS={jobs}: " + ("as requested" if requested_jobs
+                      else "every core; memory is held by the heavy units' pool")), pool)
+
+
 def parse_meminfo(text: str) -> tuple[int, int]:
     """(MemTotal, MemAvailable) in bytes from /proc/meminfo."""
     values: dict[str, int] = {}
@@ -185,6 +229,7 @@ class DoctorReport:
         lines.append(f"build plan: MAX_JOBS={self.plan.max_jobs} "
                      f"NVCC_THREADS={self.plan.nvcc_threads}")
         lines.extend(f"  - {reason}" for reason in self.plan.reasons)
+        lines.extend(self.plan.pool_lines())
         return lines
 
 
@@ -361,6 +406,8 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
         job_memory_gib=budget, nvcc_threads=_env_int("NVCC_THREADS"),
         launcher=launcher.name if launcher else None, requested_jobs=_env_int("MAX_JOBS"),
     )
+    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
+                      cores=cores, job_memory_gib=budget, requested_jobs=_env_int("MAX_JOBS"))
     checks = [
         nvcc_check,
         _check_tool("cmake", found["cmake"], MIN_CMAKE),

@@ -26,12 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from packaging.utils import canonicalize_name
+
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
-from sparkbuild.bundle.write import PLAN, VERIFIED_MARKER
+from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import info, step
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.phases import phase
 from sparkbuild.vendor.fetch import store_tree_tarball
 from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
 
@@ -76,13 +79,37 @@ def _problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     return problems
 
 
+class _ListedTwice(Exception):
+    """A key of a JSON object given twice (json keeps the last one without a word)."""
+
+
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _ListedTwice(key)
+        found[key] = value
+    return found
+
+
+def check_recipe(unpacked: UnpackedBundle, recipe: Recipe) -> None:
+    """A bundle carries its recipe: building it under another name is refused."""
+    bundled = str(unpacked.plan.get("recipe"))
+    if recipe.name != bundled:
+        raise UsageError(f"the bundle carries the recipe {bundled!r}, not {recipe.name!r}: a "
+                         "bundle is built with its own recipe", where=str(recipe.path),
+                         hint="leave out --recipe (the bundle's recipe is used), or write a "
+                         f"bundle of {recipe.name!r} with `sparkbuild bundle`")
+
+
 def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
     """Extract and verify ``bundle`` under ``into`` (reused when the same bundle was)."""
     bundle = Path(bundle)
     if not bundle.is_file():
         raise VerifyError("the bundle does not exist", where=str(bundle),
                           hint="pass the file `sparkbuild bundle --out FILE` wrote")
-    digest = sha256_file(bundle)
+    with phase("bundle verify"):
+        digest = sha256_file(bundle)
     dest = into / f"bundle-{digest[:16]}"
     marker = dest / VERIFIED_MARKER
     if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest):
@@ -90,7 +117,8 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
         staging = into / f".bundle-{digest[:16]}.partial-{os.getpid()}"
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            extract_archive(bundle, staging)
+            with phase("bundle unpack"):
+                extract_archive(bundle, staging)
         except (SparkbuildError, lzma.LZMAError, tarfile.TarError, EOFError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             what = exc.what if isinstance(exc, SparkbuildError) else str(exc)
@@ -98,12 +126,20 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
                               hint="copy it again; its sha256 is printed by `bundle`") from exc
         root = staging / TOP
         try:
-            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"),
+                                  object_pairs_hook=_once_each)
+        except _ListedTwice as exc:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise VerifyError(f"the bundle's {MANIFEST} lists {exc.args[0]} twice",
+                              where=str(bundle), hint="the bundle was changed after it was "
+                              "written; nothing was built; write a new one with "
+                              "`sparkbuild bundle`") from exc
         except (OSError, ValueError) as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise VerifyError(f"the bundle has no readable {MANIFEST}", where=str(bundle),
                               hint="it was not written by `sparkbuild bundle`") from exc
-        problems = _problems(root, manifest)
+        with phase("bundle verify"):
+            problems = _problems(root, manifest)
         if problems:
             shutil.rmtree(staging, ignore_errors=True)
             shown = "\n  ".join(problems[:12]) + (
@@ -137,6 +173,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
                 "ref": source["ref"], "commit": source["commit"], "sha256": digest,
                 "strip_top": False, "submodules": source["submodules"],
                 "from_bundle": unpacked.sha256,
+                **({"patched": source["patched"]} if source.get("patched") else {}),
             })
             imported.append(source["name"])
         wheelset = unpacked.plan.get("wheelset")
@@ -148,7 +185,28 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
                 "from_bundle": unpacked.sha256,
             })
             imported.append(f"{len(files)} wheels")
+        imported += _import_runtime(unpacked, cache)
     return imported
+
+
+def _import_runtime(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
+    """The pins (recorded as the wheelhouse looks them up) and the closure's wheels."""
+    runtime = unpacked.plan.get("runtime")
+    if not runtime:
+        return []
+    for item in [*runtime["pins"], *runtime["files"]]:
+        cache.put_file(unpacked.root / RUNTIME_DIR / item["file"], sha256=item["sha256"])
+    for pin in runtime["pins"]:
+        key = f"{canonicalize_name(pin['name'])}=={pin['version']}"
+        cache.record("pins", key, {"url": pin["url"], "filename": pin["file"],
+                                   "sha256": pin["sha256"], "from_bundle": unpacked.sha256})
+    return [f"{len(runtime['pins'])} pins", f"{len(runtime['files'])} closure wheels"]
+
+
+def bundled_runtime(bundle: Path, cache_root: Path) -> dict[str, Any] | None:
+    """The ``runtime`` record of a bundle (pins and closure); None for a bundle without."""
+    runtime = unpack_bundle(bundle, bundles_dir(cache_root)).plan.get("runtime")
+    return runtime if isinstance(runtime, dict) else None
 
 
 def _copy_tree(unpacked: UnpackedBundle, dest: Path) -> None:

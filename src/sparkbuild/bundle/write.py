@@ -9,6 +9,12 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   :mod:`sparkbuild.vendor.unread`; listed in the plan);
 * ``wheels/``: the build-requirement wheels, unless ``--without-wheels`` (a host that
   builds against the torch it already has);
+* ``runtime/``: what the wheelhouse ships beside the built wheels: the recipe's pins and the
+  runtime closure of the tree's declared requirements for the recipe's platform and Python
+  (``plan.json``'s ``runtime`` says which file is which; ``--no-closure`` leaves the closure
+  out and ``runtime`` says so).  They are fetched by a function the caller passes in
+  (``BundleOptions.runtime``; ``sparkbuild.pipeline`` passes the wheelhouse's), so that this room
+  stays below the wheelhouse;
 * ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
   the series;
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
@@ -51,13 +57,14 @@ from sparkbuild.vendor.index import source_entry, wheelset_entry
 from sparkbuild.vendor.unread import referenced_paths
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from sparkbuild.recipe import Recipe
     from sparkbuild.vendor.plan import VendorPlan
 
 BUNDLE_FORMAT = 1
 PLAN = "plan.json"
+RUNTIME_DIR = "runtime"
 VERIFIED_MARKER = ".sparkbuild-bundle-verified"
 TREE_STRIPPED = frozenset({"docs", ".github", ".buildkite"})
 """Left out of the prepared tree (top level only): its own tests and sources stay."""
@@ -79,6 +86,8 @@ class BundleResult:
     excluded: list[str]
     seconds: float
     error: SparkbuildError | None = None
+    runtime: dict[str, Any] | None = None
+    """plan.json's ``runtime``: the pins and closure carried; None when not asked for."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,7 +96,7 @@ class BundleResult:
             "deduplicated": self.deduplicated, "sources": self.sources,
             "stripped": [report.to_dict() for report in self.stripped],
             "wheels": self.wheels, "excluded": self.excluded,
-            "seconds": round(self.seconds, 1),
+            "runtime": self.runtime, "seconds": round(self.seconds, 1),
         }
 
     def summary(self) -> list[str]:
@@ -96,8 +105,14 @@ class BundleResult:
                  f"({self.raw_bytes / mib:.1f} MiB unpacked, {self.members} members, "
                  f"{self.deduplicated} stored once as links), sha256 {self.sha256}"]
         lines += [f"  source {s['name']}: {s['url']} @ {s['ref']} = {s['commit']}"
-                  for s in self.sources]
+                  + _patched_note(s.get("patched")) for s in self.sources]
         lines.append(f"  wheels: {', '.join(self.wheels) or 'none (--without-wheels)'}")
+        if self.runtime is not None:
+            pins = ", ".join(p["file"] for p in self.runtime["pins"]) or "none"
+            closure = (f"{len(self.runtime['files'])} wheels" if self.runtime["closure"]
+                       == "included" else "left to the node (--no-closure)")
+            lines.append(f"  runtime for {self.runtime['platform'] or 'this machine'}: pins "
+                         f"{pins}; closure {closure}")
         if self.excluded:
             lines.append(f"  left out by the recipe: {', '.join(self.excluded)}")
         for report in self.stripped:
@@ -107,6 +122,14 @@ class BundleResult:
                              f"{report.bytes / mib:.1f} MiB ({shown})")
         lines.append(f"  written in {self.seconds:.0f} s")
         return lines
+
+
+def _patched_note(patched: dict[str, Any] | None) -> str:
+    """``, series arch edit: applied`` for a source vendored with the series' arch edit."""
+    if not patched:
+        return ""
+    states = sorted({str(p.get("status")) for p in patched.get("patches", [])})
+    return f", series arch edit: {'/'.join(states) or 'none'}"
 
 
 # -- writing -------------------------------------------------------------------------------
@@ -189,8 +212,11 @@ def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
 
 
 def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: VendorPlan,
-             cache: Cache, out: Path, with_wheels: bool) -> BundleResult:
-    """Copy the tree, sources, wheels and recipe into a staging area, then archive it."""
+             cache: Cache, out: Path, with_wheels: bool,
+             runtime: Callable[[Path, Cache, Path], dict[str, Any]] | None = None
+             ) -> BundleResult:
+    """Copy the tree, sources, wheels, runtime wheels and recipe into a staging area, then
+    archive it."""
     started = time.monotonic()
     out = out.absolute()
     if out.exists() and not out.is_file():
@@ -216,7 +242,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
                 "url": source.url, "ref": source.ref if source.kind == "git" else source.url_hash,
                 "commit": entry.get("commit"), "submodules": entry.get("submodules"),
                 "sparse": entry.get("sparse"), "cache_sha256": entry["sha256"],
-                "dir": f"sources/{source.name}",
+                "dir": f"sources/{source.name}", "patched": entry.get("patched"),
             })
         wheels: dict[str, str] = {}
         if with_wheels and plan.wheels:
@@ -228,6 +254,10 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
             for filename, digest in sorted(files.items()):
                 shutil.copyfile(cache.path_of(str(digest)), root / "wheels" / filename)
                 wheels[filename] = str(digest)
+        carried = None
+        if runtime is not None:
+            step("adding the recipe's pins and runtime closure")
+            carried = runtime(tree, cache, root / RUNTIME_DIR)
         _bundled_recipe(recipe, root / "recipe")
         plan_json = {
             "format": BUNDLE_FORMAT, "recipe": recipe.name, "recipe_file": recipe.path.name,
@@ -236,6 +266,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
                          "files": wheels} if wheels else None,
             "without_wheels": not wheels,
             "stripped": [report.to_dict() for report in stripped],
+            **({"runtime": carried} if carried is not None else {}),
         }
         (root / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n", encoding="utf-8")
         step(f"compressing into {out} (xz)")
@@ -246,6 +277,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         out, out.stat().st_size, sha256_file(out), written.raw_bytes, written.members,
         written.links, sources, stripped, sorted(wheels),
         [source.name for source in plan.excluded], time.monotonic() - started,
+        runtime=carried,
     )
 
 
@@ -264,6 +296,9 @@ class BundleOptions:
     """``BASE=REPLACEMENT`` rules, before the recipe's ``[vendor] mirrors``."""
     offline: bool = False
     """Take everything from the cache; fetch nothing."""
+    runtime: Callable[[Path, Cache, Path], dict[str, Any]] | None = None
+    """Writes the pins and runtime closure into the bundle (``sparkbuild.pipeline`` passes
+    the wheelhouse's); None: the bundle carries none (a wheelhouse needs them cached)."""
 
 
 def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str, Any]]:
@@ -303,4 +338,5 @@ def make_bundle(options: BundleOptions) -> BundleResult:
                                  offline=options.offline, wheels=options.with_wheels)
     require_complete(vendored.plan, cache)
     return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
-                    cache=cache, out=options.out, with_wheels=options.with_wheels)
+                    cache=cache, out=options.out, with_wheels=options.with_wheels,
+                    runtime=options.runtime)

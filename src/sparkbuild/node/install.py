@@ -1,6 +1,11 @@
 """Install a wheelhouse into a venv with no network: the wheelhouse alone, hashes required.
 
-pip runs with ``--no-index --find-links DIR --require-hashes -r DIR/requirements.lock``
+Nothing is installed from a wheelhouse that was not verified first: every file against
+``manifest.json``, the lock's included, by the code ``verify`` runs
+(:func:`sparkbuild.wheelhouse.verify.verify_files`), before the venv is created.  pip gets
+the lock's verified bytes, and the fingerprint recorded is that of the verified manifest.
+
+pip runs with ``--no-index --find-links DIR --require-hashes -r`` (the verified lock)
 and isolated from the machine's pip configuration (``--isolated``,
 ``PIP_CONFIG_FILE=/dev/null``), so a configured index, find-links directory or constraint
 file cannot add or swap a single file.  ``pip check`` then proves the set is consistent
@@ -12,7 +17,9 @@ the one judge of consistency (pip's resolver would refuse a recorded override ou
 Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
 the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
 ``verify --installed``.  A wheelhouse served over HTTP comes through
-:mod:`sparkbuild.node.remote`.
+:mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
+``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
+hashes, named by path; the result says which file was used.
 """
 
 from __future__ import annotations
@@ -23,23 +30,34 @@ import sys
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import step
-from sparkbuild.errors import DestinationError, SparkbuildError, ToolchainError, VerifyError
+from sparkbuild.errors import (
+    DestinationError,
+    SparkbuildError,
+    ToolchainError,
+    UsageError,
+    VerifyError,
+)
 from sparkbuild.node.fingerprint import record_installation
 from sparkbuild.node.pip_check import PipCheck, judge_pip_check
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
-from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
+from sparkbuild.wheelhouse.lock import LOCK_NAME, find_uv, parse_lock
+from sparkbuild.wheelhouse.members import read_text_member
+from sparkbuild.wheelhouse.pylock import PYLOCK_NAME
+from sparkbuild.wheelhouse.verify import verify_files
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from sparkbuild.wheelhouse.verify import CheckedFiles
 
 PIP_TIMEOUT = 3600.0
 _ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+INSTALL_FROM = {"lock": LOCK_NAME, "pylock": PYLOCK_NAME}
+"""``install --from``: the file each choice installs from."""
 
 
 @dataclass
@@ -53,15 +71,20 @@ class InstallResult:
     fingerprint: str = ""
     """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
     origin: str = ""
+    installed_from: str = LOCK_NAME
+    """The wheelhouse file the projects were installed from (requirements.lock, pylock.toml)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
                 "imported": self.imported, "pip_check": self.pip_check.to_dict(),
-                "fingerprint": self.fingerprint, "wheelhouse": self.origin}
+                "fingerprint": self.fingerprint, "wheelhouse": self.origin,
+                "installed_from": self.installed_from}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
-        return [f"installed {len(self.installed)} projects into {made} venv {self.venv}",
+        tool = "uv" if self.installed_from == PYLOCK_NAME else "pip"
+        return [f"installed {len(self.installed)} projects into {made} venv {self.venv} "
+                f"from {self.installed_from} ({tool})",
                 *self.pip_check.summary(),
                 f"  imported: {', '.join(self.imported) or 'nothing to import'}",
                 f"wheelhouse fingerprint: {self.fingerprint or 'not recorded'}"]
@@ -114,7 +137,7 @@ def import_names(wheel: Path) -> list[str]:
         top_level = [n for n in names if n.count("/") == 1 and
                      n.endswith(".dist-info/top_level.txt")]
         if top_level:
-            text = archive.read(top_level[0]).decode("utf-8")
+            text = read_text_member(archive, top_level[0], str(wheel))
             return sorted({line.strip() for line in text.splitlines() if line.strip()})
     found = set()
     for name in names:
@@ -137,39 +160,77 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | None = None,
-                       origin: str | None = None) -> InstallResult:
+def _uv_pylock(python: Path, pylock: Path) -> None:
+    """``uv pip install --offline -r pylock.toml``: the lock's files by path, hashes checked."""
+    run([find_uv(), "pip", "install", "--offline", "--no-cache", "--no-config",
+         "--preview-features", "pylock", "--python", python, "-r", pylock],
+        env={"UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}, timeout=PIP_TIMEOUT)
+
+
+def verified_wheelhouse(directory: Path) -> CheckedFiles:
+    """The wheelhouse checked exactly as ``verify`` checks its files (one piece of code:
+    :func:`sparkbuild.wheelhouse.verify.verify_files`), or :class:`VerifyError`."""
+    checked = verify_files(directory)
+    error = checked.error(hint="nothing was installed: copy the wheelhouse again (then "
+                          "`sparkbuild verify DIR`), or rebuild it with `sparkbuild wheel`")
+    if error is not None:
+        raise error
+    if checked.lock_bytes is None:
+        raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
+    return checked
+
+
+def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None,
+                       source: str = "lock") -> InstallResult:
     """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
 
-    ``pip_sources`` replaces ``--no-index --find-links DIR`` (a served wheelhouse's index,
-    :func:`sparkbuild.node.remote.install_from_url`); ``origin`` is then its URL.
+    The whole wheelhouse is verified against its manifest first; pip then reads the lock's
+    verified bytes (a copy, not the file), and the fingerprint recorded is the sha256 of the
+    manifest bytes that were verified.  ``origin``: where it came from (a URL,
+    :func:`sparkbuild.node.remote.install_from_url`).  ``source`` ``"pylock"``: from
+    ``pylock.toml`` through uv instead (verified with the rest; a local wheelhouse).
     """
+    if source not in INSTALL_FROM:
+        raise UsageError(f"unknown install source {source!r}",
+                         hint=f"--from takes {' or '.join(INSTALL_FROM)}")
     directory, venv = directory.resolve(), venv.absolute()
-    manifest = read_manifest(directory)
-    lock = directory / LOCK_NAME
-    if not lock.is_file():
-        raise VerifyError("the wheelhouse has no requirements.lock", where=str(directory))
-    locked = parse_lock(lock.read_text(encoding="utf-8"), where=str(lock))
+    checked = verified_wheelhouse(directory)
+    manifest = checked.manifest
+    assert checked.lock_bytes is not None
+    lock_text = checked.lock_bytes.decode("utf-8")
+    locked = parse_lock(lock_text, where=str(directory / LOCK_NAME))
+    pylock = directory / PYLOCK_NAME
+    if source == "pylock" and not pylock.is_file():
+        raise VerifyError("the wheelhouse has no pylock.toml", where=str(directory),
+                          hint="a wheelhouse written before sparkbuild wrote one: install "
+                          "from its requirements.lock (leave out --from pylock)")
     for item in locked:
-        check_known_bad(item.name, item.version, role="wheelhouse file", where=str(lock))
+        check_known_bad(item.name, item.version, role="wheelhouse file",
+                        where=str(directory / LOCK_NAME))
     existed, created = venv.exists(), False
     fresh = not existed or (venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir()))
     try:  # a venv this run made goes again if the install fails: no half-made venv stays
         created = ensure_venv(venv, manifest.get("target", {}).get("python"))
         python = venv_python(venv)
-        how = "its simple/ index" if pip_sources else "no index"
-        step(f"installing {len(locked)} projects from {origin or directory} ({how}, "
+        used = INSTALL_FROM[source]
+        step(f"installing {len(locked)} projects from {origin or directory}/{used} (no index, "
              "hashes required)")
-        sources = pip_sources or ["--no-index", "--find-links", str(directory)]
-        _pip(python, "install", *sources, "--require-hashes",
-             "--only-binary", ":all:", "--no-cache-dir", "--no-deps", "--requirement", lock)
+        if source == "pylock":
+            _uv_pylock(python, pylock)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
+                lock = Path(scratch) / LOCK_NAME
+                lock.write_text(lock_text, encoding="utf-8")
+                _pip(python, "install", "--no-index", "--find-links", str(directory),
+                     "--require-hashes", "--only-binary", ":all:", "--no-cache-dir", "--no-deps",
+                     "--requirement", lock)
         check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
                                     timeout=PIP_TIMEOUT, check=False).output, manifest)
         installed = [f"{r.name}=={r.version}" for r in locked]
         if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
             if fresh:
                 _remove_new_venv(venv, existed)
-            return InstallResult(venv, created, installed, [], check)
+            return InstallResult(venv, created, installed, [], check, installed_from=used)
         modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
         if modules:
             with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
@@ -179,9 +240,8 @@ def install_wheelhouse(directory: Path, venv: Path, *, pip_sources: list[str] | 
         if fresh:  # all that is there now is this run's
             _remove_new_venv(venv, existed)
         raise
-    recorded = record_installation(venv, (directory / MANIFEST_NAME).read_bytes(),
-                                   origin or str(directory))
+    recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
-                         fingerprint=recorded.fingerprint, origin=recorded.origin)
-
+                         fingerprint=recorded.fingerprint, origin=recorded.origin,
+                         installed_from=used)

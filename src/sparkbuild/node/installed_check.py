@@ -9,14 +9,20 @@ fingerprint`):
 * each distribution's RECORD is byte for byte the one the install wrote, and every file
   RECORD lists has RECORD's sha256 (a changed, truncated or deleted file is named);
 * where the wheelhouse is at hand (``verify --installed VENV DIR``, or the local directory
-  it was installed from), each installed file's hash is the one in its wheel's own RECORD.
+  it was installed from), the wheelhouse is verified first (the same check as ``verify``
+  and ``install``), then every member of each of its wheels must be installed with the
+  same bytes (hashed in chunks), and every file under site-packages must be one a wheel of
+  the wheelhouse put there (or the venv's own pip, as the install found it): a file no wheel
+  has, a ``.pth`` or a module dropped in beside, is named.
 
 Two nodes that print the same fingerprint and pass this check run the same bits.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +37,12 @@ from sparkbuild.node.installed import (
     distributions,
     file_problem,
     installed_path,
-    parse_record,
     read_record,
 )
-from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.hashing import CHUNK, sha256_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
-from sparkbuild.wheelhouse.verify import Mismatch
+from sparkbuild.wheelhouse.members import member_digest
+from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
 
 
 @dataclass
@@ -142,36 +148,113 @@ def _check_manifest(result: InstalledCheckResult, installation: Installation,
                 str(wheel.get("file")), "in the wheelhouse, not installed at its version"))
 
 
+INSTALLER_FILES = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
+"""What pip writes into a dist-info that the wheel does not carry."""
+
+
+def _file_digest(path: Path) -> bytes:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(CHUNK), b""):
+            digest.update(block)
+    return digest.digest()
+
+
+def _target(venv: Path, dist: Distribution, member: str) -> Path | None:
+    """Where pip puts a wheel member (None: a script or header, which pip rewrites or
+    moves: those are checked against the venv's RECORD only)."""
+    head, _, rest = member.partition("/")
+    if head.endswith(".data"):
+        scheme, _, inner = rest.partition("/")
+        base = {"purelib": dist.site_packages, "platlib": dist.site_packages,
+                "data": venv}.get(scheme)
+        if base is None or not inner:
+            return None
+        path = Path(os.path.normpath(base / inner))
+    else:
+        path = Path(os.path.normpath(dist.site_packages / member))
+    return path if path.is_relative_to(venv) else None
+
+
+def _compare_one_wheel(result: InstalledCheckResult, dist: Distribution, wheel: Path,
+                       owned: set[Path]) -> None:
+    """Each member of ``wheel`` against the file pip made of it, byte for byte (in chunks)."""
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            target = None if info.is_dir() else _target(result.venv, dist, info.filename)
+            if target is None:
+                continue
+            owned.add(target)
+            if target.parent == dist.dist_info and target.name == "RECORD":
+                continue  # pip rewrites RECORD
+            result.files_checked += 1
+            if target.is_symlink() or not target.is_file():
+                result.mismatches.append(Mismatch(_relative(result.venv, target),
+                                                  f"in its wheel {wheel.name}, not installed"))
+            elif _file_digest(target) != member_digest(archive, info):
+                result.mismatches.append(Mismatch(
+                    _relative(result.venv, target),
+                    f"its bytes differ from its wheel {wheel.name}'s"))
+    owned.update(dist.dist_info / name for name in INSTALLER_FILES)
+
+
+def _bytecode_of_owned(path: Path, owned: set[Path]) -> bool:
+    """``__pycache__/NAME.TAG.pyc`` of an owned ``NAME.py`` (pip compiles, imports rewrite)."""
+    if path.parent.name != "__pycache__" or path.suffix != ".pyc":
+        return False
+    return path.parent.parent / (path.name.split(".", 1)[0] + ".py") in owned
+
+
+def _check_added(result: InstalledCheckResult, current: dict[str, Distribution],
+                 owned: set[Path]) -> None:
+    """Every file under site-packages is one a wheel of the wheelhouse (or the venv's own
+    pip, as its RECORD lists it) put there."""
+    for site in sorted({dist.site_packages for dist in current.values()}):
+        for top, subdirs, files in os.walk(site):
+            base = Path(top)
+            links = [d for d in subdirs if (base / d).is_symlink()]
+            for name in sorted([*files, *links]):
+                path = base / name
+                if path in owned or _bytecode_of_owned(path, owned):
+                    continue
+                result.mismatches.append(Mismatch(
+                    _relative(result.venv, path), "no wheel of the wheelhouse has this file"))
+
+
 def _compare_with_wheels(result: InstalledCheckResult, installation: Installation,
                          current: dict[str, Distribution], wheelhouse: Path) -> None:
-    """Each installed file against the RECORD inside its wheel in the wheelhouse."""
-    manifest = wheelhouse / MANIFEST_NAME
-    actual = fingerprint(manifest.read_bytes()) if manifest.is_file() else None
+    """The venv against the wheelhouse's wheels: the wheelhouse verified first, then every
+    member of each wheel the same bytes as installed, and no file added."""
+    try:
+        checked = verify_files(wheelhouse)
+        error = checked.error(hint="")
+    except VerifyError as exc:
+        error = exc
+    if error is not None:
+        result.mismatches.append(Mismatch(str(wheelhouse), "the wheelhouse itself fails "
+                                          f"verify: {error.what}"))
+        return
+    actual = fingerprint(checked.manifest_bytes)
     if actual != installation.fingerprint:
         result.mismatches.append(Mismatch(
-            str(manifest), f"this wheelhouse's fingerprint is {actual or 'none'}, the venv "
-            f"was installed from {installation.fingerprint}"))
+            str(wheelhouse / MANIFEST_NAME), f"this wheelhouse's fingerprint is {actual}, the "
+            f"venv was installed from {installation.fingerprint}"))
         return
     result.compared_with = str(wheelhouse)
-    for wheel in _manifest_wheels(installation):
-        dist = current.get(canonicalize_name(str(wheel.get("name", ""))))
-        path = wheelhouse / str(wheel.get("file"))
-        if dist is None or not path.is_file():
-            continue
-        installed = {row.path: row for row in read_record(dist)}
-        with zipfile.ZipFile(path) as archive:
-            names = [n for n in archive.namelist() if n.endswith(".dist-info/RECORD")
-                     and n.count("/") == 1]
-            rows = parse_record(archive.read(names[0]).decode("utf-8"),
-                                f"{path}!RECORD") if names else []
-        for row in rows:
-            mine = installed.get(row.path)
-            if row.digest is None or ".data/" in row.path or mine is None:
-                continue  # scripts and data files move (and scripts are rewritten)
-            if mine.digest != row.digest:
-                result.mismatches.append(Mismatch(
-                    _relative(result.venv, installed_path(dist, mine)),
-                    f"RECORD says {mine.digest}, its wheel {path.name} says {row.digest}"))
+    owned: set[Path] = set()
+    from_wheels: set[str] = set()
+    for wheel in checked.manifest["wheels"]:
+        key = canonicalize_name(str(wheel.get("name", "")))
+        dist = current.get(key)
+        if dist is None or dist.version != str(wheel.get("version")):
+            continue  # named by _check_manifest
+        from_wheels.add(key)
+        _compare_one_wheel(result, dist, wheelhouse / str(wheel["file"]), owned)
+    for other, dist in current.items():
+        if other not in from_wheels and other in installation.dists:  # the venv's own pip
+            owned.update(installed_path(dist, row) for row in read_record(dist))
+            owned.add(dist.record)
+    _check_added(result, current, owned)
 
 
 def verify_installed(venv: Path, wheelhouse: Path | None = None) -> InstalledCheckResult:
@@ -194,6 +277,7 @@ def verify_installed(venv: Path, wheelhouse: Path | None = None) -> InstalledChe
     else:
         result.notes.append(f"installed from {installation.origin}: pass the wheelhouse "
                             "directory to also compare with its wheels")
+    result.mismatches = merged(result.mismatches)  # one entry per file, its problems joined
     if result.files_checked == 0:
         result.mismatches.append(Mismatch(str(venv), "no installed file was checked: no "
                                           "RECORD lists a hash"))

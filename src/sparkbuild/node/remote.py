@@ -1,17 +1,16 @@
 """A wheelhouse served over HTTP: any static server of the wheelhouse directory will do.
 
-``install http://HOST:PORT/wheelhouse/ --venv VENV`` fetches ``manifest.json``, then
-``requirements.lock`` and the built wheels, each checked against the manifest's sha256,
-and pip installs from the wheelhouse's own PEP 503 index (``URL/simple/``) with
-``--require-hashes``: whatever the server sends must have the lock's hashes.  What ties the
-lot to the wheelhouse that was built is the fingerprint ``install`` prints (the manifest's
-sha256): compare it with the one the build machine shows.
+``install http://HOST:PORT/wheelhouse/ --venv VENV`` fetches ``manifest.json``, then every
+file it names (the lock, each wheel, the ``simple/`` pages), each checked against the
+manifest's sha256 as it arrives; the copy is then verified and installed exactly as a local
+wheelhouse is (:func:`sparkbuild.node.install.install_wheelhouse`), pip reading nothing from
+the server.  What ties the lot to the wheelhouse that was built is the fingerprint
+``install`` prints (the manifest's sha256): compare it with the one the build machine shows.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import tempfile
 import urllib.parse
 from pathlib import Path
@@ -20,13 +19,11 @@ from typing import TYPE_CHECKING
 from sparkbuild.errors import NetworkError, SparkbuildError, VerifyError
 from sparkbuild.node.install import InstallResult, install_wheelhouse
 from sparkbuild.store.download import download
-from sparkbuild.wheelhouse.lock import LOCK_NAME
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, read_manifest
-from sparkbuild.wheelhouse.write import SIMPLE_DIR
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
+from sparkbuild.wheelhouse.verify import leaves_directory
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from typing import Any
 
 
 def is_url(text: str) -> bool:
@@ -37,53 +34,31 @@ def _base(url: str) -> str:
     return url if url.endswith("/") else url + "/"
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def index_args(url: str) -> list[str]:
-    """pip's options for the wheelhouse's index: plain HTTP to another host must be trusted
-    explicitly (``--require-hashes`` and the fingerprint are what make that safe)."""
-    parts = urllib.parse.urlsplit(url)
-    args = ["--index-url", _base(url) + SIMPLE_DIR + "/"]
-    if parts.scheme == "http" and parts.hostname and not _loopback(parts.hostname):
-        args += ["--trusted-host", parts.netloc]
-    return args
-
-
-def _expected(manifest: dict[str, Any], name: str) -> str:
-    files = {**{str(w["file"]): str(w["sha256"]) for w in manifest["wheels"]},
-             **{str(k): str(v) for k, v in manifest.get("files", {}).items()}}
-    if name not in files:
-        raise VerifyError(f"the served manifest does not list {name}", where=MANIFEST_NAME)
-    return files[name]
-
-
 def fetch_wheelhouse(url: str, into: Path) -> Path:
-    """The manifest, the lock and the built wheels of the wheelhouse at ``url``, in ``into``."""
+    """Every file the wheelhouse at ``url`` names in its manifest, each checked against the
+    manifest's sha256 as it arrives, in ``into`` (a name that leaves the directory is
+    refused before anything is fetched)."""
     base = _base(url)
     download(base + MANIFEST_NAME, into / MANIFEST_NAME, description="fetching the manifest")
-    manifest = read_manifest(into)
-    download(base + LOCK_NAME, into / LOCK_NAME, sha256=_expected(manifest, LOCK_NAME))
-    for wheel in manifest["wheels"]:
-        if wheel.get("role") == "built":
-            name = str(wheel["file"])
-            download(base + urllib.parse.quote(name), into / name,
-                     sha256=_expected(manifest, name))
+    expected = expected_hashes(read_manifest(into))
+    outside = [name for name in sorted(expected) if leaves_directory(name)]
+    if outside:
+        raise VerifyError(f"the served manifest names file(s) outside the wheelhouse: "
+                          f"{', '.join(outside)}", where=base + MANIFEST_NAME,
+                          hint="do not install it: the server's wheelhouse is not one "
+                          "`sparkbuild wheel` wrote")
+    for name, digest in sorted(expected.items()):
+        download(base + urllib.parse.quote(name), into / name, sha256=digest)
     return into
 
 
-def install_from_url(url: str, venv: Path) -> InstallResult:
-    """Install the wheelhouse served at ``url`` into ``venv``."""
+def install_from_url(url: str, venv: Path, *, source: str = "lock") -> InstallResult:
+    """Install the wheelhouse served at ``url`` into ``venv``: fetched whole, verified like
+    a local one, installed from the verified copy (from its lock, or its pylock.toml)."""
     with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch, \
             _as_served(url, Path(scratch)):
         local = fetch_wheelhouse(url, Path(scratch))
-        return install_wheelhouse(local, venv, pip_sources=index_args(url), origin=url)
+        return install_wheelhouse(local, venv, origin=url, source=source)
 
 
 @contextlib.contextmanager

@@ -71,6 +71,9 @@ class SeriesReport:
     interrupted_run: Recovery | None = None
     """A killed earlier run whose half-done changes this run found and undid first (said on
     stderr when found, so not repeated in :meth:`summary`)."""
+    dependencies: list[dict[str, Any]] | None = None
+    """``patch status``: each vendored source's cached copy and what the series' arch edit
+    did to it (sparkbuild.vendor.patched); None when not asked."""
 
     def source_dict(self) -> dict[str, Any]:
         return self.source or {"kind": "tree", "path": str(self.tree)}
@@ -84,6 +87,7 @@ class SeriesReport:
                 {"file": path.as_posix(), "line": line} for path, line in self.raw_instruction_uses
             ],
             "interrupted_run": self.interrupted_run and self.interrupted_run.to_dict(),
+            **({"dependencies": self.dependencies} if self.dependencies is not None else {}),
         }
 
     def summary(self) -> list[str]:
@@ -96,6 +100,8 @@ class SeriesReport:
             lines.append(f"raw {INSTRUCTION} in the tree (a plain sm_121 build trips on "
                          "each one that is not behind an arch guard):")
             lines += [f"  {path.as_posix()}:{line}" for path, line in self.raw_instruction_uses]
+        for dep in self.dependencies or []:
+            lines.append(f"  dependency {dep.get('name')}: {dep.get('status')}")
         return lines
 
     @property

@@ -161,8 +161,16 @@ def _bracket(text: str) -> str:
     return f"[{equals}[{text}]{equals}]"
 
 
-def _run(tree: Path, requests: list[str]) -> list[tuple[str, int, list[str]]]:
-    utils = tree / UTILS_CMAKE
+def tree_utils(tree: Path, utils: Path | None = None) -> Path:
+    """The helper file to evaluate ``tree``'s lists with: its own cmake/utils.cmake, else
+    ``utils`` (the including tree's, for a vendored dependency that uses its helper)."""
+    own = tree / UTILS_CMAKE
+    return utils if utils is not None and not own.is_file() else own
+
+
+def _run(tree: Path, requests: list[str], utils_file: Path | None = None
+         ) -> list[tuple[str, int, list[str]]]:
+    utils = tree_utils(tree, utils_file)
     if not utils.is_file():
         raise PatchError(
             "the tree has no cmake/utils.cmake to evaluate its arch lists with",
@@ -187,7 +195,8 @@ def _run(tree: Path, requests: list[str]) -> list[tuple[str, int, list[str]]]:
             for kind, number, value in _OUTPUT.findall(result.output)]
 
 
-def _verdicts(tree: Path, parts: list[str], versions: list[str]) -> list[Verdicts]:
+def _verdicts(tree: Path, parts: list[str], versions: list[str], utils: Path | None = None
+              ) -> list[Verdicts]:
     if not parts:
         return [Verdicts(version, {}) for version in versions]
     requests = []
@@ -195,7 +204,7 @@ def _verdicts(tree: Path, parts: list[str], versions: list[str]) -> list[Verdict
         requests.append(f"sparkbuild_version({_bracket(version)})")
         requests += [f"sparkbuild_condition({v_index * len(parts) + p_index} {_bracket(part)})"
                      for p_index, part in enumerate(parts)]
-    found = {number: values == ["1"] for kind, number, values in _run(tree, requests)
+    found = {number: values == ["1"] for kind, number, values in _run(tree, requests, utils)
              if kind == "cond"}
     if len(found) != len(parts) * len(versions):
         raise PatchError("cmake did not evaluate every condition", where=str(ARCH_EVAL_SCRIPT))
@@ -214,14 +223,14 @@ def candidate_versions(lists: Sequence[ArchList], toolchain: str | None) -> list
     return kept or [toolchain or str(MIN_NVCC_FOR_SM121)]
 
 
-def distinct_verdicts(tree: Path, lists: Sequence[ArchList], toolchain: str | None
-                      ) -> list[Verdicts]:
+def distinct_verdicts(tree: Path, lists: Sequence[ArchList], toolchain: str | None,
+                      utils: Path | None = None) -> list[Verdicts]:
     """One :class:`Verdicts` per set of branches some CUDA version takes (the toolchain's
     version stands for its set when given, else the lowest)."""
     versions = candidate_versions(lists, toolchain)
     parts = version_conjuncts(lists)
     seen: dict[tuple[bool, ...], Verdicts] = {}
-    for verdict in _verdicts(tree, parts, versions):
+    for verdict in _verdicts(tree, parts, versions, utils):
         key = tuple(verdict.values[p] for p in parts)
         if key not in seen or verdict.cuda == toolchain:
             seen[key] = verdict
@@ -242,8 +251,9 @@ class Evaluation:
 
 
 def evaluate_tree(tree: Path, found: TreeLists, targets: Sequence[str],
-                  verdicts: Sequence[Verdicts]) -> list[Evaluation]:
-    """The tree's arithmetic for ``targets`` at each CUDA version of ``verdicts``."""
+                  verdicts: Sequence[Verdicts], utils: Path | None = None) -> list[Evaluation]:
+    """The tree's arithmetic for ``targets`` at each CUDA version of ``verdicts``; ``utils``:
+    the helper when the tree has none of its own (:func:`tree_utils`)."""
     target = [t.removesuffix("+PTX") for t in targets]
     requests: list[str] = []
     plans: list[tuple[Verdicts, int | None, list[int]]] = []
@@ -261,7 +271,7 @@ def evaluate_tree(tree: Path, found: TreeLists, targets: Sequence[str],
             requests.append(f"sparkbuild_report_archs({number})")
         requests += [f"sparkbuild_list({number * len(found.lists) + i} "
                      f"{_bracket(';'.join(found.lists[i].values))})" for i in others]
-    output = _run(tree, requests) if requests else []
+    output = _run(tree, requests, utils) if requests else []
     archs = {n: tuple(v) for kind, n, v in output if kind == "archs"}
     lists = {n: tuple(v) for kind, n, v in output if kind == "list"}
     evaluations = []

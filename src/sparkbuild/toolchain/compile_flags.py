@@ -213,3 +213,23 @@ def source_gencode(record: BuildRecord, target: TargetRecord, source: str) -> tu
     """The ``arch=...,code=...`` values the build compiles ``source`` for (no paths needed)."""
     flags = cmake_list(record.variables.get("CMAKE_CUDA_FLAGS", "").replace(" ", ";"))
     return gencode_of([*flags, *_options(record, target, source)])
+
+
+_CODE_VALUE = re.compile(r"code=(\[[^\]]*\]|\"[^\"]*\"|'[^']*'|[^,\s]+)")
+
+
+def gencode_codes(gencode: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(SASS targets, PTX virtual archs) that ``-gencode`` values make nvcc embed:
+    ``arch=compute_80,code=[sm_80,compute_80]`` -> (``sm_80``,), (``compute_80``,)."""
+    sass: list[str] = []
+    ptx: list[str] = []
+    for value in gencode:
+        found = _CODE_VALUE.search(value)
+        if found is None:
+            continue
+        for code in re.split(r"[,\s]+", found.group(1).strip("[]\"'")):
+            if code.startswith("sm_") and code not in sass:
+                sass.append(code)
+            elif code.startswith("compute_") and code not in ptx:
+                ptx.append(code)
+    return tuple(sass), tuple(ptx)

@@ -24,7 +24,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import CommandFailed, ToolchainError
 from sparkbuild.proc import run
@@ -205,15 +205,17 @@ _SASS_ARCH = re.compile(r"sm_(\d+)(\d)([af]?)")
 
 def runs_on(arch: str, target: str) -> bool:
     """Whether SASS built for ``arch`` (cuobjdump's ``sm_121a``, ``sm_120f``, ``sm_121``) runs
-    on a GPU of ``target`` (``12.1a``): the same GPU, or a family target of the same major
-    at that minor or below."""
+    on a GPU of ``target`` (``12.1a``): CUDA's binary compatibility.  Code of the same
+    compute capability runs whatever its suffix; plain (``sm_120``) and family (``sm_120f``)
+    code runs on the same major at that minor or above; arch-specific code (``sm_120a``)
+    runs on its own GPU only."""
     found = _SASS_ARCH.fullmatch(arch)
     wanted = _SASS_ARCH.fullmatch(f"sm_{arch_digits(target)}")
     if found is None or wanted is None:
         return False
     if found.group(1, 2) == wanted.group(1, 2):
         return True
-    return (found.group(3) == "f" and found.group(1) == wanted.group(1)
+    return (found.group(3) in ("f", "") and found.group(1) == wanted.group(1)
             and int(found.group(2)) <= int(wanted.group(2)))
 
 
@@ -370,3 +372,204 @@ def list_ptx_archs(binary: Path) -> list[str]:
 
 def functions_named(functions: Iterable[SassFunction], name: str) -> list[SassFunction]:
     return [function for function in functions if function.name == name]
+
+
+# -- coverage per kernel -----------------------------------------------------------------
+#
+# Every kernel a binary holds (an ``ENTRY`` of some ELF's symbol table, or a ``.entry`` of
+# some PTX), and, for one target GPU, what the driver can give it: ``native`` machine code
+# the target loads (:func:`runs_on`), ``ptx`` only (the driver JIT-compiles that PTX at load,
+# on every node, into its JIT cache), or ``none`` (it cannot run there).
+
+NATIVE, PTX_ONLY, NO_CODE = "native", "ptx", "none"
+COVERAGE_KINDS = (NATIVE, PTX_ONLY, NO_CODE)
+
+_FATBIN_KIND = re.compile(r"^Fatbin (elf|ptx) code:")
+_ELF_ENTRY_SYMBOL = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$")
+_PTX_DOT_ENTRY = re.compile(r"^\s*(?:\.\w+\s+)*\.entry\s+([A-Za-z_$%][\w$.%]*)")
+_VIRTUAL_ARCH = re.compile(r"(?:sm|compute)_(\d+)(\d)([af]?)")
+
+
+@dataclass(frozen=True)
+class KernelCode:
+    """What one binary holds for one kernel: the SASS archs as the fatbin headers name them
+    (``sm_121a``, ``sm_120f``) and the virtual archs of its PTX (``compute_80``)."""
+
+    name: str
+    sass: tuple[str, ...] = ()
+    ptx: tuple[str, ...] = ()
+    demangled: str | None = None
+
+
+def _fatbin_sections(text: str) -> Iterator[tuple[str, str | None, str]]:
+    """(``elf``/``ptx``, the header's arch, a line) for each line of a fatbin section of
+    ``cuobjdump -symbols`` or ``-ptx`` output; lines before any header: kind ``elf``."""
+    kind, arch = "elf", None
+    for line in text.splitlines():
+        if found := _FATBIN_KIND.match(line):
+            kind, arch = found.group(1), None
+        elif arch is None and (header := _ARCH_HEADER.match(line)):
+            arch = header.group(1)
+        else:
+            yield kind, arch, line
+
+
+def parse_elf_entries(text: str) -> dict[str, set[str]]:
+    """``cuobjdump -symbols`` output -> SASS arch (``sm_121a``) -> the kernels (``FUNC ...
+    ENTRY`` symbols) of that ELF.  Device functions and objects are not kernels."""
+    found: dict[str, set[str]] = {}
+    for kind, arch, line in _fatbin_sections(text):
+        if kind == "elf" and arch and (entry := _ELF_ENTRY_SYMBOL.match(line)):
+            found.setdefault(arch, set()).add(entry.group(1))
+    return found
+
+
+def virtual_arch(arch: str) -> str:
+    """The PTX header's ``sm_80`` (or ``compute_80``) as nvcc names a virtual arch."""
+    return "compute_" + arch.removeprefix("sm_").removeprefix("compute_")
+
+
+def parse_ptx_entries(text: str) -> dict[str, set[str]]:
+    """``cuobjdump -ptx`` output -> virtual arch (``compute_80``) -> the ``.entry`` kernels of
+    that PTX."""
+    found: dict[str, set[str]] = {}
+    for kind, arch, line in _fatbin_sections(text):
+        if kind == "ptx" and arch and (entry := _PTX_DOT_ENTRY.match(line)):
+            found.setdefault(virtual_arch(arch), set()).add(entry.group(1))
+    return found
+
+
+def kernel_table(elf: dict[str, set[str]], ptx: dict[str, set[str]]) -> list[KernelCode]:
+    """Every kernel of either listing, with its SASS and PTX archs, by name."""
+    names = sorted({n for found in (*elf.values(), *ptx.values()) for n in found})
+    return [KernelCode(name, tuple(_sorted_unique(a for a, k in elf.items() if name in k)),
+                       tuple(_sorted_unique(a for a, k in ptx.items() if name in k)))
+            for name in names]
+
+
+def jit_runs_on(arch: str, target: str) -> bool:
+    """Whether the driver can JIT-compile PTX of virtual arch ``arch`` (``compute_80``,
+    ``compute_121a``, ``compute_120f``) for a GPU of ``target`` (``12.1a``): plain PTX of
+    that arch or an older one; arch-specific PTX on that very GPU; family PTX on a GPU of
+    the same major at that minor or above."""
+    found = _VIRTUAL_ARCH.fullmatch(arch)
+    wanted = _VIRTUAL_ARCH.fullmatch(f"sm_{arch_digits(target)}")
+    if found is None or wanted is None:
+        return False
+    have = (int(found.group(1)), int(found.group(2)))
+    gpu = (int(wanted.group(1)), int(wanted.group(2)))
+    if found.group(3) == "a":
+        return have == gpu
+    if found.group(3) == "f":
+        return have[0] == gpu[0] and have[1] <= gpu[1]
+    return have <= gpu
+
+
+@dataclass(frozen=True)
+class KernelCoverage:
+    """One kernel at one target: ``native`` (``code``: the SASS arch loaded), ``ptx``
+    (``code``: the virtual arch the driver JIT-compiles) or ``none``."""
+
+    name: str
+    kind: str
+    code: str | None = None
+    demangled: str | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        found: dict[str, str | None] = {"kernel": self.name, "coverage": self.kind}
+        if self.kind == PTX_ONLY:
+            found["ptx_arch"] = self.code
+        if self.demangled:
+            found["demangled"] = self.demangled
+        return found
+
+
+def _code_rank(arch: str) -> tuple[int, int]:
+    found = _VIRTUAL_ARCH.fullmatch(arch)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
+
+
+def classify_kernel(kernel: KernelCode, target: str) -> KernelCoverage:
+    """Native when some SASS of the kernel runs on ``target``; else PTX when the driver can
+    JIT some PTX of it there (the newest such arch is named); else none."""
+    native = [a for a in kernel.sass if runs_on(a, target)]
+    if native:
+        exact = [a for a in native if arch_digits(a) == arch_digits(target)]
+        return KernelCoverage(kernel.name, NATIVE, (exact or native)[0], kernel.demangled)
+    jit = [a for a in kernel.ptx if jit_runs_on(a, target)]
+    if jit:
+        return KernelCoverage(kernel.name, PTX_ONLY, max(jit, key=_code_rank), kernel.demangled)
+    return KernelCoverage(kernel.name, NO_CODE, None, kernel.demangled)
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Every kernel of a binary at one target arch (``12.1a``)."""
+
+    target: str
+    kernels: tuple[KernelCoverage, ...]
+
+    def of_kind(self, kind: str) -> tuple[KernelCoverage, ...]:
+        return tuple(k for k in self.kernels if k.kind == kind)
+
+    @property
+    def not_native(self) -> tuple[KernelCoverage, ...]:
+        return tuple(k for k in self.kernels if k.kind != NATIVE)
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(self.of_kind(kind)) for kind in COVERAGE_KINDS}
+
+    def describe(self) -> str:
+        """``12.1a: 3 native, 1 ptx (compute_80), 0 none``."""
+        ptx = sorted({k.code for k in self.of_kind(PTX_ONLY) if k.code})
+        counts = self.counts()
+        return (f"{self.target}: {counts[NATIVE]} native, {counts[PTX_ONLY]} ptx"
+                + (f" ({', '.join(ptx)})" if ptx else "") + f", {counts[NO_CODE]} none")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"target": self.target, "kernels": len(self.kernels), **self.counts(),
+                "not_native": [k.to_dict() for k in self.not_native]}
+
+
+def coverage(kernels: Iterable[KernelCode], target: str) -> Coverage:
+    return Coverage(target, tuple(classify_kernel(k, target) for k in kernels))
+
+
+def target_name(arch: str) -> str:
+    """A recipe's arch (``12.1a``, ``8.0+PTX``) as a target GPU for :func:`coverage`."""
+    return arch.removesuffix("+PTX")
+
+
+def _dump(binary: Path, option: str) -> str:
+    """``cuobjdump OPTION binary``; empty for a file with no device code."""
+    argv: list[str | os.PathLike[str]] = [find_cuobjdump(), option, binary]
+    result = run(argv, check=False, echo=False)
+    if result.returncode == 0:
+        return result.output
+    if _NO_DEVICE_CODE in result.output:
+        return ""
+    raise CommandFailed(f"cuobjdump {option} cannot read {binary}: {result.output.strip()}",
+                        where=str(binary))
+
+
+def read_kernels(binary: Path) -> list[KernelCode]:
+    """Every kernel of ``binary`` with the SASS and PTX archs it holds (``cuobjdump -symbols``
+    and ``cuobjdump -ptx``), demangled where ``c++filt`` is at hand."""
+    table = kernel_table(parse_elf_entries(_dump(binary, "-symbols")),
+                         parse_ptx_entries(_dump(binary, "-ptx")))
+    names = demangle(k.name for k in table)
+    return [KernelCode(k.name, k.sass, k.ptx, names.get(k.name)) for k in table]
+
+
+def demangle(names: Iterable[str]) -> dict[str, str]:
+    """Mangled -> demangled, through ``c++filt`` when it is here (one process for all); an
+    empty mapping without it.  Names that are not mangled are left out."""
+    wanted = sorted({n for n in names if n.startswith("_Z")})
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    if not wanted or tool is None:
+        return {}
+    result = run([tool], stdin_data="\n".join(wanted) + "\n", check=False, echo=False)
+    lines = result.output.splitlines()
+    if result.returncode != 0 or len(lines) != len(wanted):
+        return {}
+    return {m: d for m, d in zip(wanted, lines, strict=True) if d != m}

@@ -27,7 +27,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import step
 from sparkbuild.errors import (
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.vendor.patched import DependencyEdit
 
 
 # -- deterministic tarballs ----------------------------------------------------------------
@@ -180,8 +181,19 @@ def checkout_git(source: SourcePlan, dest: Path, mirrors: Mirrors = NO_MIRRORS) 
     return commit
 
 
+def _patch_checkout(source: SourcePlan, root: Path, edit: DependencyEdit | None,
+                    utils: Path | None) -> dict[str, Any]:
+    """The series' arch edit on a fresh checkout (:mod:`sparkbuild.vendor.patched`)."""
+    if edit is None or source.patched is None:
+        return {}
+    from sparkbuild.vendor.patched import apply_to_source
+
+    return {"patched": apply_to_source(edit, root, source.name, utils)}
+
+
 def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors,
-               sparse: list[str] | None) -> VendorEntry:
+               sparse: list[str] | None, edit: DependencyEdit | None = None,
+               utils: Path | None = None) -> VendorEntry:
     origin = mirrors.rewrite(source.url)
     through = f" (from the mirror {origin})" if origin != source.url else ""
     how = ", sparse" if sparse else ""
@@ -193,13 +205,14 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
         commit = checkout_sparse(source, checkout, mirrors, sparse)
     else:
         commit = checkout_git(source, checkout, mirrors)
+    patched = _patch_checkout(source, checkout, edit, utils)
     digest = store_tree_tarball(cache, checkout)
     shutil.rmtree(checkout, ignore_errors=True)
     record_source(cache, source.key, {
         "kind": "git", "name": source.name, "url": source.url, "ref": source.ref,
         "commit": commit, "sha256": digest, "strip_top": False,
         "submodules": None if source.submodules is None else list(source.submodules),
-        **({"sparse": sparse} if sparse else {}),
+        **({"sparse": sparse} if sparse else {}), **patched,
     })
     return VendorEntry("source", source.name, "fetched", f"{source.ref} = {commit}", digest)
 
@@ -223,7 +236,8 @@ def _check_url_hash(source: SourcePlan, path: Path) -> None:
         )
 
 
-def _fetch_url(cache: Cache, source: SourcePlan, mirrors: Mirrors) -> VendorEntry:
+def _fetch_url(cache: Cache, source: SourcePlan, mirrors: Mirrors, scratch: Path,
+               edit: DependencyEdit | None = None, utils: Path | None = None) -> VendorEntry:
     step(f"vendoring {source.name}: {source.url}")
     last: NetworkError | None = None
     upstream = (source.url, *source.mirrors)
@@ -238,22 +252,42 @@ def _fetch_url(cache: Cache, source: SourcePlan, mirrors: Mirrors) -> VendorEntr
         assert last is not None
         raise last
     _check_url_hash(source, path)
+    filename = source.url.rstrip("/").rsplit("/", 1)[-1]
+    if edit is None or source.patched is None:
+        record_source(cache, source.key, {
+            "kind": "url", "name": source.name, "url": source.url, "sha256": path.name,
+            "strip_top": True, "filename": filename,
+        })
+        return VendorEntry("source", source.name, "fetched", source.url, path.name)
+    # Patched: the archive unpacked (its single top directory stripped), edited, re-packed.
+    from sparkbuild.sources.archive import extract_archive
+
+    staging = scratch / f"{source.name}-unpacked"
+    extracted = extract_archive(path, staging, sha256=path.name)
+    top = extracted.top_level
+    root = staging / top[0] if len(top) == 1 and (staging / top[0]).is_dir() else staging
+    patched = _patch_checkout(source, root, edit, utils)
+    digest = store_tree_tarball(cache, root)
+    shutil.rmtree(staging, ignore_errors=True)
     record_source(cache, source.key, {
-        "kind": "url", "name": source.name, "url": source.url, "sha256": path.name,
-        "strip_top": True, "filename": source.url.rstrip("/").rsplit("/", 1)[-1],
+        "kind": "url", "name": source.name, "url": source.url, "sha256": digest,
+        "strip_top": False, "filename": filename, "archive_sha256": path.name, **patched,
     })
-    return VendorEntry("source", source.name, "fetched", source.url, path.name)
+    return VendorEntry("source", source.name, "fetched", source.url, digest)
 
 
 def fetch_source(cache: Cache, source: SourcePlan, scratch: Path,
-                 mirrors: Mirrors = NO_MIRRORS, sparse: list[str] | None = None) -> VendorEntry:
+                 mirrors: Mirrors = NO_MIRRORS, sparse: list[str] | None = None,
+                 edit: DependencyEdit | None = None, utils: Path | None = None) -> VendorEntry:
+    """``source`` into the cache unless there; ``edit``: the series' arch edit, for a source
+    planned with it (``source.patched``); ``utils``: the tree's helper for it."""
     entry = source_entry(cache, source)
     if entry is not None:
         detail = str(entry.get("commit") or source.url)
         return VendorEntry("source", source.name, "cached", detail, str(entry["sha256"]))
     if source.kind == "git":
-        return _fetch_git(cache, source, scratch, mirrors, sparse)
-    return _fetch_url(cache, source, mirrors)
+        return _fetch_git(cache, source, scratch, mirrors, sparse, edit, utils)
+    return _fetch_url(cache, source, mirrors, scratch, edit, utils)
 
 
 # -- wheels -------------------------------------------------------------------------------
@@ -322,12 +356,14 @@ def fetch_crates(cache: Cache, tree: Path, crate: CratePlan, scratch: Path) -> V
 
 
 def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRRORS,
-               wheels: bool = True, sparse: list[str] | None = None) -> list[VendorEntry]:
+               wheels: bool = True, sparse: list[str] | None = None,
+               edit: DependencyEdit | None = None) -> list[VendorEntry]:
     """Fetch every item of ``plan`` missing from the cache; holds the cache lock.
 
     ``mirrors`` rewrite where sources come from (keys and records stay upstream's);
     ``wheels=False`` leaves the build requirements out (a build on an existing torch);
-    ``sparse``: sparse-checkout patterns for git sources (:mod:`sparkbuild.vendor.sparse`).
+    ``sparse``: sparse-checkout patterns for git sources (:mod:`sparkbuild.vendor.sparse`);
+    ``edit``: the series' arch edit for the sources planned with it (vendor.patched).
     """
     cache = Cache(cache_root)
     entries: list[VendorEntry] = []
@@ -337,8 +373,14 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
         scratch_root.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="vendor-", dir=scratch_root) as scratch_dir:
             scratch = Path(scratch_dir)
+            utils = None
+            if edit is not None:
+                from sparkbuild.vendor.patched import tree_utils
+
+                utils = tree_utils(plan.tree)
             for source in plan.sources:
-                entries.append(fetch_source(cache, source, scratch, mirrors, sparse))
+                entries.append(fetch_source(cache, source, scratch, mirrors, sparse, edit,
+                                            utils))
             if wheels:
                 entries.append(fetch_wheels(cache, plan, scratch))
             for crate in plan.crates:
@@ -352,15 +394,19 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
     ``bundle`` alike): the sources an earlier build found missing, ``[vendor]`` submodules,
     excludes and sparse checkouts, ``mirrors`` before the recipe's own, the recipe's build
     environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels."""
+    from sparkbuild.vendor.patched import dependency_edit, with_dependency_edit
     from sparkbuild.vendor.plan import adjust_plan, vendor_tree
 
     settings = recipe.vendor
+    edit = dependency_edit(recipe)
 
     def adjust(plan: VendorPlan) -> VendorPlan:
         plan = with_missed_sources(plan, cache, recipe.name)
         plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
+        plan = with_dependency_edit(plan, edit)
         return plan if wheels else dataclasses.replace(plan, wheels=())
 
     merged = Mirrors.parse(mirrors).merged(Mirrors.parse(settings.mirrors, where=str(recipe.path)))
     return vendor_tree(tree, cache.root, plan_only=offline, env={**os.environ, **recipe.build.env},
-                       mirrors=merged, wheels=wheels, adjust=adjust, sparse=settings.sparse)
+                       mirrors=merged, wheels=wheels, adjust=adjust, sparse=settings.sparse,
+                       edit=edit)

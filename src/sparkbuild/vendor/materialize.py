@@ -3,7 +3,9 @@
 :func:`missing_entries` runs before anything compiles: every planned source, the
 build-requirement wheels and the crates must be in the cache, and each one that is not
 is named.  :func:`materialize` then unpacks the sources beside the build (once per
-blob: an unpacked copy is reused while its marker says it is complete), links the
+blob: an unpacked copy is reused only while every file is the one unpacked -- the marker
+records each file's sha256, re-checked on reuse; a copy edited since is unpacked again
+from the verified cache, with a warning that names what changed), links the
 wheels into a find-links directory, and returns the variables that redirect the build:
 ``FETCHCONTENT_SOURCE_DIR_<NAME>`` for FetchContent and the tree's own ``*_SRC_DIR``
 overrides (the only way to redirect vLLM's full-signature FetchContent_Populate calls).
@@ -11,18 +13,20 @@ overrides (the only way to redirect vLLM's full-signature FetchContent_Populate 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.console import warn
 from sparkbuild.errors import CacheMissError, VerifyError
 from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.index import crates_entry, source_entry, wheelset_entry
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendor.plan import SourcePlan, VendorPlan
 
@@ -47,7 +51,9 @@ def _source_problem(cache: Cache, source: SourcePlan) -> Missing | None:
         ))
     if source_entry(cache, source) is None:
         pin = f"@ {source.ref}" if source.kind == "git" else f"({source.url_hash or 'no hash'})"
-        return Missing("source", source.name, f"{source.url} {pin} is not in the cache")
+        patched = (f" with the series' arch edit (key {source.key}; an unpatched copy does "
+                   "not count)" if source.patched else "")
+        return Missing("source", source.name, f"{source.url} {pin}{patched} is not in the cache")
     return None
 
 
@@ -75,7 +81,8 @@ def require_complete(plan: VendorPlan, cache: Cache) -> None:
             where=str(cache.root),
             hint="run the same command once without --offline where the network is "
             "reachable (or `sparkbuild vendor --tree TREE --cache DIR` on a tree made by "
-            "`sparkbuild prepare --dest TREE`)",
+            "`sparkbuild prepare --dest TREE`; it vendors sources without the series' arch "
+            "edit, so a source marked \"with the series' arch edit\" needs the first way)",
         )
 
 
@@ -110,10 +117,51 @@ def _verified(cache: Cache, digest: str, what: str) -> Path:
         ) from exc
 
 
+def tree_listing(root: Path) -> dict[str, str]:
+    """Every file and link under ``root`` (the marker aside): its sha256, or ``link:TARGET``."""
+    found = {}
+    for top, subdirs, files in os.walk(root):
+        base = Path(top)
+        links = [d for d in subdirs if (base / d).is_symlink()]
+        for name in [*files, *links]:
+            path = base / name
+            relative = path.relative_to(root).as_posix()
+            if relative == COMPLETE_MARKER:
+                continue
+            found[relative] = (f"link:{path.readlink()}" if path.is_symlink()
+                               else sha256_file(path, progress=False))
+    return found
+
+
+def _differences(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
+    changed = [f"{n} (changed)" for n in sorted(recorded) if n in now and now[n] != recorded[n]]
+    changed += [f"{n} (removed)" for n in sorted(set(recorded) - set(now))]
+    return changed + [f"{n} (added)" for n in sorted(set(now) - set(recorded))]
+
+
+def _intact(dest: Path, what: str) -> str | None:
+    """The root name of a complete unpacked copy whose files are still the ones unpacked;
+    None (with a warning naming what changed) when it must be unpacked again."""
+    try:
+        record = json.loads((dest / COMPLETE_MARKER).read_text(encoding="utf-8"))
+        root_name, files = str(record["root"]), dict(record["files"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no marker, or one from before the listing: unpack again
+    differences = _differences(files, tree_listing(dest))
+    if not differences:
+        return root_name
+    shown = ", ".join(differences[:5]) + (f" and {len(differences) - 5} more"
+                                          if len(differences) > 5 else "")
+    warn(f"the unpacked copy of {what} in {dest} differs from its cache entry ({shown}): "
+         "unpacking it again from the verified cache")
+    return None
+
+
 def _unpack(cache: Cache, digest: str, dest: Path, what: str, *, strip_top: bool) -> Path:
-    """The unpacked blob at ``dest`` (reused when complete); returns the source root."""
-    marker = dest / COMPLETE_MARKER
-    if not marker.is_file():
+    """The unpacked blob at ``dest``, reused only while every file is the one unpacked (each
+    re-hashed against the listing the marker records); returns the source root."""
+    root_name = _intact(dest, what)
+    if root_name is None:
         blob = _verified(cache, digest, what)
         shutil.rmtree(dest, ignore_errors=True)
         staging = dest.with_name(dest.name + f".partial-{os.getpid()}")
@@ -121,9 +169,9 @@ def _unpack(cache: Cache, digest: str, dest: Path, what: str, *, strip_top: bool
         extracted = extract_archive(blob, staging, sha256=digest)
         top = extracted.top_level
         root_name = top[0] if strip_top and len(top) == 1 and (staging / top[0]).is_dir() else ""
-        (staging / COMPLETE_MARKER).write_text(root_name + "\n", encoding="utf-8")
+        record = {"root": root_name, "files": tree_listing(staging)}
+        (staging / COMPLETE_MARKER).write_text(json.dumps(record) + "\n", encoding="utf-8")
         staging.rename(dest)
-    root_name = marker.read_text(encoding="utf-8").strip()
     return dest / root_name if root_name else dest
 
 

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from sparkbuild.sources.mirrors import Mirrors
     from sparkbuild.toolchain.cmake_recorder import FetchDeclaration
+    from sparkbuild.vendor.patched import DependencyEdit
 
 
 DISCOVERY = "cmake-recorder"
@@ -73,11 +74,19 @@ class SourcePlan:
     submodules: tuple[str, ...] | None = None
     """None: all of them (FetchContent's default)."""
     mirrors: tuple[str, ...] = ()
+    patched: str | None = None
+    """The label of the series' arch edit this source is vendored with
+    (:mod:`sparkbuild.vendor.patched`); None: as upstream has it."""
+
+    @property
+    def upstream_key(self) -> str:
+        """Git sources by URL and ref, URL sources by URL: the pristine copy's key."""
+        return f"git:{self.url}@{self.ref}" if self.kind == "git" else f"url:{self.url}"
 
     @property
     def key(self) -> str:
-        """The cache index key: git sources by URL and ref, URL sources by URL."""
-        return f"git:{self.url}@{self.ref}" if self.kind == "git" else f"url:{self.url}"
+        """The cache index key: the upstream key, plus ``#series:LABEL`` when patched."""
+        return self.upstream_key + (f"#series:{self.patched}" if self.patched else "")
 
     @property
     def sha256(self) -> str | None:
@@ -96,6 +105,8 @@ class SourcePlan:
             data["override"] = self.override
         if self.submodules is not None:
             data["submodules"] = list(self.submodules)
+        if self.patched:
+            data["patched"] = self.patched
         return data
 
 
@@ -318,12 +329,14 @@ def vendor_tree(
     tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None,
     mirrors: Mirrors | None = None, wheels: bool = True,
     adjust: Callable[[VendorPlan], VendorPlan] | None = None, sparse: bool = False,
+    edit: DependencyEdit | None = None,
 ) -> VendorResult:
     """Plan, and unless ``plan_only`` fetch every planned item into ``cache``.
 
     ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
     (a build against the torch already installed); ``adjust``: the recipe's choices;
-    ``sparse``: fetch git sources without what a build never reads (vendor.unread).
+    ``sparse``: fetch git sources without what a build never reads (vendor.unread);
+    ``edit``: the series' arch edit, run on each source planned with it (vendor.patched).
     """
     plan = plan_tree(tree, env=env)
     if adjust is not None:
@@ -340,5 +353,5 @@ def vendor_tree(
 
         patterns = sparse_patterns(referenced_paths(plan.tree))
     result.entries = fetch_plan(plan, result.cache, mirrors=mirrors or NO_MIRRORS,
-                                wheels=wheels, sparse=patterns)
+                                wheels=wheels, sparse=patterns, edit=edit)
     return result

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from sparkbuild.recipe import Pin
+    from sparkbuild.recipe import Pin, Recipe
     from sparkbuild.sources.index import IndexFile
     from sparkbuild.store.cache import Cache
 
@@ -230,11 +230,14 @@ def _download_closure(locked: Sequence[LockedRequirement], cache: Cache, staging
 
 def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[str],
                   cache: Cache, staging: Path, target: ClosureTarget, outside: Outside, *,
-                  offline: bool) -> list[WheelhouseFile]:
+                  offline: bool, bundled: Sequence[dict[str, Any]] | None = None
+                  ) -> list[WheelhouseFile]:
     """The runtime closure's wheels, except the projects in ``skip`` (built and pinned).
 
     A resolution is cached under its inputs and reused, online too: the same inputs give
     the same wheelhouse until the recipe or the built wheels' requirements change.
+    ``bundled``: the closure a bundle carried (:func:`place_bundled`), taken offline when
+    the cache holds no resolution of these inputs.
     """
     merged = apply_pins(requirements, pins)
     if not merged:
@@ -245,6 +248,8 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
     cached = _cached_closure(cache, key, staging)
     if cached is not None:
         return cached
+    if offline and bundled is not None:
+        return place_bundled(bundled, merged, skip, cache, staging, target)
     if offline:
         raise CacheMissError(
             f"the runtime closure for {target.describe()} is not in the cache "
@@ -260,4 +265,124 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
     placed = _download_closure(wanted, cache, staging, target, index, outside)
     cache.record("closures", key, {"target": target.key(), "requirements": sorted(merged),
                                    "files": [f.to_dict() for f in placed]})
+    return placed
+
+
+# -- what a bundle carries -------------------------------------------------------------
+
+
+def bundle_target(recipe: Recipe) -> ClosureTarget:
+    """The closure a bundle carries: for the recipe's platform and Python (the node's)."""
+    return ClosureTarget(recipe.target.platform or None,
+                         recipe.target.python if recipe.target.platform else None)
+
+
+def declared_texts(tree: Path) -> list[str]:
+    from sparkbuild.errors import RecipeError
+    from sparkbuild.sources.declared import declared_requirements
+
+    try:
+        return [line.text for line in declared_requirements(tree)]
+    except RecipeError:
+        return []  # a tree without requirement files: only the pins
+
+
+def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, closure: bool,
+                   offline: bool, outside: Outside | None = None) -> dict[str, Any]:
+    """The recipe's pins and, unless ``closure`` is False, the runtime closure of the tree's
+    declared requirements for the recipe's platform and Python, written into ``dest``; the
+    record the bundle keeps of them (``plan.json``'s ``runtime``)."""
+    from sparkbuild.wheelhouse.requirements_check import CLOSURE_LEFT_OUT
+
+    outside = outside or RealOutside()
+    target = bundle_target(recipe)
+    dest.mkdir(parents=True, exist_ok=True)
+    requirements = declared_texts(tree)
+    with cache.locked():
+        pins = [fetch_pin(p, cache, dest, outside, offline=offline) for p in recipe.pins]
+        skip = {canonicalize_name(recipe.package), *(f.key for f in pins)}
+        files = fetch_closure(requirements, recipe.pins, skip, cache, dest, target, outside,
+                              offline=offline) if closure else []
+    urls: dict[str, Any] = {}
+    for pin in recipe.pins:
+        known = cache.lookup("pins", f"{canonicalize_name(pin.name)}=={pin.version}") or {}
+        urls[canonicalize_name(pin.name)] = known.get("url")
+    return {
+        "target": target.key(), "platform": target.platform, "python": target.python,
+        "closure": "included" if closure else CLOSURE_LEFT_OUT,
+        "requirements": sorted(apply_pins(requirements, recipe.pins)),
+        "pins": [{**f.to_dict(), "url": urls.get(f.key)} for f in pins],
+        "files": [f.to_dict() for f in files],
+    }
+
+
+def bundle_lacks(requirements: Sequence[str], have: set[str], target: ClosureTarget
+                 ) -> list[str]:
+    """The requirements (live at ``target``) whose project is not in ``have``."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    from sparkbuild.wheelhouse.overrides import target_environment
+
+    env = target_environment(target.platform, target.python)
+    lacking = []
+    for text in requirements:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if requirement.marker is not None and not requirement.marker.evaluate(
+                {**env, "extra": ""}):
+            continue
+        if canonicalize_name(requirement.name) not in have:
+            lacking.append(text)
+    return sorted(set(lacking))
+
+
+def runtime_gaps(pins: Sequence[Pin], cache: Cache, runtime: dict[str, Any] | None,
+                 requirements: Sequence[str], *, closure: bool, skip: set[str]) -> list[str]:
+    """What an offline wheelhouse will lack, named before anything compiles: each pin the
+    cache does not hold, and (with a bundle's closure) each live requirement of the tree
+    whose project the bundle does not carry."""
+    gaps = []
+    for pin in pins:
+        known = cache.lookup("pins", f"{canonicalize_name(pin.name)}=={pin.version}")
+        sha = known.get("sha256") if known else None
+        if not isinstance(sha, str) or not cache.has(sha) or pin.sha256 not in (None, sha):
+            gaps.append(f"pin {pin.requirement}: not in the cache"
+                        + (" nor in the bundle" if runtime is not None else ""))
+    if closure and runtime is not None and runtime.get("closure") == "included":
+        target = ClosureTarget(runtime.get("platform"), runtime.get("python"))
+        have = skip | {canonicalize_name(str(f["name"])) for f in runtime.get("files", [])}
+        have |= {canonicalize_name(p.name) for p in pins}
+        gaps += [f"closure {text}: the bundle carries no wheel of it"
+                 for text in bundle_lacks(apply_pins(list(requirements), pins), have, target)]
+        for item in runtime.get("files", []):
+            if not cache.has(str(item["sha256"])):
+                gaps.append(f"closure {item['file']}: not in the cache")
+    return gaps
+
+
+def place_bundled(bundled: Sequence[dict[str, Any]], requirements: Sequence[str],
+                  skip: set[str], cache: Cache, staging: Path, target: ClosureTarget
+                  ) -> list[WheelhouseFile]:
+    """The closure a bundle carried, for an offline wheelhouse whose resolution is not in
+    the cache: every requirement of the built wheels must be among its projects."""
+    have = skip | {canonicalize_name(str(f["name"])) for f in bundled}
+    lacking = bundle_lacks(requirements, have, target)
+    if lacking:
+        raise CacheMissError(
+            f"the bundle's runtime closure lacks {', '.join(lacking)}",
+            where=str(cache.root),
+            hint="the built wheels require more than the tree declared when it was bundled; "
+            "write the bundle again, or pass --no-closure to leave the closure to the node")
+    placed = []
+    for entry in bundled:
+        if canonicalize_name(str(entry["name"])) in skip:
+            continue
+        try:
+            path = cache.path_of(str(entry["sha256"]))
+        except (CacheMissError, VerifyError) as exc:
+            raise CacheMissError(f"the cache lost {entry['file']} of the bundle's closure",
+                                 where=str(cache.root)) from exc
+        placed.append(_place(path, staging, str(entry["file"]), "closure"))
     return placed

@@ -42,7 +42,8 @@ def build_manifest(
         "schema": MANIFEST_SCHEMA,
         "generator": f"sparkbuild {__version__}",
         "recipe": {"name": recipe.name, "package": recipe.package},
-        "target": {**target, "cuda_archs": list(recipe.target.cuda_archs)},
+        "target": {**target, "cuda_archs": list(recipe.target.cuda_archs),
+                   "allow_jit": recipe.target.allow_jit},
         "local_label": label,
         "source_date_epoch": epoch,
         "source": source,
@@ -62,13 +63,23 @@ def render_manifest(manifest: Mapping[str, Any]) -> str:
 
 def read_manifest(directory: Path) -> dict[str, Any]:
     """The manifest of the wheelhouse ``directory``; :class:`VerifyError` naming what is wrong."""
+    return load_manifest(directory)[1]
+
+
+def load_manifest(directory: Path) -> tuple[bytes, dict[str, Any]]:
+    """The manifest's exact bytes and what they say: one read, so that what is checked and
+    what is fingerprinted are the same bytes."""
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "does not exist"
         raise VerifyError(f"the wheelhouse directory {what}", where=str(directory),
                           hint="check the path; `sparkbuild wheel --out DIR` writes a wheelhouse")
     path = directory / MANIFEST_NAME
+    if path.is_symlink():
+        raise VerifyError("manifest.json is a symbolic link, not a plain file of the wheelhouse",
+                          where=str(path), hint="copy the wheelhouse again (cp -a, rsync -a)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
+        data = json.loads(raw.decode("utf-8"))
     except FileNotFoundError as exc:
         raise VerifyError("not a sparkbuild wheelhouse: manifest.json is missing",
                           where=str(directory),
@@ -78,7 +89,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("wheels"), list):
         raise VerifyError("manifest.json has no `wheels` list", where=str(path))
     _check_shape(data, path)
-    return data
+    return raw, data
 
 
 def _check_shape(data: dict[str, Any], path: Path) -> None:

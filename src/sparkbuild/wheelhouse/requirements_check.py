@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.wheelhouse.members import read_text_member
 from sparkbuild.wheelhouse.overrides import (
     Demand,
     Override,
@@ -62,7 +63,7 @@ def read_dist(path: Path) -> Dist:
                      if n.count("/") == 1 and n.endswith(".dist-info/METADATA")]
             if not names:
                 raise VerifyError("the wheel has no .dist-info/METADATA", where=str(path))
-            text = archive.read(names[0]).decode("utf-8", "replace")
+            text = read_text_member(archive, names[0], str(path))
     except (OSError, zipfile.BadZipFile) as exc:
         raise VerifyError(f"cannot read the wheel's metadata: {exc}", where=str(path)) from exc
     headers = HeaderParser().parsestr(text)

@@ -4,8 +4,11 @@ A wheelhouse travels (USB stick, scp, a shared disk) before it is installed on a
 air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
-carries (cuobjdump) and fails when a target architecture of the manifest is missing, the
-way a 12.0 stand-in for 12.1 would be.  It also reads the machine code itself
+carries (cuobjdump) and judges every kernel of it for each target arch of the manifest
+(:func:`sparkbuild.toolchain.sass.coverage`): native code the target loads, PTX only (the
+driver JIT-compiles it at load), or none.  A kernel with no code for a target fails verify;
+a PTX-only kernel fails it too unless the recipe set ``allow_jit`` (the manifest's target
+says so, and its ``jit_kernels`` must list that kernel).  It also reads the machine code itself
 (``cuobjdump -sass``) that a GPU of each target would load (``sm_121a``, and the family
 code ``sm_121f``/``sm_120f`` that runs there too): per library, the block-scaled MMA
 instructions (``OMMA.SF``: the FP4 GEMMs are real) and the kernels that are only a trap
@@ -17,29 +20,45 @@ build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 from __future__ import annotations
 
+import os
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
-from sparkbuild.store.hashing import sha256_file
-from sparkbuild.toolchain.sass import arch_digits, runs_on, summarize
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.toolchain.sass import (
+    NO_CODE,
+    PTX_ONLY,
+    Coverage,
+    arch_digits,
+    coverage,
+    runs_on,
+    summarize,
+    target_name,
+)
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
+from sparkbuild.wheelhouse.standards import Agreement, check_standards
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sparkbuild.toolchain.sass import SassFunction
+    from sparkbuild.toolchain.sass import KernelCode, SassFunction
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], list[SassFunction]]
+    KernelReader = Callable[[Path], list[KernelCode]]
+
+NAMED_KERNELS = 10
+"""Kernels an error message names per library (``--json`` names them all)."""
 
 @dataclass(frozen=True)
 class Mismatch:
@@ -66,13 +85,52 @@ class LibraryArchs:
     guard_stub_kernels: tuple[str, ...] = ()
     """Kernels that only print and trap or exit (CUTLASS 4.2's guards end in ``EXIT``): the
     trap-only ones and those that silently do nothing."""
+    coverage: tuple[Coverage, ...] = ()
+    """Every kernel of the library, per target arch: native, PTX only or none."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
                 "missing": list(self.missing), "sass_archs": list(self.sass_archs),
                 "block_scaled_mma": self.block_scaled_mma,
                 "trap_only_kernels": list(self.trap_only_kernels),
-                "guard_stub_kernels": list(self.guard_stub_kernels)}
+                "guard_stub_kernels": list(self.guard_stub_kernels),
+                "coverage": [c.to_dict() for c in self.coverage]}
+
+    def kernels_of(self, kind: str) -> list[tuple[str, str, str | None]]:
+        """(target, kernel, code) of every kernel of ``kind`` (``ptx``, ``none``)."""
+        return [(c.target, k.name, k.code) for c in self.coverage for k in c.of_kind(kind)]
+
+    def jit_kernels(self) -> list[dict[str, Any]]:
+        """The PTX-only kernels, as the manifest's ``jit_kernels`` lists them."""
+        return [{"wheel": self.wheel, "library": self.library, "target": target,
+                 "kernel": name, "ptx_arch": code}
+                for target, name, code in self.kernels_of(PTX_ONLY)]
+
+
+def _named(names: Sequence[str]) -> str:
+    shown = [n if len(n) <= 160 else n[:160] + "..." for n in names[:NAMED_KERNELS]]
+    more = len(names) - len(shown)
+    return ", ".join(shown) + (f" and {more} more (--json names them all)" if more else "")
+
+
+def coverage_problems(libraries: Sequence[LibraryArchs], *, allow_jit: bool
+                      ) -> list[str]:
+    """One message per library with a kernel that cannot run on a target, and, unless
+    ``allow_jit``, per library with a kernel that reaches a target as PTX only."""
+    found = []
+    for lib in libraries:
+        none = lib.kernels_of(NO_CODE)
+        if none:
+            found.append(f"{lib.wheel}:{lib.library} ({len(none)} kernel(s) with no code "
+                         f"for {', '.join(sorted({t for t, _, _ in none}))}: "
+                         f"{_named([n for _, n, _ in none])})")
+        ptx = lib.kernels_of(PTX_ONLY)
+        if ptx and not allow_jit:
+            archs = sorted({f"{t} from {c}" for t, _, c in ptx})
+            found.append(f"{lib.wheel}:{lib.library} ({len(ptx)} kernel(s) PTX only, "
+                         f"JIT-compiled at load ({', '.join(archs)}): "
+                         f"{_named([n for _, n, _ in ptx])})")
+    return found
 
 
 @dataclass
@@ -85,6 +143,10 @@ class VerifyResult:
     notes: list[str] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     """The Requires-Dist and torch check (RequirementsReport.to_dict())."""
+    agreement: list[Agreement] = field(default_factory=list)
+    """Whether pylock.toml and sbom.cdx.json agree with the wheels present."""
+    allow_jit: bool = False
+    """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -93,9 +155,11 @@ class VerifyResult:
             "ok": self.error is None,
             "mismatches": [m.to_dict() for m in self.mismatches],
             "target_archs": list(self.target_archs),
+            "allow_jit": self.allow_jit,
             "libraries": [lib.to_dict() for lib in self.libraries],
             "notes": self.notes,
             "requirements": self.requirements,
+            "agreement": {item.file: item.to_dict() for item in self.agreement},
         }
 
     def summary(self) -> list[str]:
@@ -104,25 +168,25 @@ class VerifyResult:
         lines += [f"  MISMATCH {m.file}: {m.problem}" for m in self.mismatches]
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
-            missing = f"  MISSING {', '.join(lib.missing)}" if lib.missing else ""
             sass = (f"  [{', '.join(lib.sass_archs)}: {lib.block_scaled_mma} block-scaled MMA]"
                     if lib.sass_archs else "")
-            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{missing}{sass}")
+            kernels = "".join(f"; kernels {c.describe()}" for c in lib.coverage)
+            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{sass}{kernels}")
             lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
             lines += [f"    GUARD STUB (prints and exits) {name}" for name in lib.guard_stub_kernels
                       if name not in lib.trap_only_kernels]
+        lines += [item.line() for item in self.agreement]
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     @property
     def error(self) -> SparkbuildError | None:
-        lacking = [lib for lib in self.libraries if lib.missing]
+        lacking = coverage_problems(self.libraries, allow_jit=self.allow_jit)
         trapping = [lib for lib in self.libraries if lib.guard_stub_kernels]
         if not self.mismatches and not lacking and not trapping:
             return None
         named = [f"{m.file} ({m.problem})" for m in self.mismatches]
-        named += [f"{lib.wheel}:{lib.library} (no machine code for "
-                  f"{', '.join(lib.missing)})" for lib in lacking]
+        named += lacking
         named += [f"{lib.wheel}:{lib.library} ({len(lib.guard_stub_kernels)} kernel(s) for "
                   f"{', '.join(lib.sass_archs)} only trap or print and exit: "
                   f"{', '.join(lib.guard_stub_kernels)})" for lib in trapping]
@@ -137,11 +201,84 @@ class VerifyResult:
 
 
 def actual_hashes(directory: Path) -> dict[str, str]:
-    return {
-        path.relative_to(directory).as_posix(): sha256_file(path)
-        for path in sorted(directory.rglob("*"))
-        if path.is_file() and path.name != MANIFEST_NAME
-    }
+    return plain_files(directory)[0]
+
+
+def _not_plain(path: Path, mode: int) -> str | None:
+    """Why ``path`` (by its lstat mode) is not a plain file or directory of the wheelhouse."""
+    if stat.S_ISLNK(mode):
+        return (f"a symbolic link (to {path.readlink()}), not a plain file: refused, "
+                "even to identical bytes")
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    return "not a plain file (a device, socket or pipe): refused, not read"
+
+
+def plain_files(directory: Path) -> tuple[dict[str, str], list[Mismatch]]:
+    """The sha256 of every plain file under ``directory`` (manifest.json aside), and each
+    thing that is not a plain file or directory, named: a symbolic link is never followed."""
+    hashes: dict[str, str] = {}
+    refused: list[Mismatch] = []
+    for top, subdirs, files in os.walk(directory):
+        base = Path(top)
+        for name in sorted([*subdirs, *files]):
+            path = base / name
+            relative = path.relative_to(directory).as_posix()
+            problem = _not_plain(path, path.lstat().st_mode)
+            if problem is not None:
+                refused.append(Mismatch(relative, problem))
+            elif name in files and relative != MANIFEST_NAME:
+                hashes[relative] = sha256_file(path)
+        subdirs[:] = [d for d in subdirs if not (base / d).is_symlink()]
+    return dict(sorted(hashes.items())), refused
+
+
+def leaves_directory(name: str) -> bool:
+    """A manifest entry that is not a plain relative path inside the wheelhouse."""
+    parts = PurePosixPath(name).parts
+    return (not name or "\\" in name or PurePosixPath(name).is_absolute() or ".." in parts
+            or parts in ((), (".",)))
+
+
+@dataclass
+class CheckedFiles:
+    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is their
+    sha256) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
+
+    directory: Path
+    manifest_bytes: bytes
+    manifest: dict[str, Any]
+    lock_bytes: bytes | None
+    actual: dict[str, str]
+    mismatches: list[Mismatch]
+
+    def error(self, hint: str) -> VerifyError | None:
+        if not self.mismatches:
+            return None
+        named = "; ".join(f"{m.file} ({m.problem})" for m in self.mismatches)
+        return VerifyError(f"{len(self.mismatches)} problem(s) in the wheelhouse: {named}",
+                           where=str(self.directory), hint=hint)
+
+
+def verify_files(directory: Path) -> CheckedFiles:
+    """Every file of ``directory`` against its manifest and lock: the one integrity check,
+    for ``verify`` and for ``install``.  The lock is read once, hashed and parsed from the
+    same bytes; a manifest entry that leaves the directory is named and never read."""
+    raw, manifest = load_manifest(directory)
+    actual, refused = plain_files(directory)
+    lock_bytes = None
+    if LOCK_NAME in actual:
+        lock_bytes = (directory / LOCK_NAME).read_bytes()
+        actual[LOCK_NAME] = sha256_bytes(lock_bytes)
+    expected = expected_hashes(manifest)
+    outside = [Mismatch(name, "leaves the wheelhouse directory: refused, not read")
+               for name in sorted(expected) if leaves_directory(name)]
+    skip = {m.file for m in outside} | {m.file for m in refused}
+    listed = {k: v for k, v in expected.items() if k not in skip}
+    problems = [*outside, *refused,
+                *(m for m in compare(listed, actual) if m.file not in skip),
+                *check_lock(directory, actual, lock_bytes)]
+    return CheckedFiles(directory, raw, manifest, lock_bytes, actual, merged(problems))
 
 
 def compare(expected: dict[str, str], actual: dict[str, str]) -> list[Mismatch]:
@@ -157,12 +294,15 @@ def compare(expected: dict[str, str], actual: dict[str, str]) -> list[Mismatch]:
     return problems
 
 
-def check_lock(directory: Path, actual: dict[str, str]) -> list[Mismatch]:
-    """Each wheel's bytes must be one the lock allows, and each lock line must have a wheel."""
+def check_lock(directory: Path, actual: dict[str, str], lock_bytes: bytes | None = None
+               ) -> list[Mismatch]:
+    """Each wheel's bytes must be one the lock allows, and each lock line must have a wheel.
+    ``lock_bytes``: the lock as already read (and hashed); else it is read here."""
     lock_path = directory / LOCK_NAME
     try:
-        locked = parse_lock(lock_path.read_text(encoding="utf-8"), where=str(lock_path))
-    except (OSError, VerifyError) as exc:
+        data = lock_bytes if lock_bytes is not None else lock_path.read_bytes()
+        locked = parse_lock(data.decode("utf-8"), where=str(lock_path))
+    except (OSError, UnicodeDecodeError, VerifyError) as exc:
         return [Mismatch(LOCK_NAME, f"cannot be read: {exc}")]
     by_key = {canonicalize_name(item.name): item for item in locked}
     problems, seen = [], set()
@@ -222,50 +362,59 @@ def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
 
 
 def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
-                  read_functions: SassReader) -> list[LibraryArchs]:
-    """cuobjdump's architectures of each shared library in ``wheel``, what is missing, and
-    what the machine code for the targets holds."""
+                  read_functions: SassReader, read_kernels: KernelReader | None = None
+                  ) -> list[LibraryArchs]:
+    """cuobjdump's architectures of each shared library in ``wheel``, what is missing, what
+    the machine code for the targets holds, and each kernel's coverage per target."""
+    read_kernels = read_kernels or _default_kernels
     wanted = {arch_digits(t): f"sm_{arch_digits(t)}" for t in targets}
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
             path = Path(archive.extract(member, tmp))
-            archs = tuple(list_archs(path))
+            with path.open("rb") as head:
+                elf = head.read(4) == b"\x7fELF"
+            archs = tuple(list_archs(path)) if elf else ()  # cuobjdump reads a file whole
             have = {arch_digits(a) for a in archs}
             missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if archs else ()
             sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = (
                 (), 0, (), ())
             if archs and targets:
                 sass = machine_code(path, targets, read_functions)
+            kernels = read_kernels(path) if targets else []
+            covered = tuple(coverage(kernels, target_name(t)) for t in targets) if kernels else ()
             found.append(LibraryArchs(wheel.name, member, archs, missing, sass[1], sass[2],
-                                      sass[0], sass[3]))
+                                      sass[0], sass[3], covered))
             path.unlink()
     return found
 
 
 def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                   list_archs: ArchLister | None = None,
-                  read_functions: SassReader | None = None) -> tuple[list[LibraryArchs], list[str]]:
+                  read_functions: SassReader | None = None,
+                  read_kernels: KernelReader | None = None,
+                  ) -> tuple[list[LibraryArchs], list[str]]:
     """Every shared library of the built wheels with its GPU code; and notes."""
     libraries: list[LibraryArchs] = []
     notes: list[str] = []
     for wheel in built:
         try:
             libraries += library_archs(wheel, targets, list_archs or _default_lister,
-                                       read_functions or _default_reader)
+                                       read_functions or _default_reader, read_kernels)
         except zipfile.BadZipFile:
             notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
     return libraries, notes
 
 
 def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLister,
-                read_functions: SassReader, known: Sequence[LibraryArchs] | None = None
-                ) -> None:
+                read_functions: SassReader, known: Sequence[LibraryArchs] | None = None,
+                read_kernels: KernelReader | None = None) -> None:
     if known is not None:
         result.libraries += known
     else:
         libraries, notes = gpu_libraries(built, result.target_archs, list_archs=list_archs,
-                                         read_functions=read_functions)
+                                         read_functions=read_functions,
+                                         read_kernels=read_kernels)
         result.libraries += libraries
         result.notes += notes
     if not result.libraries:
@@ -291,6 +440,14 @@ def check_requirements(result: VerifyResult, directory: Path, manifest: dict[str
     return [Mismatch(file, problem) for file, problem in report.mismatches()]
 
 
+def _check_agreement(result: VerifyResult, directory: Path, manifest: dict[str, Any],
+                     actual: dict[str, str]) -> list[Mismatch]:
+    """pylock.toml and sbom.cdx.json against the wheels present (standards.py)."""
+    result.agreement = check_standards(directory, manifest, actual)
+    return [Mismatch(file, problem) for item in result.agreement
+            for file, problem in item.problems]
+
+
 def _default_lister(path: Path) -> list[str]:
     from sparkbuild.toolchain.sass import list_cuda_archs
 
@@ -303,20 +460,42 @@ def _default_reader(path: Path) -> list[SassFunction]:
     return read_sass(path)
 
 
+def _default_kernels(path: Path) -> list[KernelCode]:
+    from sparkbuild.toolchain.sass import read_kernels
+
+    return read_kernels(path)
+
+
+def unlisted_jit_kernels(result: VerifyResult, manifest: dict[str, Any]) -> list[Mismatch]:
+    """With ``allow_jit``, every PTX-only kernel must be one the manifest lists as JIT."""
+    if not result.allow_jit:
+        return []
+    listed = {(str(k.get("library")), str(k.get("target")), str(k.get("kernel")))
+              for k in manifest.get("jit_kernels", []) if isinstance(k, dict)}
+    return [Mismatch(MANIFEST_NAME, f"{lib.library}: the PTX-only kernel {name} (at "
+                     f"{target}) is not listed in jit_kernels")
+            for lib in result.libraries for target, name, _ in lib.kernels_of(PTX_ONLY)
+            if (lib.library, target, name) not in listed]
+
+
 def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
                       read_functions: SassReader | None = None,
-                      libraries: Sequence[LibraryArchs] | None = None) -> VerifyResult:
+                      libraries: Sequence[LibraryArchs] | None = None,
+                      read_kernels: KernelReader | None = None) -> VerifyResult:
     """Re-hash ``directory`` against its manifest and lock; list the built wheels' GPU code
     and judge their machine code for the targets.  ``libraries``: already read (``wheel``
     reads them once, for the manifest and for this check of the staged wheelhouse)."""
-    manifest = read_manifest(directory)
-    actual = actual_hashes(directory)
+    checked = verify_files(directory)
+    manifest, actual = checked.manifest, checked.actual
     targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
-    result = VerifyResult(directory, len(actual) + 1, targets)
-    result.mismatches += merged(compare(expected_hashes(manifest), actual)
-                                + check_lock(directory, actual)
-                                + check_requirements(result, directory, manifest))
-    built = [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
-    check_archs(result, [w for w in built if w.is_file()], list_archs or _default_lister,
-                read_functions or _default_reader, libraries)
+    result = VerifyResult(directory, len(actual) + 1, targets,
+                          allow_jit=manifest.get("target", {}).get("allow_jit") is True)
+    inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
+    result.mismatches += merged(checked.mismatches
+                                + check_requirements(result, directory, inside)
+                                + _check_agreement(result, directory, manifest, actual))
+    built = [directory / str(w["file"]) for w in inside["wheels"] if w.get("role") == "built"]
+    check_archs(result, built, list_archs or _default_lister,
+                read_functions or _default_reader, libraries, read_kernels)
+    result.mismatches += unlisted_jit_kernels(result, manifest)
     return result

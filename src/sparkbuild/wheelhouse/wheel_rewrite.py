@@ -31,7 +31,11 @@ from sparkbuild.store.files import replacing
 from sparkbuild.store.hashing import CHUNK, sha256_file
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+    ExtraFiles = Callable[[str, str], Mapping[str, bytes]]
+    """(project name, new version) -> files to add under the new ``.dist-info`` (relative
+    path -> bytes), such as the SBOM PEP 770 puts in ``sboms/``."""
 
 DEFAULT_EPOCH = 315532800
 """1980-01-01 00:00:00 UTC: the earliest time a zip entry can hold."""
@@ -303,8 +307,10 @@ def normalize_wheel(
     *,
     label: str | None,
     epoch: int = DEFAULT_EPOCH,
+    extra: ExtraFiles | None = None,
 ) -> NormalizedWheel:
-    """Rewrite ``wheel`` into ``out_dir`` deterministically, relabelled with ``label``.
+    """Rewrite ``wheel`` into ``out_dir`` deterministically, relabelled with ``label``;
+    ``extra`` adds files under its ``.dist-info`` (replacing the backend's of that name).
 
     The wheel is streamed: one entry at a
     time, read, hashed (against the old RECORD) and written, so a vLLM wheel of more than
@@ -330,13 +336,16 @@ def normalize_wheel(
         new_prefix = f"{old_prefix.rsplit('-', 1)[0]}-{new_version}"
         new_dist_info = f"{new_prefix}.dist-info"
         new_metadata = rewrite_metadata(old_metadata, new_version)
+        project = metadata_field(old_metadata, "Name") or parsed.distribution
+        added = {f"{new_dist_info}/{path}": data
+                 for path, data in (extra(project, new_version) if extra else {}).items()}
         dropped = {f"{new_dist_info}/{n}" for n in ("RECORD", *_SIGNATURES)}
         renamed = {m.name: _renamed(m.name, old_prefix, new_prefix) for m in members}
         for member in members:  # RECORD and signatures are not copied; still checked
             if renamed[member.name] in dropped and member.name in recorded:
                 actual = record_digest(read_member(source, member.info, wheel))
                 check_recorded(member.name, actual, recorded, wheel)
-        kept = sorted((m for m in members if renamed[m.name] not in dropped),
+        kept = sorted((m for m in members if renamed[m.name] not in dropped | set(added)),
                       key=lambda m: _sort_key(renamed[m.name]))
         name = WheelName(parsed.distribution, new_version, parsed.build, parsed.tags)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -352,7 +361,8 @@ def normalize_wheel(
                                     read_chunks(source, member.info, wheel),
                                     member.info.file_size, member.executable)
                 check_recorded(member.name, actual, recorded, wheel)
+            for added_name, data in sorted(added.items()):
+                writer.add(added_name, [data], len(data), False)
             writer.finish(f"{new_dist_info}/RECORD")
-    project = metadata_field(old_metadata, "Name") or parsed.distribution
     return NormalizedWheel(target, project, new_version, sha256_file(target, progress=False),
                            target.stat().st_size)

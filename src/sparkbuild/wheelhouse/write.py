@@ -12,9 +12,11 @@ Everything is written into a staging directory beside ``out`` and renamed into p
 end (:mod:`sparkbuild.wheelhouse.destination`), manifest last: a run killed at any point
 leaves no directory that looks like a complete wheelhouse. Before the rename, the staged
 wheelhouse goes through ``verify`` (:mod:`sparkbuild.wheelhouse.verify`): bytes, lock and
-the built wheels' machine code for the target. A library with a trap-only kernel (or without
-code for the target) fails the run and leaves no wheelhouse; the manifest records each
-library's block-scaled MMA count and trap-only kernels. Pins and closure files pass through
+the built wheels' machine code for the target. A library with a trap-only kernel, or a
+kernel with no code for the target, or a PTX-only kernel (unless the recipe sets
+``allow_jit``), fails the run and leaves no wheelhouse; the manifest records each library's
+block-scaled MMA count, trap-only kernels and coverage per kernel, and lists the PTX-only
+kernels it accepted as ``jit_kernels``. Pins and closure files pass through
 the content-addressed cache, so a second run (``--offline``) takes them from there
 (:mod:`sparkbuild.wheelhouse.closure` fetches them).
 """
@@ -45,6 +47,7 @@ from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.phases import phase
 from sparkbuild.wheelhouse.closure import (
     Outside,
     RealOutside,
@@ -81,6 +84,8 @@ from sparkbuild.wheelhouse.requirements_check import (
     settle_wheelhouse,
     wheel_demands,
 )
+from sparkbuild.wheelhouse.sbom import WHEEL_SBOM, BuildFacts, wheel_sbom
+from sparkbuild.wheelhouse.standards import write_standards
 from sparkbuild.wheelhouse.verify import (
     LibraryArchs,
     gpu_libraries,
@@ -94,11 +99,11 @@ from sparkbuild.wheelhouse.wheel_rewrite import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
-    from sparkbuild.wheelhouse.verify import ArchLister, SassReader
+    from sparkbuild.wheelhouse.verify import ArchLister, KernelReader, SassReader
 
 SIMPLE_DIR = "simple"
 
@@ -135,7 +140,11 @@ class WheelhouseResult:
         lines += [f"  OVERRIDE {o.describe()}" for o in self.overrides]
         lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
                   f"{lib.block_scaled_mma} block-scaled MMA, "
-                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)" for lib in self.libraries]
+                  f"{len(lib.trap_only_kernels)} trap-only kernel(s)"
+                  + "".join(f"; kernels {c.describe()}" for c in lib.coverage)
+                  for lib in self.libraries]
+        lines += [f"  JIT kernel ({k['target']} from {k['ptx_arch']}) {k['library']}: "
+                  f"{k['kernel']}" for k in self.manifest.get("jit_kernels", [])]
         if self.note:
             lines.append(f"  {self.note}")
         python = shlex.quote(sys.executable or "python3")  # a command that works as copied
@@ -150,9 +159,12 @@ class WheelhouseResult:
 # -- small helpers ---------------------------------------------------------------------
 
 
-def _built_file(wheel: Path, staging: Path, label: str, epoch: int) -> WheelhouseFile:
-    """The built wheel, rewritten: deterministic, relabelled; its requirements as built."""
-    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch)
+def _built_file(wheel: Path, staging: Path, label: str, epoch: int,
+                facts: BuildFacts) -> WheelhouseFile:
+    """The built wheel, rewritten: deterministic, relabelled, its SBOM under
+    ``.dist-info/sboms/`` (PEP 770); its requirements as built."""
+    normalized = normalize_wheel(wheel, staging, label=label, epoch=epoch, extra=lambda name,
+                                 version: {WHEEL_SBOM: wheel_sbom(facts, name, version)})
     return WheelhouseFile(normalized.path.name, normalized.name, normalized.version,
                           normalized.sha256, normalized.size, "built")
 
@@ -296,11 +308,17 @@ def write_wheelhouse(
     list_archs: ArchLister | None = None,
     read_functions: SassReader | None = None,
     closure: bool = True,
+    vendored: Sequence[Mapping[str, Any]] = (),
+    read_kernels: KernelReader | None = None,
+    bundled_closure: Sequence[dict[str, Any]] | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
     ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
-    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None).
+    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
+    the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
+    the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
+    cache).
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -308,9 +326,14 @@ def write_wheelhouse(
     label = local_label(recipe.target.cuda_archs, patches)
     epoch = source_date_epoch(source)
     cache = Cache(cache_root)
+    toolchain = toolchain or outside.toolchain()
+    facts = BuildFacts(recipe.package, recipe.name, epoch, source=source, patches=patches,
+                       vendored=vendored, toolchain=toolchain,
+                       cuda_archs=recipe.target.cuda_archs, label=label)
     with staging_dir(out) as staging:
         step(f"writing the wheelhouse {out} (label +{label})")
-        built = [_built_file(wheel, staging, label, epoch) for wheel in built_wheels]
+        with phase("wheel rewrite"):
+            built = [_built_file(wheel, staging, label, epoch, facts) for wheel in built_wheels]
         _warn_foreign(built, target)
         env = target_environment(target.platform, target.python)
         direct = [d for w in built for d in wheel_demands(read_dist(staging / w.file))]
@@ -323,7 +346,8 @@ def write_wheelhouse(
             # closure=False (--no-closure): the built wheels and the pins only; the node
             # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
             closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
-                                          target, outside, offline=offline) if closure else []
+                                          target, outside, offline=offline,
+                                          bundled=bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
             check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
@@ -333,19 +357,23 @@ def write_wheelhouse(
         result = WheelhouseResult(out, files, target, label, note=note,
                                   overrides=merge_overrides(early, late))
         extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
+        extra.update(write_standards(staging, files, facts, target))
         step("reading the machine code of the built wheels (cuobjdump)")
         result.libraries, _notes = gpu_libraries(
             [staging / f.file for f in built], recipe.target.cuda_archs,
-            list_archs=list_archs, read_functions=read_functions)
+            list_archs=list_archs, read_functions=read_functions, read_kernels=read_kernels)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
-            patches=patches, toolchain=toolchain or outside.toolchain(),
+            patches=patches, toolchain=toolchain,
             build_settings=build_settings, wheels=[f.to_dict() for f in files],
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT
+        result.manifest["jit_kernels"] = [k for lib in result.libraries
+                                          for k in lib.jit_kernels()]
         write_text_atomic(staging / MANIFEST_NAME, render_manifest(result.manifest))
-        _verify_staged(staging, out, result.libraries)
+        with phase("verify"):
+            _verify_staged(staging, out, result.libraries)
         swap_into_place(staging, out)
     return result
 
@@ -359,8 +387,9 @@ def _verify_staged(staging: Path, out: Path, libraries: Sequence[LibraryArchs]) 
             f"the wheelhouse fails verify, so it was not written: {error.what}",
             where=str(out),
             hint="a trap-only kernel is a feature guard that compiled the kernel away: build "
-            "for 12.1a (cuda_archs under [target]); a missing arch means the arch lists did "
-            "not select the target",
+            "for 12.1a (cuda_archs under [target]); a kernel with no code or PTX only means "
+            "the arch lists did not select the target (`allow_jit = true` under [target] "
+            "accepts PTX-only kernels, JIT-compiled on every node at first use)",
         )
 
 

@@ -15,16 +15,27 @@ criterion, for the recipe's target (``12.1a``) at each CUDA version the tree dis
   native 12.1.  For a plain target (``12.1`` with ``allow_plain_sm121``) every list need only
   give native 12.1: such a build knowingly loses the arch-specific kernels.
 
+* every other list that gives the target anything gives native 12.1 code: a list such as
+  vLLM's ``MARLIN_ARCHS "8.0+PTX"`` (the tree's helper lets a ``+PTX`` entry match across
+  majors) gives ``8.0+PTX`` at 12.1a -- PTX only, JIT-compiled by the driver on every node
+  at first use.  Such a list gets the recipe's target (``12.1a``) appended, which every
+  helper seen matches exactly (old ones by version, new ones by suffix), so its kernels get
+  SASS for the Spark.  ``keep_ptx`` (the edit's TOML) names
+  lists left PTX-only on purpose, each with the reason (a kernel that does not compile for
+  the target); those need ``allow_jit``.
+
 Where a list misses, the edit adds the 12.1 twin of each of its family-base entries (``12.0``
 -> ``12.1``, ``12.0a`` -> ``12.1a``, ``12.0f`` -> ``12.1f``), supported lists first (they
 move ``CUDA_ARCHS``), evaluates again, and refuses the edit if anything still misses.  Lists
-without an SM12x entry are never touched.  An empty plan (the criterion already holds) is the
-already-applied test.  ``details`` reports every SM12x list's value before and after.
+that give the target nothing (``9.0a``) are never touched.  An empty plan (the criterion
+already holds) is the already-applied test.  ``details`` reports every SM12x list's value and
+every list that gave the target no native code, before and after.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, RecipeError
@@ -47,7 +58,6 @@ from sparkbuild.toolchain.archs import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from pathlib import Path
 
 KIND = "cuda-arch-lists"
 MAX_ROUNDS = 3
@@ -78,6 +88,12 @@ def insertions(arch_list: ArchList, target: str) -> list[tuple[int, str]]:
         last = arch_list.entries[-1]
         result.append((last.start + len(last.text), ";" + target))
     return result
+
+
+def appended(arch_list: ArchList, entry: str) -> list[tuple[int, str]]:
+    """(offset, text) that appends ``entry`` to a list (``"8.0+PTX"`` -> ``"8.0+PTX;12.1a"``)."""
+    last = arch_list.entries[-1]
+    return [(last.start + len(last.text), ";" + entry)]
 
 
 def insert(text: str, edits: list[tuple[int, str]]) -> str:
@@ -125,10 +141,17 @@ class Miss:
     """Index into TreeLists.lists; for a CUDA_ARCHS miss, the supported list's."""
     cuda: str
     problem: str
+    add: str | None = None
+    """For a list without an SM12x entry: the entry to append, the recipe's (``12.1a``)."""
 
 
-def misses(found: TreeLists, evaluations: Sequence[Evaluation], target: str, base: str
-           ) -> list[Miss]:
+def jit_only(result: Sequence[str], base: str) -> bool:
+    """True when a list gives the target something, but no native ``base`` code."""
+    return bool(result) and not is_native(result, base)
+
+
+def misses(found: TreeLists, evaluations: Sequence[Evaluation], target: str, base: str,
+           keep_ptx: Sequence[str] = ()) -> list[Miss]:
     found_misses = []
     for evaluation in evaluations:
         if not is_native(evaluation.cuda_archs, base):
@@ -143,6 +166,12 @@ def misses(found: TreeLists, evaluations: Sequence[Evaluation], target: str, bas
                 problem = list_problem(arch_list, result, target)
                 if problem is not None:
                     found_misses.append(Miss(index, evaluation.cuda, problem))
+            elif jit_only(result, base) and arch_list.variable not in keep_ptx:
+                found_misses.append(Miss(
+                    index, evaluation.cuda,
+                    f"gives {';'.join(result)}: no native {base} code, the driver "
+                    "JIT-compiles its PTX on the node",
+                    target))
     return found_misses
 
 
@@ -159,6 +188,12 @@ class ArchListsEdit:
     base: str
     """The Spark's arch, 12.1: its native code is what the lists must give."""
     context: EditContext
+    keep_ptx: dict[str, str] = field(default_factory=dict)
+    """List variable -> why its kernels stay PTX-only at the target (they do not compile)."""
+    root_is_optional: bool = False
+    """For a vendored dependency: a tree with no SM12x list is nothing to do, not an error."""
+    utils: Path | None = None
+    """The helper to evaluate with when the tree has no cmake/utils.cmake of its own."""
 
     def plan(self, tree: Path) -> EditPlan:
         if not (tree / self.file).is_file():
@@ -166,6 +201,10 @@ class ArchListsEdit:
         target = spark_target(self.context.targets, self.base)
         major = int(self.base.split(".")[0])
         found = tree_arch_lists(tree, self.file)
+        if self.root_is_optional and not any(lst.has_major(major) for lst in found.lists) and (
+                not any("+PTX" in ";".join(lst.values) for lst in found.lists)):
+            return EditPlan((), ("no CUDA arch list to give the target code",),
+                            {"targets": list(self.context.targets), "lists": []})
         if not any(lst.has_major(major) for lst in found.lists):
             raise PatchError(
                 f"no CUDA arch list in {self.file} or the files it includes names the "
@@ -173,11 +212,14 @@ class ArchListsEdit:
                 where=str(tree / self.file),
                 hint="this tree predates SM12x support; the series cannot add it",
             )
-        verdicts = distinct_verdicts(tree, found.lists, self.context.toolchain_cuda())
+        verdicts = distinct_verdicts(tree, found.lists, self.context.toolchain_cuda(),
+                                     utils=self.utils)
         targets = self.context.targets
-        before = evaluate_tree(tree, found, targets, verdicts)
+        before = evaluate_tree(tree, found, targets, verdicts, utils=self.utils)
         after_found, after = self._fix(tree, found, before, verdicts, target)
-        details = report(found, before, after_found, after, targets, verdicts)
+        details = report(found, before, after_found, after, targets, verdicts, self.base)
+        if self.keep_ptx:
+            details["kept_ptx"] = dict(self.keep_ptx)
         cudas = ", ".join(v.cuda for v in verdicts)
         if after_found is found:
             return EditPlan((), (f"every SM{major}x arch list gives {target} code "
@@ -197,7 +239,7 @@ class ArchListsEdit:
         twinned: set[tuple[str, int]] = set()
         current, current_evals = found, evaluations
         for _ in range(MAX_ROUNDS):
-            missed = misses(current, current_evals, target, self.base)
+            missed = misses(current, current_evals, target, self.base, tuple(self.keep_ptx))
             if not missed:
                 return current, current_evals
             supported = [m for m in missed if m.index >= 0 and current.lists[m.index].supported]
@@ -206,14 +248,17 @@ class ArchListsEdit:
             if not fresh:
                 self._refuse(tree, current, missed)
             texts = dict(current.texts)
+            native = {m.index: m.add for m in chosen if m.add is not None}
             for name in {current.lists[i].file for i in fresh}:
                 edits = [ins for i in sorted(fresh) if current.lists[i].file == name
-                         for ins in insertions(current.lists[i], self.base)]
+                         for ins in (appended(current.lists[i], native[i]) if i in native
+                                     else insertions(current.lists[i], self.base))]
                 texts[name] = insert(texts[name], edits)
             twinned |= {_key(current, i) for i in fresh}
             current = tree_arch_lists(tree, self.file, texts=texts)
-            current_evals = evaluate_tree(tree, current, self.context.targets, verdicts)
-        missed = misses(current, current_evals, target, self.base)
+            current_evals = evaluate_tree(tree, current, self.context.targets, verdicts,
+                                          utils=self.utils)
+        missed = misses(current, current_evals, target, self.base, tuple(self.keep_ptx))
         if missed:
             self._refuse(tree, current, missed)
         return current, current_evals
@@ -237,10 +282,11 @@ class ArchListsEdit:
 
 
 def report(before_found: TreeLists, before: Sequence[Evaluation], after_found: TreeLists,
-           after: Sequence[Evaluation], targets: Sequence[str], verdicts: Sequence[Verdicts]
-           ) -> dict[str, Any]:
-    """``details`` of the outcome: CUDA_ARCHS and every SM12x list, before and after, per
-    CUDA version (versions that give the same are merged)."""
+           after: Sequence[Evaluation], targets: Sequence[str], verdicts: Sequence[Verdicts],
+           base: str = "12.1") -> dict[str, Any]:
+    """``details`` of the outcome: CUDA_ARCHS, every SM12x list and every list that gave the
+    target no native code (a PTX-only fallback), before and after, per CUDA version
+    (versions that give the same are merged)."""
     rows: dict[tuple[Any, ...], list[str]] = {}
     for old, new in zip(before, after, strict=True):
         key: tuple[Any, ...] = ("CUDA_ARCHS", None, None, None, None, old.cuda_archs,
@@ -248,7 +294,8 @@ def report(before_found: TreeLists, before: Sequence[Evaluation], after_found: T
         rows.setdefault(key, []).append(old.cuda)
         for index, result in old.results.items():
             old_list, new_list = before_found.lists[index], after_found.lists[index]
-            if not old_list.has_major(12):
+            if not old_list.has_major(12) and not jit_only(result, base) and (
+                    not jit_only(new.results.get(index, ()), base)):
                 continue
             key = (old_list.variable, old_list.file, old_list.line, ";".join(old_list.values),
                    ";".join(new_list.values), result, new.results.get(index, ()))
@@ -269,10 +316,15 @@ def report(before_found: TreeLists, before: Sequence[Evaluation], after_found: T
 def from_params(params: Mapping[str, object], base: Path, origin: str,
                 context: EditContext) -> ArchListsEdit:
     del base  # the edit reads nothing beside its TOML file
-    checked = Params(params, origin, {"file", "target"})
+    checked = Params(params, origin, {"file", "target", "keep_ptx"})
     spark = checked.string("target", "12.1")
     entry = parse_entry(spark)
     if entry is None or entry.suffix or entry.text != entry.base:
         raise RecipeError(f"target must be a plain arch like 12.1, not {spark!r}", where=origin)
+    keep = params.get("keep_ptx", {})
+    if not isinstance(keep, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in keep.items()):
+        raise RecipeError("keep_ptx must be a table of list variable = \"why it stays PTX\"",
+                          where=origin)
     return ArchListsEdit(file=checked.string("file", "CMakeLists.txt"), base=spark,
-                         context=context)
+                         context=context, keep_ptx=dict(keep))

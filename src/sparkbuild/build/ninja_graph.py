@@ -1,0 +1,224 @@
+"""Reading what ninja builds: ``build.ninja`` (its edges) and ``.ninja_log`` (their times).
+
+Only as much of the ninja language as CMake writes: ``build`` statements with their
+indented edge variables, ``pool`` declarations, ``include``/``subninja``, ``$``-escapes and
+``$``-continued lines.  Variables are not expanded (an edge's ``FLAGS`` is read as written,
+which is what a unit's memory is keyed by).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COMPILE_RULE = re.compile(r"_COMPILER_")
+"""CMake names its compile rules ``<LANG>_COMPILER__<target>_...``; link rules ``_LINKER_``."""
+LINK_RULE = re.compile(r"_LINKER_|_STATIC_LIBRARY_")
+
+
+@dataclass
+class Edge:
+    outputs: list[str]
+    rule: str
+    inputs: list[str]
+    implicit: list[str] = field(default_factory=list)
+    order_only: list[str] = field(default_factory=list)
+    variables: dict[str, str] = field(default_factory=dict)
+    line: int = 0
+    """0-based index of the ``build`` line in its file's lines (after joining continuations)."""
+
+    @property
+    def is_compile(self) -> bool:
+        return bool(COMPILE_RULE.search(self.rule))
+
+    @property
+    def is_link(self) -> bool:
+        return bool(LINK_RULE.search(self.rule))
+
+    @property
+    def source(self) -> str:
+        return self.inputs[0] if self.inputs else ""
+
+    def flags_key(self) -> str:
+        """What a unit's memory is keyed by besides its source: its flags and defines."""
+        text = self.variables.get("FLAGS", "") + "\n" + self.variables.get("DEFINES", "")
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def logical_lines(text: str) -> list[str]:
+    """The file's lines with ``$``-continuations joined (a line ending in an odd ``$``)."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.split("\n"):
+        line = raw.rstrip("\r")
+        body = line.lstrip() if pending else line
+        if (len(line) - len(line.rstrip("$"))) % 2 == 1:
+            pending += body[:-1]
+            continue
+        out.append(pending + body)
+        pending = ""
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _paths(text: str) -> list[str]:
+    """Unescaped-space separated paths, with ``$ ``, ``$:`` and ``$$`` unescaped."""
+    paths, current, i = [], [], 0
+    while i < len(text):
+        char = text[i]
+        if char == "$" and i + 1 < len(text):
+            current.append(text[i + 1])
+            i += 2
+            continue
+        if char == " ":
+            if current:
+                paths.append("".join(current))
+                current = []
+        else:
+            current.append(char)
+        i += 1
+    if current:
+        paths.append("".join(current))
+    return paths
+
+
+def _split_colon(text: str) -> tuple[str, str]:
+    """``outs: rest`` at the first unescaped colon."""
+    i = 0
+    while i < len(text):
+        if text[i] == "$":
+            i += 2
+            continue
+        if text[i] == ":":
+            return text[:i], text[i + 1:]
+        i += 1
+    return text, ""
+
+
+def parse_build_line(line: str) -> tuple[list[str], str, list[str], list[str], list[str]]:
+    """``build OUTS [| IMPLICIT_OUTS]: RULE INS [| IMPLICIT] [|| ORDER_ONLY]``."""
+    outs_text, rest = _split_colon(line[len("build "):])
+    outputs = [p for p in _paths(outs_text) if p != "|"]
+    words = _paths(rest)
+    rule = words[0] if words else ""
+    section, inputs, implicit, order_only = "in", [], [], []
+    for word in words[1:]:
+        if word == "|":
+            section = "implicit"
+        elif word == "||":
+            section = "order"
+        elif word == "|@":
+            section = "validation"
+        elif section == "in":
+            inputs.append(word)
+        elif section == "implicit":
+            implicit.append(word)
+        elif section == "order":
+            order_only.append(word)
+    return outputs, rule, inputs, implicit, order_only
+
+
+@dataclass
+class NinjaFile:
+    path: Path
+    lines: list[str]
+    edges: list[Edge]
+    pools: dict[str, int]
+    includes: list[str]
+
+
+def read_ninja_file(path: Path) -> NinjaFile:
+    lines = logical_lines(path.read_text(encoding="utf-8", errors="replace"))
+    edges: list[Edge] = []
+    pools: dict[str, int] = {}
+    includes: list[str] = []
+    current: Edge | None = None
+    pool: str | None = None
+    for index, line in enumerate(lines):
+        if line.startswith(("  ", "\t")) and (current is not None or pool is not None):
+            key, _, value = line.strip().partition("=")
+            if current is not None:
+                current.variables[key.strip()] = value.strip()
+            elif pool is not None and key.strip() == "depth":
+                pools[pool] = int(value.strip() or 0)
+            continue
+        current, pool = None, None
+        if line.startswith("build "):
+            outputs, rule, inputs, implicit, order_only = parse_build_line(line)
+            current = Edge(outputs, rule, inputs, implicit, order_only, line=index)
+            edges.append(current)
+        elif line.startswith("pool "):
+            pool = line[len("pool "):].strip()
+            pools.setdefault(pool, 0)
+        elif line.startswith(("include ", "subninja ")):
+            includes.append(line.split(None, 1)[1].strip())
+    return NinjaFile(path, lines, edges, pools, includes)
+
+
+def read_graph(build_dir: Path) -> tuple[list[Edge], dict[str, int]]:
+    """Every edge and pool of ``build_dir/build.ninja`` and the files it includes."""
+    edges: list[Edge] = []
+    pools: dict[str, int] = {}
+    todo, seen = [build_dir / "build.ninja"], set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        parsed = read_ninja_file(path)
+        edges += parsed.edges
+        pools.update(parsed.pools)
+        todo += [p if (p := Path(name)).is_absolute() else build_dir / p
+                 for name in parsed.includes]
+    return edges, pools
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    start_ms: int
+    end_ms: int
+    output: str
+    run: int
+    """Which ninja run of the log (0 the first): times restart at 0 with each run."""
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ms - self.start_ms) / 1000.0
+
+
+def read_ninja_log(path: Path) -> list[LogEntry]:
+    """The entries of ``.ninja_log`` (v5 to v7: start, end, mtime, output, hash), in order.
+
+    Ninja writes an edge's line when it finishes, so within one run the end times only
+    grow; a new run appends with its own clock, starting again near 0.
+    """
+    entries: list[LogEntry] = []
+    if not path.is_file():
+        return entries
+    run = 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        fields = line.split("\t")
+        if len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
+            continue
+        start, end = int(fields[0]), int(fields[1])
+        if entries and end < entries[-1].end_ms:  # lines come in the order edges finish
+            run += 1
+        entries.append(LogEntry(start, end, fields[3], run))
+    return entries
+
+
+def last_run(entries: list[LogEntry]) -> list[LogEntry]:
+    """The latest entry of each output (a retried unit counts once, with its last try)."""
+    latest: dict[str, LogEntry] = {}
+    for entry in entries:
+        latest[entry.output] = entry
+    return list(latest.values())
+
+
+def object_target(output: str) -> str:
+    """``CMakeFiles/_C.dir/csrc/x.cu.o`` -> ``_C`` (CMake's object layout); else ''."""
+    match = re.search(r"(?:^|/)CMakeFiles/([^/]+)\.dir/", output)
+    return match.group(1) if match else ""

@@ -1,0 +1,147 @@
+"""``pylock.toml`` (PEP 751): the wheelhouse's lock in the standard format, beside
+``requirements.lock``.
+
+Every wheel is one ``[[packages]]`` entry with one ``[[packages.wheels]]`` file, named by
+its path relative to the lock (the wheelhouse directory), its size and its sha256.  The
+lock's ``environments`` is the target's marker (``sys_platform``, ``platform_machine``,
+``python_version``), so an installer refuses it on another machine; ``requires-python`` is
+the target's Python.  ``uv pip install --offline -r pylock.toml`` installs it with no index
+(:mod:`sparkbuild.node.install`, ``--from pylock``); ``verify`` reads it back here and names
+every wheel it disagrees on.  Python 3.11 reads TOML (tomllib) but does not write it: the
+few forms this file needs are written here.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from sparkbuild import __version__
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+PYLOCK_NAME = "pylock.toml"
+LOCK_VERSION = "1.0"
+
+
+@dataclass(frozen=True)
+class PylockWheel:
+    """One wheel of the wheelhouse, as the lock names it."""
+
+    name: str
+    """The project name as its METADATA spells it."""
+    version: str
+    file: str
+    """Path relative to the lock (the wheel's file name: it lies beside the lock)."""
+    size: int
+    sha256: str
+
+
+def normal_version(version: str) -> str:
+    """``version`` as PEP 440 normalizes it (as a wheel's file name spells it)."""
+    try:
+        return str(Version(version))
+    except InvalidVersion:
+        return version
+
+
+def target_marker(env: Mapping[str, str]) -> str:
+    """The PEP 508 marker that holds on the target and nowhere else that matters here."""
+    keys = ("sys_platform", "platform_machine", "python_version")
+    return " and ".join(f"{key} == {_quote_marker(env[key])}" for key in keys)
+
+
+def _quote_marker(value: str) -> str:
+    return f"'{value}'" if "'" not in value else f'"{value}"'
+
+
+def _toml_string(value: str) -> str:
+    # A JSON string is a TOML basic string for every character we write (ASCII escapes).
+    return json.dumps(value, ensure_ascii=True)
+
+
+def render_pylock(wheels: Sequence[PylockWheel], *, env: Mapping[str, str],
+                  python: str, package: str) -> str:
+    """The text of ``pylock.toml``; the same wheels and target give the same bytes."""
+    lines = [f"# written by sparkbuild {__version__}: the wheelhouse of {package}",
+             f"# install with: uv pip install --offline -r {PYLOCK_NAME}",
+             f"lock-version = {_toml_string(LOCK_VERSION)}",
+             f"environments = [{_toml_string(target_marker(env))}]",
+             f"requires-python = {_toml_string(f'=={python}.*')}",
+             f"created-by = {_toml_string('sparkbuild')}", ""]
+    for wheel in sorted(wheels, key=lambda w: (canonicalize_name(w.name), w.file)):
+        lines += ["[[packages]]", f"name = {_toml_string(str(canonicalize_name(wheel.name)))}",
+                  f"version = {_toml_string(wheel.version)}", "",
+                  "[[packages.wheels]]", f"name = {_toml_string(wheel.file)}",
+                  f"path = {_toml_string(wheel.file)}", f"size = {wheel.size}",
+                  f"hashes = {{sha256 = {_toml_string(wheel.sha256)}}}", ""]
+    return "\n".join(lines)
+
+
+def write_pylock(directory: Path, wheels: Sequence[PylockWheel], *, env: Mapping[str, str],
+                 python: str, package: str) -> Path:
+    from sparkbuild.store.files import write_text_atomic
+
+    path = directory / PYLOCK_NAME
+    write_text_atomic(path, render_pylock(wheels, env=env, python=python, package=package))
+    return path
+
+
+# -- reading it back (verify) ----------------------------------------------------------
+
+
+def read_pylock(path: Path) -> dict[str, Any]:
+    """The parsed lock; :class:`ValueError` (or OSError) when it is not a PEP 751 lock."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    if data.get("lock-version") != LOCK_VERSION or not isinstance(data.get("packages"), list):
+        raise ValueError(f"not a PEP 751 lock (lock-version {LOCK_VERSION!r} and [[packages]])")
+    return data
+
+
+def locked_files(data: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """Every wheel the lock names: path -> (canonical project name, version, sha256)."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for package in data["packages"]:
+        name = str(canonicalize_name(str(package.get("name", ""))))
+        for wheel in package.get("wheels", []):
+            path = str(wheel.get("path", ""))
+            found[path] = (name, normal_version(str(package.get("version", ""))),
+                           str(wheel.get("hashes", {}).get("sha256", "")))
+    return found
+
+
+def pylock_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str]],
+                         env: Mapping[str, str] | None) -> list[tuple[str, str]]:
+    """(file, problem) for each way ``pylock.toml`` and the wheelhouse's wheels disagree.
+
+    ``wheels``: the wheels present, file -> (canonical name, version, sha256); ``env``: the
+    target's marker values (None: the environment is not checked).
+    """
+    path = directory / PYLOCK_NAME
+    try:
+        data = read_pylock(path)
+    except (OSError, ValueError) as exc:
+        return [(PYLOCK_NAME, f"cannot be read: {exc}")]
+    problems = []
+    if env is not None and data.get("environments") != [target_marker(env)]:
+        problems.append((PYLOCK_NAME, f"its environments {data.get('environments')!r} are not "
+                                      f"the target's [{target_marker(env)!r}]"))
+    locked = locked_files(data)
+    for file, (name, version, sha256) in sorted(wheels.items()):
+        entry = locked.get(file)
+        if entry is None:
+            problems.append((file, f"not in {PYLOCK_NAME}"))
+        elif entry[2] != sha256:
+            problems.append((file, f"its sha256 is not the one {PYLOCK_NAME} pins"))
+        elif entry[0] != name or entry[1] != version:
+            problems.append((file, f"{PYLOCK_NAME} names it {entry[0]}=={entry[1]}"))
+    problems += [(PYLOCK_NAME, f"names {file}, which is not in the wheelhouse")
+                 for file in sorted(set(locked) - set(wheels))]
+    return problems

@@ -1,0 +1,95 @@
+"""The ninja wrapper's pure parts: which units are heavy, the pool edit, killed units."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sparkbuild.build.ninja_graph import Edge, read_graph
+from sparkbuild.build.ninja_shim import (
+    _not_a_build,
+    assign_pool,
+    failed_units,
+    is_heavy,
+    relative_source,
+)
+from sparkbuild.build.pools import HEAVY_PATTERNS, HEAVY_POOL
+
+DATA = Path(__file__).parent / "data" / "ninja-mini-vllm"
+OBJ = "CMakeFiles/_C.dir/csrc/"
+
+
+def _plan(**extra: object) -> dict[str, object]:
+    return {"pool": HEAVY_POOL, "depth": 3, "tree": "/TREE", "threshold": 4e9,
+            "patterns": list(HEAVY_PATTERNS), "measured": {}, "by_source": {}, "killed": [],
+            **extra}
+
+
+def test_failed_units_tells_killed_from_broken() -> None:
+    output = [
+        "[1/7] Building CUDA object CMakeFiles/_C.dir/csrc/a.cu.o",
+        f"FAILED: {OBJ}x.cu.o ",
+        "/usr/local/cuda/bin/nvcc -o x.cu.o -c x.cu",
+        "nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+        "[2/7] Building CUDA object CMakeFiles/_C.dir/csrc/b.cu.o",
+        f"FAILED: [code=137] {OBJ}y.cu.o ",
+        f"FAILED: {OBJ}z.cu.o ",
+        "z.cu(3): error: expected a \";\"",
+        "ninja: build stopped: subcommand failed.",
+        "Killed",
+    ]
+    assert failed_units(output) == {f"{OBJ}x.cu.o": True, f"{OBJ}y.cu.o": True,
+                                    f"{OBJ}z.cu.o": False}
+    assert failed_units(["[1/1] Linking", "ninja: no work to do."]) == {}
+
+
+def test_is_heavy_killed_then_measured_then_source_then_rule() -> None:
+    edge = Edge([OBJ + "q.cu.o"], "CUDA_COMPILER__C", ["/TREE/csrc/gemm_q.cu"],
+                variables={"FLAGS": "-O3"})
+    key = f"csrc/gemm_q.cu|{edge.flags_key()}"
+    assert is_heavy(edge, _plan())  # the rule: "gemm"
+    assert not is_heavy(edge, _plan(patterns=[]))
+    assert not is_heavy(edge, _plan(measured={key: 3e9}))  # measured light beats the rule
+    assert is_heavy(edge, _plan(measured={key: 5e9}, patterns=[]))
+    assert not is_heavy(edge, _plan(by_source={"csrc/gemm_q.cu": 1e9}))
+    assert is_heavy(edge, _plan(measured={key: 1e9}, killed=["csrc/gemm_q.cu"]))
+    light = Edge([OBJ + "a.cu.o"], "CUDA_COMPILER__C", ["/TREE/csrc/act.cu"])
+    assert not is_heavy(light, _plan())
+
+
+def test_assign_pool_puts_the_heavy_units_into_the_declared_pool(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(DATA, build)
+    heavy = assign_pool(build, _plan(depth=2))
+    assert heavy == [OBJ + "quantization/fp4/nvfp4_block_scaled_mma.cu.o",
+                     OBJ + "quantization/fp4/nvfp4_quant_kernels.cu.o",
+                     OBJ + "quantization/scaled_mm/scaled_mm_sm120.cu.o"]
+    edges, pools = read_graph(build)
+    assert pools == {"compile": 2, HEAVY_POOL: 2}
+    pooled = {e.outputs[0] for e in edges if e.variables.get("pool") == HEAVY_POOL}
+    assert sorted(pooled) == heavy
+    assert {e.variables.get("pool") for e in edges if e.is_compile} == {"compile", HEAVY_POOL}
+    # run again (a retry) with another depth: the declaration changes, nothing is doubled
+    assert assign_pool(build, _plan(depth=1)) == heavy
+    text = (build / "build.ninja").read_text(encoding="utf-8")
+    assert text.count(f"pool {HEAVY_POOL}\n") == 1 and read_graph(build)[1][HEAVY_POOL] == 1
+    assert text.count(f"  pool = {HEAVY_POOL}") == 3
+
+
+def test_sources_and_what_is_not_a_build(tmp_path: Path) -> None:
+    assert relative_source("/TREE/csrc/a.cu", "/TREE/") == "csrc/a.cu"
+    assert relative_source("/OTHER/a.cu", "/TREE") == "/OTHER/a.cu"
+    assert _not_a_build(["--version"]) and _not_a_build(["-t", "restat"])
+    assert _not_a_build(["-C", str(tmp_path / "CMakeFiles" / "CMakeScratch" / "x")])
+    assert not _not_a_build(["-C", str(tmp_path), "-j", "4"])
+
+
+def test_a_pool_declared_by_the_include_gets_its_depth_there(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(DATA, build)
+    rules = build / "CMakeFiles" / "rules.ninja"
+    rules.write_text(rules.read_text(encoding="utf-8") + f"\npool {HEAVY_POOL}\n  depth = 4\n",
+                     encoding="utf-8")
+    assign_pool(build, _plan(depth=2))
+    assert f"pool {HEAVY_POOL}" not in (build / "build.ninja").read_text(encoding="utf-8")
+    assert read_graph(build)[1][HEAVY_POOL] == 2

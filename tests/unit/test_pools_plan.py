@@ -1,0 +1,140 @@
+"""plan_pools: the first build's rule, the measured plan chosen by simulation, the plan file."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.build.ninja_graph import Edge
+from sparkbuild.build.ninja_shim import is_heavy
+from sparkbuild.build.pools import (
+    HEADROOM,
+    fitting_depth,
+    heavy_indices,
+    plan_pools,
+    pool_depth,
+    today_jobs,
+    write_plan_file,
+)
+from sparkbuild.build.schedule import KnownUnit, simulate
+
+GIB = 1024**3
+
+
+def _unit(name: str, seconds: float, peak_gib: float | None, start: float = 0.0) -> KnownUnit:
+    edge = Edge([f"CMakeFiles/_C.dir/{name}.o"], "CUDA_COMPILER__C", [f"/TREE/{name}"],
+                variables={"FLAGS": "-O3"})
+    return KnownUnit(name, edge.flags_key(), seconds,
+                     int(peak_gib * GIB) if peak_gib is not None else None, start)
+
+
+def _predicted(plan_units: list[KnownUnit], plan: object) -> float:
+    from sparkbuild.build.pools import PoolPlan
+
+    assert isinstance(plan, PoolPlan)
+    peaks = [float(u.peak_bytes or 0) for u in plan_units]
+    return simulate([u.seconds for u in plan_units], peaks, plan.jobs,
+                    heavy_indices(plan, plan_units), plan.depth).makespan
+
+
+def test_first_build_rule_never_constrains_heavy_units_below_todays_max_jobs() -> None:
+    usable = 115.2 * GIB
+    plan = plan_pools(cores=20, usable_bytes=usable, job_memory_gib=8.7)
+    assert today_jobs(20, usable, 8.7) == 13 == plan.today_jobs
+    assert pool_depth(usable, 20, 8.7 * GIB, 3 * GIB) == 9
+    assert (plan.basis, plan.jobs, plan.depth) == ("rule", 20, 13)
+    assert "never get fewer slots than today's MAX_JOBS=13" in " ".join(plan.reasons)
+    small = plan_pools(cores=16, usable_bytes=30 * GIB, job_memory_gib=6.0)
+    assert (small.jobs, small.depth) == (16, 5)
+    roomy = plan_pools(cores=8, usable_bytes=500 * GIB, job_memory_gib=6.0)
+    assert roomy.depth == 8
+
+
+def test_fitting_depth_uses_the_actual_peaks() -> None:
+    assert fitting_depth([10, 10, 10], [1, 1, 1, 1], 4, 23) == 2  # 10+10+1+1
+    assert fitting_depth([10, 10, 10], [1, 1, 1, 1], 4, 33) == 4  # every heavy unit fits
+    assert fitting_depth([10], [20, 20, 20], 4, 30) is None
+    assert fitting_depth([], [1, 1], 4, 2) == 4 and fitting_depth([], [3, 3], 2, 5) is None
+
+
+def test_measured_plan_pools_only_units_above_the_fair_share_and_fits_memory() -> None:
+    usable = 64 * GIB
+    heavy = [_unit(f"h{i}.cu", 100.0, 10.0, i) for i in range(8)]
+    light = [_unit(f"l{i}.cu", 50.0, 1.0, 8 + i) for i in range(80)]
+    units = heavy + light
+    plan = plan_pools(cores=16, usable_bytes=usable, job_memory_gib=8.7, known=units)
+    assert plan.basis == "measured" and plan.jobs == 16 and plan.today_jobs == 7
+    pooled = heavy_indices(plan, units)
+    assert pooled == set(range(8))
+    assert all(units[i].peak_bytes * HEADROOM > usable / 16 for i in pooled)  # type: ignore[operator]
+    # 4 x 11.5 GiB + 12 x 1.15 GiB fit 64 GiB; a flat 3 GiB per light unit would allow 1
+    assert plan.depth == 4
+    assert plan.predicted_seconds is not None and plan.today_seconds is not None
+    assert plan.predicted_seconds < 0.6 * plan.today_seconds  # memory allows: better
+    assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
+    assert plan.to_dict()["predicted_makespan_s"] == round(plan.predicted_seconds, 1)
+
+
+def test_when_memory_fitting_pools_are_slower_heavy_units_keep_todays_limit() -> None:
+    heavy = [_unit(f"gemm{i}.cu", 1000.0, 12.0, i) for i in range(4)]
+    light = [_unit(f"l{i}.cu", 10.0, 1.0, 4 + i) for i in range(8)]
+    units = heavy + light
+    plan = plan_pools(cores=8, usable_bytes=40 * GIB, job_memory_gib=10.0, known=units)
+    assert plan.today_jobs == 4 and plan.depth == 4 and plan.jobs == 8
+    assert "heavy units keep today's limit" in " ".join(plan.reasons)
+    assert plan.predicted_seconds is not None and plan.today_seconds is not None
+    assert plan.predicted_seconds <= plan.today_seconds
+
+
+def test_never_predicted_slower_than_today_on_random_tables() -> None:
+    rng = random.Random(18)
+    for _ in range(40):
+        cores = rng.choice([4, 8, 16, 20])
+        units = [_unit(f"u{i}.cu", rng.choice([1.0, 5.0, 30.0, 300.0]) * rng.random() + 1,
+                       rng.choice([0.5, 2.0, 3.0, 6.0, 11.0]), i)
+                 for i in range(rng.randint(5, 60))]
+        usable = rng.choice([16, 48, 115]) * GIB
+        plan = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=rng.choice([4, 8.7]),
+                          known=units)
+        assert plan.predicted_seconds is not None and plan.today_seconds is not None
+        assert plan.predicted_seconds <= plan.today_seconds * (1 + 1e-9)
+        assert 1 <= plan.depth <= plan.jobs <= cores
+        assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
+
+
+def test_killed_units_are_heavy_and_unmeasured_units_follow_the_rule() -> None:
+    units = [_unit("csrc/a.cu", 10.0, 0.5, 0), _unit("csrc/b.cu", 10.0, 0.5, 1),
+             _unit("csrc/gemm_x.cu", 10.0, None, 2), _unit("csrc/plain.cu", 10.0, None, 3)]
+    plan = plan_pools(cores=4, usable_bytes=16 * GIB, job_memory_gib=8.0, known=units,
+                      killed=("csrc/b.cu",))
+    assert heavy_indices(plan, units) == {1, 2}  # b killed; gemm_x by the rule (8 > 4 GiB)
+    roomy = plan_pools(cores=4, usable_bytes=400 * GIB, job_memory_gib=8.0, known=units)
+    assert heavy_indices(roomy, units) == set() and roomy.patterns == ()
+
+
+def test_measured_peaks_without_seconds_still_plan() -> None:
+    measured = {f"csrc/u{i}.cu|": (10 if i < 3 else 1) * GIB for i in range(10)}
+    plan = plan_pools(cores=8, usable_bytes=40 * GIB, job_memory_gib=8.0, measured=measured)
+    assert plan.basis == "measured"
+    assert sorted(plan.heavy_measured()) == ["csrc/u0.cu", "csrc/u1.cu", "csrc/u2.cu"]
+    assert "units counted alike" in " ".join(plan.reasons)
+
+
+def test_the_plan_file_makes_the_wrapper_decide_as_the_planner(tmp_path: Path) -> None:
+    rng = random.Random(7)
+    units = [_unit(f"csrc/{'gemm' if i % 5 == 0 else 'k'}{i}.cu", rng.uniform(1, 100),
+                   rng.choice([None, 0.5, 2.5, 4.0, 9.0]), i) for i in range(50)]
+    measured = {f"{u.source}|{u.flags}": u.peak_bytes for u in units if u.peak_bytes}
+    for usable in (12, 30, 60):
+        plan = plan_pools(cores=8, usable_bytes=usable * GIB, job_memory_gib=6.0,
+                          known=units, measured=measured, killed=("csrc/k1.cu",))
+        data = json.loads(write_plan_file(plan, tmp_path / "plan.json",
+                                          Path("/TREE")).read_text(encoding="utf-8"))
+        assert data["depth"] == plan.depth
+        edges = [Edge([f"{u.source}.o"], "CUDA_COMPILER__C", [f"/TREE/{u.source}"],
+                      variables={"FLAGS": "-O3"}) for u in units]
+        by_wrapper = {i for i, edge in enumerate(edges) if is_heavy(edge, data)}
+        assert by_wrapper == heavy_indices(plan, units), usable
