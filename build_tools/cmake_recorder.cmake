@@ -68,8 +68,22 @@ function(file mode)
   endforeach()
 endfunction()
 
-# Commands a dependency defines once FetchContent adds it (pybind11_add_module, ...): the
-# recorder cannot add a fetched project, so they record their call and do nothing.
+# pybind11_add_module (pybind11's, once FetchContent or find_package adds it) makes a
+# MODULE library of its sources: recorded as add_library would be, its options left out.
+if(NOT COMMAND pybind11_add_module)
+  function(pybind11_add_module name)
+    set(_sb_args "")
+    foreach(_sb_arg IN LISTS ARGN)
+      if(NOT _sb_arg MATCHES "^(MODULE|SHARED|EXCLUDE_FROM_ALL|NO_EXTRAS|SYSTEM|THIN_LTO|OPT_SIZE|WITHOUT_SOABI)$")
+        list(APPEND _sb_args "${_sb_arg}")
+      endif()
+    endforeach()
+    add_library(${name} MODULE ${_sb_args})
+  endfunction()
+endif()
+
+# Other commands a dependency defines once FetchContent adds it: the recorder cannot add
+# a fetched project, so they record their call and do nothing.
 foreach(_sb_cmd IN LISTS SB_CALLED_COMMANDS)
   if(NOT COMMAND "${_sb_cmd}")
     cmake_language(EVAL CODE "function(${_sb_cmd})
@@ -80,8 +94,10 @@ endforeach()
 
 # Project-scope commands with nothing to record for a compile command line.
 # project() and enable_language(CUDA) tell what CMake would find: nvcc of SB_CUDA_VERSION.
+# (A macro's ARGN is no variable: IN_LIST needs a list variable of its own.)
 macro(_sb_languages)
-  if("CUDA" IN_LIST ARGN AND "${SB_DEVICE}" STREQUAL "cuda")
+  set(_sb_languages_given ${ARGN})
+  if("CUDA" IN_LIST _sb_languages_given AND "${SB_DEVICE}" STREQUAL "cuda")
     set(CMAKE_CUDA_COMPILER_VERSION "${SB_CUDA_VERSION}")
     set(CMAKE_CUDA_COMPILER "${SB_CUDA_ROOT}/bin/nvcc")
   endif()
@@ -343,19 +359,27 @@ endfunction()
 
 # A FATAL_ERROR is recorded; with SB_STOP_AT_FATAL it ends the file or function that raised
 # it (as the real configure would stop), else the run goes on to see what comes after.
-macro(message _sb_mode)
-  if("${_sb_mode}" STREQUAL "FATAL_ERROR" OR "${_sb_mode}" STREQUAL "SEND_ERROR")
-    set(_sb_text "${ARGN}")
-    string(REPLACE ";" "" _sb_text "${_sb_text}")
-    _sb_emit(fatal "message" text "${_sb_text}")
-    _message(WARNING "sparkbuild: the real configure would stop here: ${_sb_text}")
+# message() joins its arguments with nothing between them, and a list inside one argument
+# keeps its ';'.  A macro's ${ARGN} has lost where one argument ends, so the text is put
+# together from ${ARGV1}, ${ARGV2}, ... (which a macro does replace when written out: the
+# macro is made from text), up to 32 arguments.
+set(_sb_message_join "set(_sb_text \"\")\n")
+foreach(_sb_i RANGE 1 32)
+  string(APPEND _sb_message_join
+    "    if(\${ARGC} GREATER ${_sb_i})\n      string(APPEND _sb_text \"\${ARGV${_sb_i}}\")\n    endif()\n")
+endforeach()
+cmake_language(EVAL CODE "macro(message _sb_mode)
+  if(\"\${_sb_mode}\" STREQUAL \"FATAL_ERROR\" OR \"\${_sb_mode}\" STREQUAL \"SEND_ERROR\")
+    ${_sb_message_join}
+    _sb_emit(fatal \"message\" text \"\${_sb_text}\")
+    _message(WARNING \"sparkbuild: the real configure would stop here: \${_sb_text}\")
     if(SB_STOP_AT_FATAL)
       return()
     endif()
   else()
-    _message(${ARGV})
+    _message(\${ARGV})
   endif()
-endmacro()
+endmacro()")
 
 macro(include _sb_file)
   _include(${ARGV})

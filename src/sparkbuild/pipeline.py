@@ -14,6 +14,7 @@ build root (:mod:`sparkbuild.build.compile_cache`), the same path on every machi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import os
@@ -43,7 +44,8 @@ from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.timeline import run_timeline, timeline_lines
 from sparkbuild.build.unit_memory import known_units, measured_for, remember
 from sparkbuild.console import info, step, warn
-from sparkbuild.recipe import require_spark_target
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.recipe import check_jobs, require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase, recording
@@ -450,6 +452,21 @@ def _label(recipe: Recipe, prepared: PrepareResult) -> str:
     return local_label(recipe.target.cuda_archs, [p.to_dict() for p in prepared.series.patches])
 
 
+def _source_directory(options: WheelOptions) -> Path | None:
+    """The local directory the build copies its tree from, if the source is one."""
+    from sparkbuild.sources.fetch import parse_source_spec
+
+    if options.bundle is not None:
+        return None
+    recipe = options.recipe
+    spec = options.source or recipe.source.spec
+    base = recipe.path.parent if options.source is None else None
+    with contextlib.suppress(SparkbuildError):  # a bad spec is prepare's to report
+        parsed = parse_source_spec(spec, base=base)
+        return parsed.path if parsed.kind == "directory" else None
+    return None
+
+
 def build_wheel(options: WheelOptions) -> WheelResult:
     """The whole ``wheel`` command; see the module docstring."""
     with recording() as clock:
@@ -459,9 +476,11 @@ def build_wheel(options: WheelOptions) -> WheelResult:
 
 
 def _build_wheel(options: WheelOptions) -> WheelResult:
-    from sparkbuild.wheelhouse.destination import check_destination
+    from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
+    check_jobs(options.jobs, where="wheel --jobs")
+    refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)

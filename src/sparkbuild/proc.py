@@ -47,6 +47,25 @@ class ProcResult:
     seconds: float
 
 
+GroupListener = Callable[[int, bool], None]
+_GROUP_LISTENERS: list[GroupListener] = []
+
+
+def add_group_listener(listener: GroupListener) -> None:
+    """Call ``listener(pgid, started)`` as each child's process group starts and ends.
+
+    The cache lock records the groups of its holder (see sparkbuild.store.lock), so that
+    the next run can stop what a run killed with SIGKILL left running.
+    """
+    if listener not in _GROUP_LISTENERS:
+        _GROUP_LISTENERS.append(listener)
+
+
+def _tell_group(pgid: int, started: bool) -> None:
+    for listener in list(_GROUP_LISTENERS):
+        listener(pgid, started)
+
+
 def format_command(cmd: Sequence[str | os.PathLike[str]]) -> str:
     return " ".join(shlex.quote(os.fspath(part)) for part in cmd)
 
@@ -187,6 +206,7 @@ def run(
             start_new_session=True,
         ) as child:
             group = _Group(child)
+            _tell_group(child.pid, True)
             assert child.stdout is not None
             reader = threading.Thread(
                 target=_pump, args=(child.stdout, log_file, lines, progress, failure), daemon=True
@@ -209,6 +229,7 @@ def run(
                     group.send(signal.SIGKILL)
             except BaseException:  # Ctrl-C: pass it on to the group, let the reader drain
                 group.stop(signal.SIGINT)
+                _tell_group(child.pid, False)
                 if reader.is_alive():
                     reader.join(timeout=GRACE_SECONDS)
                 if reader.is_alive():  # a process that left the group holds the pipe: closing
@@ -218,6 +239,7 @@ def run(
                 if timer is not None:
                     timer.cancel()
             returncode = group.reap()
+            _tell_group(child.pid, False)
             reader.join()
             if timed_out.is_set():
                 raise _failed(argv, lines, log, f"timed out after {timeout:.0f} s")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import tomllib
@@ -26,7 +27,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from sparkbuild.errors import PinRefusedError, RecipeError
+from sparkbuild.errors import PinRefusedError, RecipeError, SparkbuildError, UsageError
 from sparkbuild.resources import recipes_dir, resource_root
 
 REPO_ROOT = resource_root()
@@ -307,6 +308,11 @@ def _parse_pins(path: Path, text: str, raw: Any) -> tuple[Pin, ...]:
         for key in ("name", "version"):
             if key not in table:
                 raise RecipeError(f"a [[pins]] entry lacks `{key}`", where=str(path))
+        if not _PROJECT_NAME.fullmatch(table["name"]):
+            raise RecipeError(f"pins: {table['name']!r} is not a project name",
+                              where=pin_where(path, table["name"]),
+                              hint="a project name is letters, digits, and . _ - inside, as "
+                              "on the package index (such as flashinfer-python)")
         override = table.get("override")
         if override is not None and not override.strip():
             raise RecipeError(f"the override of pin {table['name']} gives no reason",
@@ -423,10 +429,74 @@ def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
     )
 
 
+_ARCH = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
+"""One entry of TORCH_CUDA_ARCH_LIST: ``12.1a``, ``12.1f``, ``9.0``, ``8.6+PTX``."""
+_PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
+"""A valid project name (PEP 508)."""
+
+
+def check_job_memory_gib(value: object, *, where: str | None,
+                         error: type[SparkbuildError] = RecipeError,
+                         name: str = "build.job_memory_gib") -> float:
+    """A memory budget per compile job: a finite number of GiB above 0."""
+    number = float(value) if isinstance(value, (int, float)) and not isinstance(
+        value, bool) else math.nan
+    if not math.isfinite(number) or number <= 0:
+        raise error(f"{name} must be a number of GiB above 0, not {value!r}", where=where,
+                    hint="give the memory one nvcc job may take, such as 6 (the default)")
+    return number
+
+
+def check_jobs(value: int | None, *, where: str) -> int | None:
+    """``--jobs``: None (doctor's choice) or a positive count."""
+    if value is not None and value <= 0:
+        raise UsageError(f"--jobs must be a positive integer, not {value}", where=where,
+                         hint="leave --jobs out to let doctor choose from memory and cores")
+    return value
+
+
+def pin_where(path: Path, name: str) -> str:
+    """``RECIPE:LINE`` of the ``name = "NAME"`` line of the pin ``name``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return str(path)
+    for number, line in enumerate(text.splitlines(), start=1):
+        if re.match(rf"""\s*name\s*=\s*["']{re.escape(name)}["']""", line):
+            return f"{path}:{number}"
+    return str(path)
+
+
+def _parse_archs(path: Path, text: str, value: Any) -> tuple[str, ...]:
+    where = _where(path, text, "target", "cuda_archs")
+    if value is None:
+        return (SPARK_ARCH,)
+    if not value:
+        raise RecipeError("target.cuda_archs is empty: the build would target no GPU",
+                          where=where, hint=f'name the target: cuda_archs = ["{SPARK_ARCH}"]')
+    for arch in value:
+        if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+            raise RecipeError(f"target.cuda_archs: {arch!r} is not a CUDA arch", where=where,
+                              hint=f'write MAJOR.MINOR with an optional a, f or +PTX, such '
+                              f'as "{SPARK_ARCH}" (the DGX Spark)')
+    return tuple(value)
+
+
+def _parse_python(path: Path, text: str, value: Any) -> str:
+    if value is None:
+        return Target.python
+    if not re.fullmatch(r"3\.\d+", value):
+        raise RecipeError(f"target.python: {value!r} is not a Python version",
+                          where=_where(path, text, "target", "python"),
+                          hint='give X.Y, such as "3.12"')
+    return str(value)
+
+
 def shipped_recipes_hint() -> str:
     """Names the recipes sparkbuild ships, for a ``--recipe`` that does not exist."""
     directory = recipes_dir()
-    shipped = sorted(p.name for p in directory.glob("*.toml")) if directory.is_dir() else []
+    shipped = sorted(p.name for p in directory.glob("*.toml")
+                     if p.name != KNOWN_BAD_NAME) if directory.is_dir() else []
     if not shipped:
         return "give the path of a recipe TOML file"
     return (f"give the path of a recipe TOML file; sparkbuild ships {', '.join(shipped)} "
@@ -447,6 +517,9 @@ def load_recipe(path: Path) -> Recipe:
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"recipe is not valid TOML: {exc}", where=str(path)) from exc
     known = {*_SCHEMA, "pins"}
+    if "known_bad" in data and not set(data) & known:
+        raise RecipeError("this is the known-bad list, not a recipe", where=str(path),
+                          hint=shipped_recipes_hint())
     for key in data:
         if key not in known:
             raise RecipeError(
@@ -466,7 +539,7 @@ def load_recipe(path: Path) -> Recipe:
     source = tables["source"]
     target = tables["target"]
     build = tables["build"]
-    archs = tuple(str(a) for a in target.get("cuda_archs", [SPARK_ARCH]))
+    archs = _parse_archs(path, text, target.get("cuda_archs"))
     return Recipe(
         path=path.resolve(),
         name=tables["recipe"].get("name", path.stem),
@@ -476,13 +549,15 @@ def load_recipe(path: Path) -> Recipe:
         target=Target(
             cuda_archs=archs,
             platform=target.get("platform", Target.platform),
-            python=target.get("python", Target.python),
+            python=_parse_python(path, text, target.get("python")),
             allow_plain_sm121=target.get("allow_plain_sm121", False),
             allow_jit=target.get("allow_jit", False),
         ),
         build=BuildSettings(
             jobs=_parse_jobs(path, text, build.get("jobs")),
-            job_memory_gib=float(build.get("job_memory_gib", BuildSettings.job_memory_gib)),
+            job_memory_gib=check_job_memory_gib(
+                build.get("job_memory_gib", BuildSettings.job_memory_gib),
+                where=_where(path, text, "build", "job_memory_gib")),
             nvcc_threads=build.get("nvcc_threads"),
             env={str(k): str(v) for k, v in build.get("env", {}).items()},
             compile_cache=build.get("compile_cache"),

@@ -330,15 +330,18 @@ def path_without_nvcc() -> str:
 # -- wheels ------------------------------------------------------------------------------
 
 
-def pure_wheel(directory: Path, extra: dict[str, bytes] | None = None) -> Path:
+def pure_wheel(directory: Path, extra: dict[str, bytes] | None = None, *,
+               requires: tuple[str, ...] = ()) -> Path:
     """A small, valid pure-Python wheel of the demo package, with a correct RECORD
-    (``extra``: more members, each with its RECORD line)."""
+    (``extra``: more members, each with its RECORD line; ``requires``: its Requires-Dist)."""
     directory.mkdir(parents=True, exist_ok=True)
     dist_info = f"{PACKAGE}-{VERSION}.dist-info"
+    requires_dist = "".join(f"Requires-Dist: {name}\n" for name in requires)
     files = {
         f"{PACKAGE}/__init__.py": b"VALUE = 1\n" * 200,
         f"{dist_info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n".encode()
+            f"Metadata-Version: 2.1\nName: {PACKAGE}\nVersion: {VERSION}\n{requires_dist}"
+            .encode()
         ),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: corpus\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",
@@ -358,10 +361,11 @@ def pure_wheel(directory: Path, extra: dict[str, bytes] | None = None) -> Path:
     return path
 
 
-def node_wheelhouse(out: Path, *, role: str = "built") -> Path:
-    """A wheelhouse ``install`` takes: one demo wheel (``role``), its lock, a manifest that
-    vouches for both (no GPU target: nothing for cuobjdump to read)."""
-    wheel = pure_wheel(out)
+def node_wheelhouse(out: Path, *, role: str = "built", requires: tuple[str, ...] = ()) -> Path:
+    """A wheelhouse ``install`` takes: one demo wheel (``role``; ``requires``: its
+    Requires-Dist), its lock, a manifest that vouches for both (no GPU target: nothing for
+    cuobjdump to read)."""
+    wheel = pure_wheel(out, requires=requires)
     digest = sha256_of(wheel)
     lock = out / "requirements.lock"
     lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{digest}\n", encoding="utf-8")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -896,6 +897,70 @@ WHEEL_CASES = [
 ]
 
 
+# -- issue 23: every value checked when it is read, nothing left half-done ---------------
+
+DEAD_PID = 4194305
+"""Above Linux's largest pid_max (2**22): no process has it."""
+
+
+def _recipe_with(old: str, new: str) -> Callable[[Path], Invocation]:
+    return _recipe_case(lambda t: t.replace(old, new))
+
+
+def _pin(name: str) -> Callable[[Path], Invocation]:
+    return _recipe_case(lambda t: t + f'\n[[pins]]\nname = "{name}"\nversion = "1.0"\n')
+
+
+def _known_bad_as_recipe(work: Path) -> Invocation:
+    from sparkbuild.recipe import known_bad_path
+
+    tree = b.write_tree(work / "tree", b.source_files())
+    return Invocation(["patch", "status", str(tree), "--recipe", str(known_bad_path())])
+
+
+def _doctor_memory(value: str) -> Callable[[Path], Invocation]:
+    return lambda work: Invocation(["doctor", "--job-memory-gib", value])
+
+
+def _wheel_args(work: Path, *extra: str, cache: Path | None = None,
+                source: Path | None = None) -> list[str]:
+    """``wheel`` of the small generated sdist (or ``source``), its recipe and cache."""
+    work.mkdir(parents=True, exist_ok=True)
+    spec = source if source is not None else b.good_sdist(work)
+    recipe = b.good_recipe(work / "recipe")
+    return ["wheel", "--source", str(spec), "--recipe", str(recipe),
+            "--cache", str(cache or work / "cache"), "--out", str(work / "wheelhouse"), *extra]
+
+
+def _cache_is_a_file(work: Path) -> Invocation:
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "cache-file").write_text("not a directory\n", encoding="utf-8")
+    return Invocation(_wheel_args(work, cache=work / "cache-file"))
+
+
+def _cache_read_only(work: Path) -> Invocation:
+    """A read-only bind mount over the cache (root ignores a mode of 0555)."""
+    cache = work / "ro-cache"
+    cache.mkdir(parents=True)
+    inv = Invocation(_wheel_args(work, cache=cache))
+    inv.wrap = ["unshare", "-rm", "sh", "-c",
+                f'mount --bind "{cache}" "{cache}" && mount -o remount,ro,bind "{cache}" '
+                '&& exec "$@"', "sh"]
+    return inv
+
+
+def _manifest_files_null(work: Path, command: str = "verify") -> Invocation:
+    inv = _wheelhouse(work, tamper=False)
+    out = Path(inv.args[1])
+    manifest = out / "manifest.json"
+    data = json.loads(manifest.read_text(encoding="utf-8"))
+    data["files"] = None
+    manifest.write_text(json.dumps(data), encoding="utf-8")
+    if command == "install":
+        return Invocation(["install", str(out), "--venv", str(work / "venv")],
+                          after=_no_venv(work / "venv"))
+    return inv
+
 # -- trust only what was checked (issue 23) ----------------------------------------------
 
 
@@ -914,6 +979,183 @@ def _no_venv(venv: Path) -> Callable[[], None]:
         assert not venv.exists(), f"a refused install left {venv} behind"
 
     return check
+
+
+def _install_pip_check_fails(work: Path) -> Invocation:
+    """A verified wheelhouse whose wheel requires a project it lacks: pip check refuses the
+    venv after it was made, and the venv goes."""
+    out = b.node_wheelhouse(work / "wheelhouse", role="pin", requires=("absent-dependency-sb23",))
+    venv = work / "venv"
+    return Invocation(["install", str(out), "--venv", str(venv)], after=_no_venv(venv))
+
+
+def _journal_without_data(work: Path) -> Invocation:
+    tree = b.write_tree(work / "tree", b.source_files())
+    recipe = b.good_recipe(work / "recipe")
+    journal = tree / ".sparkbuild" / "journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(
+        '{"run":"apply","pid":1,"patches":["0001-arch"]}\n{"begin":"0001-arch"}\n'
+        f'{{"keep":"{b.KERNEL}","mode":420}}\n', encoding="utf-8")
+    return Invocation(["patch", "apply", str(tree), "--recipe", str(recipe)],
+                      after=unchanged(tree, snapshot(tree)))
+
+
+def _unit_outside(work: Path) -> Invocation:
+    files = {**b.source_files(), "CMakeLists.txt": "project(demo)\n"}
+    tree = b.write_tree(work / "tree", files)
+    recipe = b.good_recipe(work / "recipe")
+    return Invocation(["check", "--tree", str(tree), "--recipe", str(recipe),
+                       "--unit", "../outside.cu"])
+
+
+def _out_inside_source(work: Path) -> Invocation:
+    source = b.write_tree(work / "source", b.source_files())
+    args = _wheel_args(work, source=source)
+    args[args.index("--out") + 1] = str(source / "wheelhouse")
+    return Invocation(args, after=lambda: _absent(source / "wheelhouse"))
+
+
+def _absent(path: Path) -> None:
+    assert not path.exists(), f"{path} was written"
+
+
+def _bundle_partials(work: Path) -> Invocation:
+    """A prepared tree, and what a killed ``bundle`` left: its partial and its staging."""
+    work.mkdir(parents=True, exist_ok=True)
+    sdist = b.good_sdist(work)
+    recipe = b.good_recipe(work / "recipe")
+    tree = work / "tree"
+    subprocess.run([*CLI, "prepare", "--source", str(sdist), "--dest", str(tree), "--recipe",
+                    str(recipe)], check=True, capture_output=True, timeout=120)
+    out = work / "out" / "demo.tar.xz"
+    out.parent.mkdir()
+    partial = out.with_name(f".{out.name}.partial-{DEAD_PID}")
+    partial.write_bytes(b"half an archive")
+    staging = work / "cache" / "tmp" / f"bundle-{DEAD_PID}-x1y2z3"
+    (staging / "sparkbuild-bundle").mkdir(parents=True)
+
+    def swept() -> None:
+        assert out.is_file()
+        assert not partial.exists(), f"{partial} is still there"
+        assert not staging.exists(), f"{staging} is still there"
+
+    return Invocation(["bundle", "--tree", str(tree), "--recipe", str(recipe), "--cache",
+                       str(work / "cache"), "--offline", "--without-wheels", "--out", str(out)],
+                      after=swept)
+
+
+def _disk_full_build_env(work: Path) -> Invocation:
+    """``wheel`` with its cache on a 3 MiB tmpfs: ``python -m venv`` cannot finish.  The
+    tmpfs goes with the run's mount namespace, so the wrapper itself looks for a half-made
+    build environment after the run, and exits 99 if one stayed."""
+    tiny = work / "tiny"
+    tiny.mkdir(parents=True)
+    inv = Invocation(_wheel_args(work, cache=tiny / "cache"))
+    buildenv = tiny / "cache" / "buildenv"
+    inv.wrap = ["unshare", "-rm", "sh", "-c",
+                f'mount -t tmpfs -o size=3m tmpfs "{tiny}" && "$@"; rc=$?; '
+                f'if [ -n "$(ls -A "{buildenv}" 2>/dev/null)" ]; then '
+                'echo "a half-made build environment stays" >&2; exit 99; fi; exit $rc', "sh"]
+    return inv
+
+
+def _lock_unknown_pin(work: Path) -> Invocation:
+    inv = _index_case(sha=None)(work)
+    recipe = Path(inv.args[inv.args.index("--recipe") + 1])
+    recipe.write_text(b.recipe_text(f"pypi:{b.PACKAGE}=={b.VERSION}", "patches/series")
+                      + '\n[[pins]]\nname = "no-such-project-sb23"\nversion = "1.0"\n',
+                      encoding="utf-8")
+    return Invocation(["lock", "--recipe", str(recipe), "--out", str(work / "locked")],
+                      env=inv.env)
+
+
+def _install_url(url: str) -> Callable[[Path], Invocation]:
+    return lambda work: Invocation(["install", url, "--venv", str(work / "venv")],
+                                   after=_no_venv(work / "venv"))
+
+
+def _served_manifest_null(work: Path) -> Invocation:
+    """A served wheelhouse whose manifest is damaged: where is the URL, not a scratch path."""
+    import functools
+    import http.server
+    import threading
+
+    _manifest_files_null(work)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(work))
+    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/wheelhouse/"
+    venv = work / "venv"
+
+    def stop() -> None:
+        server.shutdown()
+        _no_venv(venv)()
+
+    return Invocation(["install", url, "--venv", str(venv)], after=stop)
+
+
+ISSUE23_CASES = [
+    Case("recipe-job-memory-zero", "recipe", RecipeError,
+         "build.job_memory_gib must be a number of GiB above 0, not 0",
+         _recipe_with("job_memory_gib = 2.0", "job_memory_gib = 0"), PATCHING),
+    Case("recipe-job-memory-negative", "recipe", RecipeError, "not -1",
+         _recipe_with("job_memory_gib = 2.0", "job_memory_gib = -1"), PATCHING),
+    Case("recipe-job-memory-nan", "recipe", RecipeError, f"corpus.toml:{_line_of('job_memory')}",
+         _recipe_with("job_memory_gib = 2.0", "job_memory_gib = nan"), PATCHING),
+    Case("cli-job-memory-gib-zero", "cli", UsageError, "--job-memory-gib must be a number",
+         _doctor_memory("0"), ("sparkbuild.build.doctor",)),
+    Case("cli-job-memory-gib-nan", "cli", UsageError, "not nan", _doctor_memory("nan"),
+         ("sparkbuild.build.doctor",)),
+    Case("cli-jobs-zero", "cli", UsageError, "--jobs must be a positive integer, not 0",
+         lambda w: Invocation(_wheel_args(w, "--jobs", "0")), ("sparkbuild.pipeline",)),
+    Case("cli-jobs-negative", "cli", UsageError, "not -3",
+         lambda w: Invocation(_wheel_args(w, "--jobs", "-3")), ("sparkbuild.pipeline",)),
+    Case("recipe-cuda-archs-empty", "recipe", RecipeError, "target.cuda_archs is empty",
+         _recipe_with('cuda_archs = ["12.1a"]', "cuda_archs = []"), PATCHING),
+    Case("recipe-cuda-archs-not-an-arch", "recipe", RecipeError,
+         "target.cuda_archs: 'sm121' is not a CUDA arch",
+         _recipe_with('cuda_archs = ["12.1a"]', 'cuda_archs = ["sm121"]'), PATCHING),
+    Case("recipe-pin-name-empty", "recipe", RecipeError, "pins: '' is not a project name",
+         _pin(""), PATCHING),
+    Case("recipe-pin-name-invalid", "recipe", RecipeError, "'flash infer!' is not a project name",
+         _pin("flash infer!"), PATCHING),
+    Case("lock-pin-unknown-to-index", "index", RecipeError,
+         "pin no-such-project-sb23: the package index has no project of that name",
+         _lock_unknown_pin, ("sparkbuild.wheelhouse.lock",)),
+    Case("recipe-python-not-a-version", "recipe", RecipeError,
+         f"corpus.toml:{_line_of('python')}",
+         _recipe_with('python = "3.12"', 'python = "three"'), PATCHING),
+    Case("recipe-is-the-known-bad-list", "recipe", RecipeError,
+         "this is the known-bad list, not a recipe", _known_bad_as_recipe, PATCHING),
+    Case("cache-is-a-file", "cache", UsageError, "cache-file is a file", _cache_is_a_file,
+         ("sparkbuild.pipeline",)),
+    Case("cache-read-only", "cache", UsageError, "the cache directory is not writable",
+         _cache_read_only, ("sparkbuild.pipeline",)),
+    Case("manifest-files-null", "wheelhouse", VerifyError, "`files` must map file names",
+         _manifest_files_null, VERIFY),
+    Case("install-manifest-files-null", "wheelhouse", VerifyError, "`files` must map",
+         lambda w: _manifest_files_null(w, "install"), ("sparkbuild.node.install",)),
+    Case("install-refused-leaves-no-venv", "wheelhouse", VerifyError,
+         "absent-dependency-sb23", _install_pip_check_fails, ("sparkbuild.node.install",)),
+    Case("journal-line-without-data", "patch", PatchError, "has no saved data",
+         _journal_without_data, PATCHING),
+    Case("check-unit-outside-tree", "check", UsageError, "--unit ../outside.cu is outside",
+         _unit_outside, ("sparkbuild.build.check",)),
+    Case("wheel-out-inside-source", "wheelhouse", DestinationError,
+         "lies inside the source directory", _out_inside_source, ("sparkbuild.pipeline",)),
+    Case("bundle-sweeps-dead-partials", "disk", None, "bundle", _bundle_partials,
+         ("sparkbuild.bundle.write",)),
+    Case("disk-full-build-env", "disk", DiskFullError,
+         "the disk filled up while creating the build environment", _disk_full_build_env,
+         ("sparkbuild.pipeline",)),
+    Case("install-url-refused", "network", NetworkError, "the wheelhouse is served there",
+         _install_url("http://127.0.0.1:9/wheelhouse/"), ("sparkbuild.node.remote",)),
+    Case("install-url-where-is-the-url", "network", VerifyError,
+         "http://127.0.0.1:", _served_manifest_null, ("sparkbuild.node.remote",)),
+]
+
 
 
 def _install_refused(work: Path, wheelhouse: Path) -> Invocation:
@@ -1071,6 +1313,7 @@ CASES: list[Case] = [
     *DISK_CASES,
     *CACHE_CASES,
     *WHEEL_CASES,
+    *ISSUE23_CASES,
     *TRUST_CASES,
 ]
 

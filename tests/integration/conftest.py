@@ -9,7 +9,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,6 +32,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.path.resolve().is_relative_to(HERE):
             item.add_marker(pytest.mark.integration)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The hostile corpus's counts: cases run, ok (the right error, or the right success),
+    defects (anything else: a wrong code, a traceback, a missing fragment, a leftover)."""
+    marker = "test_hostile_corpus.py::test_case["
+    outcomes: dict[str, str] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(report, "nodeid", "")
+            if marker in nodeid and outcomes.get(nodeid) != "failed":
+                outcomes[nodeid] = "failed" if outcome == "error" else outcome
+    if not outcomes:
+        return
+    values = list(outcomes.values())
+    skipped = values.count("skipped")
+    terminalreporter.write_line(
+        f"hostile corpus: {len(values) - skipped} cases, {values.count('passed')} ok, "
+        f"{values.count('failed')} defects" + (f" ({skipped} skipped)" if skipped else ""))
 
 
 @pytest.fixture(scope="session")

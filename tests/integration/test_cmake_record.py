@@ -185,3 +185,42 @@ def test_generators_run_on_request_and_torch_cmake_gives_the_cuda_flags(
                  "-DONNX_NAMESPACE=onnx_c2", "-Xcudafe"):
         assert flag in command.argv, flag
     assert "torch_cpu" in record.imported
+
+
+LANGUAGES = r"""
+cmake_minimum_required(VERSION 3.26)
+project(langs LANGUAGES CXX CUDA)
+if(DEFINED CMAKE_CUDA_COMPILER_VERSION AND CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 13.0)
+  set(SUPPORTED "8.0;12.0")
+else()
+  set(SUPPORTED "8.0;8.6;8.9;9.0")
+endif()
+add_library(_langs MODULE csrc/kernel.cu)
+target_compile_definitions(_langs PRIVATE "SUPPORTED=${SUPPORTED}")
+message(FATAL_ERROR "none is supported " "(${SUPPORTED})" " of " ${SUPPORTED})
+"""
+
+
+def test_project_languages_give_the_cuda_version_and_message_keeps_lists(
+    tmp_path: Path,
+) -> None:
+    """project(... LANGUAGES CUDA) tells the tree its nvcc version, as the real configure
+    does (the mini-vllm example read no version and stopped on 8.0-9.0); a FATAL_ERROR's
+    text joins the arguments as message() does, a quoted list keeping its ';'."""
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(LANGUAGES, encoding="utf-8")
+    record = record_build(_inputs(tree, tmp_path))
+    assert record.targets["_langs"].definitions == ["SUPPORTED=8.0", "12.0"]
+    assert record.fatals == ["none is supported (8.0;12.0) of 8.012.0"]
+
+
+def test_pybind11_add_module_is_a_module_target(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.26)\nproject(p LANGUAGES CXX)\n"
+        "pybind11_add_module(_p MODULE NO_EXTRAS csrc/a.cu csrc/b.cpp)\n", encoding="utf-8")
+    record = record_build(_inputs(tree, tmp_path))
+    assert record.targets["_p"].kind == "MODULE"
+    assert record.targets["_p"].sources == ["csrc/a.cu", "csrc/b.cpp"]

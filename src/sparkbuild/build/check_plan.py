@@ -327,6 +327,16 @@ def _named_units(plan: CheckPlan, only: Sequence[str]) -> None:
                              hint="name a .cu file by its path inside the tree")
 
 
+def _refuse_outside(tree: Path, only: Sequence[str]) -> None:
+    """Every ``--unit`` is a path inside the tree, checked before any work."""
+    for name in only:
+        path = Path(name)
+        if path.is_absolute() or not (tree / path).resolve().is_relative_to(tree):
+            raise UsageError(f"--unit {name} is outside the tree", where=str(tree),
+                             hint="name a .cu file by its path inside the tree, such as "
+                             "csrc/quantization/fp4/nvfp4_quant_kernels.cu")
+
+
 def plan_check(
     tree: Path, recipe: Recipe, *, only: Sequence[str] | None = None, all_units: bool = False
 ) -> CheckPlan:
@@ -335,6 +345,7 @@ def plan_check(
     if not (tree / "CMakeLists.txt").is_file():
         raise UsageError("not a source tree with a CMakeLists.txt", where=str(tree),
                          hint="pass the directory `sparkbuild prepare --dest` wrote")
+    _refuse_outside(tree, only or ())
     require_spark_target(recipe)
     nvcc = tools.find_nvcc()
     tools.require_sm121(nvcc)

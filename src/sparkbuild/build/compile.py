@@ -38,7 +38,7 @@ from sparkbuild.build.pools import DEPTH_VARIABLE
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.build.unit_memory import MemorySampler
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.errors import CommandFailed, UsageError
+from sparkbuild.errors import CommandFailed, DiskFullError, UsageError, is_disk_full
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.store.files import venv_python
@@ -233,18 +233,54 @@ def ensure_build_env(cache: Cache, deps: Materialized, key: str,
             return python
         step(f"creating the build environment {venv}")
         shutil.rmtree(venv, ignore_errors=True)
-        run([sys.executable, "-m", "venv", venv], timeout=600)
-        if deps.requirements:
-            with tempfile.TemporaryDirectory() as scratch:
-                reqs = Path(scratch) / "build-requirements.txt"
-                reqs.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
-                run([python, "-m", "pip", "install", "--no-index", "--find-links",
-                     str(deps.wheel_dir), "-r", reqs],
-                    env={"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
-                         "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-                    timeout=3600, log=venv.parent / f"{venv.name}.install.log")
-        marker.write_text(" ".join(deps.requirements) + "\n", encoding="utf-8")
+        try:
+            _fill_build_env(venv, python, deps)
+            marker.write_text(" ".join(deps.requirements) + "\n", encoding="utf-8")
+        except BaseException as exc:  # a half-made venv is never left to look reusable
+            full = _filled_up(exc, venv.parent)
+            shutil.rmtree(venv, ignore_errors=True)
+            if full:
+                raise DiskFullError(
+                    "the disk filled up while creating the build environment",
+                    where=str(venv), hint="free some space (the build environment holds "
+                    "torch: several GB) and run again") from exc
+            raise
     return python
+
+
+LOW_DISK_BYTES = 16 << 20
+"""Free space below which a failed step is taken to have failed for want of disk."""
+
+
+def _filled_up(exc: BaseException, directory: Path) -> bool:
+    """Whether ``exc`` (while writing under ``directory``) came from a full disk.
+
+    ``python -m venv`` hides the errno of its ensurepip step, so a failed command on a
+    filesystem left with almost no free space counts as one too.
+    """
+    if isinstance(exc, DiskFullError) or is_disk_full(exc):
+        return True
+    if not isinstance(exc, CommandFailed):
+        return False
+    if "No space left on device" in f"{exc.what} {exc.hint}":
+        return True
+    try:
+        return shutil.disk_usage(directory).free < LOW_DISK_BYTES
+    except OSError:
+        return False
+
+
+def _fill_build_env(venv: Path, python: Path, deps: Materialized) -> None:
+    run([sys.executable, "-m", "venv", venv], timeout=600)
+    if deps.requirements:
+        with tempfile.TemporaryDirectory() as scratch:
+            reqs = Path(scratch) / "build-requirements.txt"
+            reqs.write_text("\n".join(deps.requirements) + "\n", encoding="utf-8")
+            run([python, "-m", "pip", "install", "--no-index", "--find-links",
+                 str(deps.wheel_dir), "-r", reqs],
+                env={"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
+                     "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                timeout=3600, log=venv.parent / f"{venv.name}.install.log")
 
 
 # -- the build ---------------------------------------------------------------------------

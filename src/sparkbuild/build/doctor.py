@@ -22,8 +22,8 @@ from packaging.version import Version
 
 from sparkbuild.build.pools import PoolPlan
 from sparkbuild.build.schedule import KnownUnit
-from sparkbuild.errors import ToolchainError
-from sparkbuild.recipe import BuildSettings, Recipe, require_spark_target
+from sparkbuild.errors import ToolchainError, UsageError
+from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
@@ -384,6 +384,9 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
     without the recipe's opt-in is refused at once (RecipeError), and the recipe's
     ``job_memory_gib`` is the default budget."""
+    if job_memory_gib is not None:
+        check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
+                             name="--job-memory-gib")
     if recipe is not None:
         require_spark_target(recipe)
         if job_memory_gib is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
 
 TOP = "sparkbuild-bundle"
@@ -64,11 +65,22 @@ class _Written:
     manifest: dict[str, Any] = field(default_factory=dict)
 
 
+def sweep_partials(out: Path) -> list[Path]:
+    """Remove the ``.NAME.partial-PID`` files of runs that died writing ``out``."""
+    swept = []
+    for path in out.parent.glob(f".{out.name}.partial-*"):
+        if writer_gone(path.name.rpartition("-")[2]) and not path.is_dir():
+            path.unlink(missing_ok=True)
+            swept.append(path)
+    return swept
+
+
 def write_archive(root: Path, out: Path, header: dict[str, Any]) -> _Written:
     """Write ``root`` as a bundle at ``out`` (atomically); the manifest goes last."""
     written = _Written()
     members: dict[str, dict[str, Any]] = {}
     first_of: dict[str, str] = {}
+    sweep_partials(out)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
         files = members_of(root)

@@ -46,13 +46,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild import __version__
-from sparkbuild.bundle.archive import TOP, write_archive
+from sparkbuild.bundle.archive import TOP, sweep_partials, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_root
 from sparkbuild.store.context import RunContext
+from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendor.index import source_entry, wheelset_entry
 from sparkbuild.vendor.unread import referenced_paths
@@ -204,7 +205,11 @@ def _bundled_recipe(recipe: Recipe, dest: Path) -> None:
 def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
     scratch = cache.root / "tmp"
     scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=prefix, dir=scratch) as directory:
+    for stale in scratch.glob(f"{prefix}*"):  # PREFIX-PID-RANDOM: a killed run's goes
+        pid = stale.name.removeprefix(prefix).partition("-")[0]
+        if stale.is_dir() and not stale.is_symlink() and writer_gone(pid):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-", dir=scratch) as directory:
         yield Path(directory)
 
 
@@ -235,6 +240,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
     if out.exists() and not out.is_file():
         raise DestinationError("--out exists and is not a file", where=str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
+    sweep_partials(out)  # what a killed run left beside the bundle
     keep = referenced_paths(tree)
     with staging_area(cache, "bundle-") as staging:
         root = staging / TOP

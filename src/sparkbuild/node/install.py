@@ -128,6 +128,18 @@ def ensure_venv(venv: Path, version: str | None) -> bool:
     return True
 
 
+def _remove_new_venv(venv: Path, existed: bool) -> None:
+    """Remove what this run put at ``venv``; an empty directory that was there stays."""
+    if not existed:
+        shutil.rmtree(venv, ignore_errors=True)
+    elif venv.is_dir():
+        for child in venv.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+
+
 def import_names(wheel: Path) -> list[str]:
     """The top-level modules a wheel installs: top_level.txt, else its file list."""
     with zipfile.ZipFile(wheel) as archive:
@@ -205,30 +217,39 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     for item in locked:
         check_known_bad(item.name, item.version, role="wheelhouse file",
                         where=str(directory / LOCK_NAME))
-    created = ensure_venv(venv, manifest.get("target", {}).get("python"))
-    python = venv_python(venv)
-    used = INSTALL_FROM[source]
-    step(f"installing {len(locked)} projects from {origin or directory}/{used} (no index, "
-         "hashes required)")
-    if source == "pylock":
-        _uv_pylock(python, pylock)
-    else:
-        with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
-            lock = Path(scratch) / LOCK_NAME
-            lock.write_text(lock_text, encoding="utf-8")
-            _pip(python, "install", "--no-index", "--find-links", str(directory),
-                 "--require-hashes", "--only-binary", ":all:", "--no-cache-dir", "--no-deps",
-                 "--requirement", lock)
-    check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
-                                timeout=PIP_TIMEOUT, check=False).output, manifest)
-    installed = [f"{r.name}=={r.version}" for r in locked]
-    if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
-        return InstallResult(venv, created, installed, [], check, installed_from=used)
-    modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
-    if modules:
-        with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
-            run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
-                timeout=PIP_TIMEOUT)
+    existed, created = venv.exists(), False
+    fresh = not existed or (venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir()))
+    try:  # a venv this run made goes again if the install fails: no half-made venv stays
+        created = ensure_venv(venv, manifest.get("target", {}).get("python"))
+        python = venv_python(venv)
+        used = INSTALL_FROM[source]
+        step(f"installing {len(locked)} projects from {origin or directory}/{used} (no index, "
+             "hashes required)")
+        if source == "pylock":
+            _uv_pylock(python, pylock)
+        else:
+            with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
+                lock = Path(scratch) / LOCK_NAME
+                lock.write_text(lock_text, encoding="utf-8")
+                _pip(python, "install", "--no-index", "--find-links", str(directory),
+                     "--require-hashes", "--only-binary", ":all:", "--no-cache-dir", "--no-deps",
+                     "--requirement", lock)
+        check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
+                                    timeout=PIP_TIMEOUT, check=False).output, manifest)
+        installed = [f"{r.name}=={r.version}" for r in locked]
+        if not check.ok:  # a failed pip check is the error: nothing is imported or recorded
+            if fresh:
+                _remove_new_venv(venv, existed)
+            return InstallResult(venv, created, installed, [], check, installed_from=used)
+        modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
+        if modules:
+            with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
+                run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
+                    timeout=PIP_TIMEOUT)
+    except BaseException:
+        if fresh:  # all that is there now is this run's
+            _remove_new_venv(venv, existed)
+        raise
     profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
     step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))

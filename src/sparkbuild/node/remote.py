@@ -10,15 +10,20 @@ the server.  What ties the lot to the wheelhouse that was built is the fingerpri
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import urllib.parse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from sparkbuild.errors import VerifyError
+from sparkbuild.errors import NetworkError, SparkbuildError, VerifyError
 from sparkbuild.node.install import InstallResult, install_wheelhouse
 from sparkbuild.store.download import download
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
 from sparkbuild.wheelhouse.verify import leaves_directory
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 def is_url(text: str) -> bool:
@@ -50,6 +55,26 @@ def fetch_wheelhouse(url: str, into: Path) -> Path:
 def install_from_url(url: str, venv: Path, *, source: str = "lock") -> InstallResult:
     """Install the wheelhouse served at ``url`` into ``venv``: fetched whole, verified like
     a local one, installed from the verified copy (from its lock, or its pylock.toml)."""
-    with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch, \
+            _as_served(url, Path(scratch)):
         local = fetch_wheelhouse(url, Path(scratch))
         return install_wheelhouse(local, venv, origin=url, source=source)
+
+
+@contextlib.contextmanager
+def _as_served(url: str, scratch: Path) -> Iterator[None]:
+    """Errors say where on the server, not in the scratch copy (gone when they are read),
+    and a server that cannot be reached gets a hint about serving, not about building."""
+    try:
+        yield
+    except SparkbuildError as exc:
+        if exc.where:
+            for local in {str(scratch.resolve()), str(scratch)}:
+                exc.where = exc.where.replace(local + "/", _base(url)).replace(local, url)
+        if isinstance(exc, NetworkError):
+            exc.hint = (f"check the URL and that the wheelhouse is served there (it is the "
+                        f"directory holding {MANIFEST_NAME}; any static HTTP server of it will "
+                        "do, e.g. `python -m http.server` in it) and that this machine can "
+                        "reach the server; or copy the wheelhouse here and install from its "
+                        "directory")
+        raise

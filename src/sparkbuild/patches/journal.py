@@ -260,9 +260,27 @@ def _remove(path: Path) -> bool:
     return False
 
 
+def _check_entry(entry: Entry, journal: Path) -> None:
+    """A saved file's entry carries its bytes and mode, a link its target; else it lies."""
+    if "keep" in entry:
+        data, mode = entry.get("data"), entry.get("mode")
+        try:
+            valid = isinstance(data, str) and base64.b64decode(data, validate=True) is not None
+        except ValueError:
+            valid = False
+        if not valid:
+            raise _corrupt(journal, f"the entry of {entry['keep']!r} has no saved data")
+        if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+            raise _corrupt(journal, f"the entry of {entry['keep']!r} has no file mode")
+    elif "link" in entry and not isinstance(entry.get("target"), str):
+        raise _corrupt(journal, f"the entry of link {entry['link']!r} has no target")
+
+
 def _replay(tree: Path, entries: list[Entry], journal: Path) -> tuple[int, int]:
     restored = removed = 0
     created_dirs = []
+    for entry in entries:  # every entry checked before the first file is put back
+        _check_entry(entry, journal)
     for entry in entries:
         kind = next((k for k in ("keep", "link", "absent", "mkdir") if k in entry), None)
         if kind is None:

@@ -58,6 +58,19 @@ def check_destination(out: Path, *, before_build: bool = False) -> list[str]:
     return foreign
 
 
+def refuse_inside_source(out: Path, source: Path | None) -> None:
+    """``out`` must not lie inside the source directory: the next build would copy the
+    wheelhouse into its tree (and this one would write into what it builds)."""
+    if source is None:
+        return
+    out, source = out.resolve(), source.resolve()
+    if out.is_relative_to(source):
+        raise DestinationError("the wheelhouse (--out) lies inside the source directory",
+                               where=f"{out} (source: {source})",
+                               hint="choose an --out outside the source tree; the next build "
+                               "would copy the wheelhouse into its tree")
+
+
 def foreign_files(out: Path) -> list[str]:
     """Files under the wheelhouse ``out`` that its manifest names neither as a wheel nor as
     a file it wrote (``requirements.lock``, the ``simple/`` pages)."""

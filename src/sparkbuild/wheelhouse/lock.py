@@ -39,6 +39,7 @@ from sparkbuild import __version__
 from sparkbuild.errors import (
     CommandFailed,
     HashMismatchError,
+    RecipeError,
     ToolchainError,
     UsageError,
     VerifyError,
@@ -379,6 +380,19 @@ def tree_demands(recipe: Recipe, declared: Sequence[RequirementLine], tree: Path
     return own + recorded_demands(recipe)
 
 
+def require_pins_on_index(recipe: Recipe, index: str) -> None:
+    """Every pin names a project the index has: asked before uv runs, whose answer for an
+    unknown name reads as a contradiction of the closure."""
+    from sparkbuild.recipe import pin_where
+    from sparkbuild.sources.index import list_files
+
+    for pin in recipe.pins:
+        if list_files(index, pin.name) is None:
+            raise RecipeError(f"pin {pin.name}: the package index has no project of that name",
+                              where=pin_where(recipe.path, pin.name),
+                              hint=f"check the name in the recipe's [[pins]] (index: {index})")
+
+
 def lock_closure(
     recipe: Recipe, *, platform: str, python: str, out: Path, tree: Path | None = None,
     context: RunContext | None = None,
@@ -404,6 +418,7 @@ def lock_closure(
     requirements = apply_pins([line.text for line in declared], recipe.pins)
     index = index_url()
     locked: list[LockedRequirement] = []
+    require_pins_on_index(recipe, index)
     if requirements:  # a package without requirements and a recipe without pins: empty
         def resolve(reqs: Sequence[str], forced: Sequence[str]) -> list[LockedRequirement]:
             return resolve_closure(reqs, forced, target=target, index=index)

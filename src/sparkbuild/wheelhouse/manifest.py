@@ -88,7 +88,25 @@ def load_manifest(directory: Path) -> tuple[bytes, dict[str, Any]]:
         raise VerifyError(f"manifest.json cannot be read: {exc}", where=str(path)) from exc
     if not isinstance(data, dict) or not isinstance(data.get("wheels"), list):
         raise VerifyError("manifest.json has no `wheels` list", where=str(path))
+    _check_shape(data, path)
     return raw, data
+
+
+def _check_shape(data: dict[str, Any], path: Path) -> None:
+    """Each wheel names its file and sha256; ``files`` (if any) maps names to sha256s."""
+    for number, wheel in enumerate(data["wheels"], start=1):
+        if not (isinstance(wheel, dict) and isinstance(wheel.get("file"), str)
+                and isinstance(wheel.get("sha256"), str)):
+            raise VerifyError(f"manifest.json: wheels entry {number} lacks its file or sha256",
+                              where=str(path), hint="the manifest was edited or is damaged; "
+                              "build the wheelhouse again or restore it from its source")
+    files = data.get("files", {})
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise VerifyError(f"manifest.json: `files` must map file names to sha256s, not "
+                          f"{json.dumps(files)[:60]}", where=str(path),
+                          hint="the manifest was edited or is damaged; build the wheelhouse "
+                          "again or restore it from its source")
 
 
 def expected_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
