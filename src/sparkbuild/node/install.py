@@ -246,12 +246,12 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
             with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
                 run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                     timeout=PIP_TIMEOUT)
+        profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
+        step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     except BaseException:
         if fresh:  # all that is there now is this run's
             _remove_new_venv(venv, existed)
         raise
-    profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
-    step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
