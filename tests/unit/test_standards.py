@@ -211,6 +211,31 @@ def test_an_sbom_missing_a_wheel_fails_verify(out: Path) -> None:
         (prop(dropped, "file"), "not in sbom.cdx.json")]
 
 
+def test_each_standard_file_words_its_own_disagreements(out: Path) -> None:
+    from sparkbuild.wheelhouse.pylock import pylock_disagreements
+    from sparkbuild.wheelhouse.sbom import sbom_disagreements
+    from sparkbuild.wheelhouse.standards import present_wheels
+
+    wheels = present_wheels({p.name: sha(p.read_bytes()) for p in out.glob("*.whl")})
+    first, second = sorted(wheels)[:2]
+    name, version, digest = wheels[second]
+    present = {first: wheels[first], second: (name + "x", version, digest),
+               "z-1.0-py3-none-any.whl": ("z", "1.0", "0" * 64)}
+    dropped = sorted(set(wheels) - set(present))
+    assert dropped  # the fake index has three wheels: the third is listed but not present
+    assert pylock_disagreements(out, present, None) == [
+        (second, f"pylock.toml names it {name}=={version}"),
+        ("z-1.0-py3-none-any.whl", "not in pylock.toml")] + [
+        ("pylock.toml", f"names {file}, which is not in the wheelhouse") for file in dropped]
+    present[first] = (*wheels[first][:2], "0" * 64)
+    assert sbom_disagreements(out, present)[:3] == [
+        (first, "its sha256 is not the one sbom.cdx.json lists"),
+        (second, f"sbom.cdx.json names it {name}=={version}"),
+        ("z-1.0-py3-none-any.whl", "not in sbom.cdx.json")]
+    assert sbom_disagreements(out, present)[3:] == [
+        ("sbom.cdx.json", f"lists {file}, which is not in the wheelhouse") for file in dropped]
+
+
 def test_a_pylock_for_another_target_fails_verify(out: Path) -> None:
     lock = out / "pylock.toml"
     machine = target_environment(None, None)["platform_machine"]

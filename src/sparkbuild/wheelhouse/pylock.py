@@ -133,15 +133,29 @@ def pylock_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, s
     if env is not None and data.get("environments") != [target_marker(env)]:
         problems.append((PYLOCK_NAME, f"its environments {data.get('environments')!r} are not "
                                       f"the target's [{target_marker(env)!r}]"))
-    locked = locked_files(data)
+    return problems + listing_disagreements(PYLOCK_NAME, locked_files(data), wheels,
+                                            hash_verb="pins", list_verb="names")
+
+
+def listing_disagreements(listing: str, listed: Mapping[str, tuple[str, str, str]],
+                          wheels: Mapping[str, tuple[str, str, str]], *, hash_verb: str,
+                          list_verb: str) -> list[tuple[str, str]]:
+    """(file, problem) for each way the entries of ``listing`` and the wheels present differ.
+
+    ``listed`` and ``wheels``: file -> (canonical name, version, sha256); ``hash_verb`` and
+    ``list_verb`` word the problems ("its sha256 is not the one pylock.toml pins",
+    "pylock.toml names X, which is not in the wheelhouse").  ``pylock.toml`` and
+    ``sbom.cdx.json`` (:func:`sparkbuild.wheelhouse.sbom.sbom_disagreements`) share it.
+    """
+    problems = []
     for file, (name, version, sha256) in sorted(wheels.items()):
-        entry = locked.get(file)
+        entry = listed.get(file)
         if entry is None:
-            problems.append((file, f"not in {PYLOCK_NAME}"))
+            problems.append((file, f"not in {listing}"))
         elif entry[2] != sha256:
-            problems.append((file, f"its sha256 is not the one {PYLOCK_NAME} pins"))
+            problems.append((file, f"its sha256 is not the one {listing} {hash_verb}"))
         elif entry[0] != name or entry[1] != version:
-            problems.append((file, f"{PYLOCK_NAME} names it {entry[0]}=={entry[1]}"))
-    problems += [(PYLOCK_NAME, f"names {file}, which is not in the wheelhouse")
-                 for file in sorted(set(locked) - set(wheels))]
+            problems.append((file, f"{listing} names it {entry[0]}=={entry[1]}"))
+    problems += [(listing, f"{list_verb} {file}, which is not in the wheelhouse")
+                 for file in sorted(set(listed) - set(wheels))]
     return problems

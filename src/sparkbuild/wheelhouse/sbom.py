@@ -57,7 +57,7 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
-from sparkbuild.wheelhouse.pylock import normal_version
+from sparkbuild.wheelhouse.pylock import listing_disagreements, normal_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -291,16 +291,5 @@ def sbom_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str
             raise ValueError("not a CycloneDX BOM with components")
     except (OSError, ValueError) as exc:
         return [(SBOM_NAME, f"cannot be read: {exc}")]
-    listed = sbom_files(data)
-    problems = []
-    for file, (name, version, sha256) in sorted(wheels.items()):
-        entry = listed.get(file)
-        if entry is None:
-            problems.append((file, f"not in {SBOM_NAME}"))
-        elif entry[2] != sha256:
-            problems.append((file, f"its sha256 is not the one {SBOM_NAME} lists"))
-        elif entry[0] != name or entry[1] != version:
-            problems.append((file, f"{SBOM_NAME} names it {entry[0]}=={entry[1]}"))
-    problems += [(SBOM_NAME, f"lists {file}, which is not in the wheelhouse")
-                 for file in sorted(set(listed) - set(wheels))]
-    return problems
+    return listing_disagreements(SBOM_NAME, sbom_files(data), wheels, hash_verb="lists",
+                                 list_verb="lists")
