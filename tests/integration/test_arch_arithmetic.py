@@ -25,6 +25,7 @@ from sparkbuild.patches.report import ALREADY, APPLIED, FAILED, NOT_APPLIED
 from sparkbuild.recipe import REPO_ROOT, Target
 from sparkbuild.toolchain.arch_eval import distinct_verdicts, evaluate, evaluate_tree
 from sparkbuild.toolchain.archs import tree_arch_lists
+from support.flashlike import DEPENDENCY, OLD_HELPER
 
 UTILS = (REPO_ROOT / "examples" / "mini-vllm" / "cmake" / "utils.cmake").read_text()
 SM90PLUS = """
@@ -249,51 +250,3 @@ def test_a_dependency_without_cuda_lists_is_nothing_to_do(tmp_path: Path) -> Non
                          root_is_optional=True)
     plan = edit.plan(root)
     assert plan.changes == () and plan.details["lists"] == []
-
-
-OLD_HELPER = r"""
-function(cuda_archs_loose_intersection OUT_CUDA_ARCHS SRC_CUDA_ARCHS TGT_CUDA_ARCHS)
-  set(_SRC ${SRC_CUDA_ARCHS})
-  set(_PTX)
-  foreach(_arch ${SRC_CUDA_ARCHS})
-    if(_arch MATCHES "\\+PTX$")
-      string(REPLACE "+PTX" "" _base "${_arch}")
-      list(APPEND _PTX "${_base}")
-      list(REMOVE_ITEM _SRC "${_arch}")
-      list(APPEND _SRC "${_base}")
-    endif()
-  endforeach()
-  list(SORT _SRC COMPARE NATURAL ORDER ASCENDING)
-  set(_OUT)
-  foreach(_tgt ${TGT_CUDA_ARCHS})
-    set(_pick)
-    string(REGEX REPLACE "^([0-9]+)\\..*$" "\\1" _tmaj "${_tgt}")
-    foreach(_src ${_SRC})
-      string(REGEX REPLACE "^([0-9]+)\\..*$" "\\1" _smaj "${_src}")
-      if(_src VERSION_LESS_EQUAL _tgt)
-        if(_src IN_LIST _PTX OR _smaj STREQUAL _tmaj)
-          set(_pick "${_src}")
-        endif()
-      endif()
-    endforeach()
-    if(_pick)
-      if(_pick IN_LIST _PTX)
-        list(APPEND _OUT "${_pick}+PTX")
-      else()
-        list(APPEND _OUT "${_pick}")
-      endif()
-    endif()
-  endforeach()
-  set(${OUT_CUDA_ARCHS} ${_OUT} PARENT_SCOPE)
-endfunction()
-"""
-DEPENDENCY = """\
-include(${CMAKE_CURRENT_LIST_DIR}/cmake/utils.cmake)
-set(CUDA_SUPPORTED_ARCHS "8.0;8.6;8.9;9.0")
-if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 12.8)
-  list(APPEND CUDA_SUPPORTED_ARCHS "10.0" "11.0" "12.0")
-endif()
-cuda_archs_loose_intersection(CUDA_ARCHS "${CUDA_SUPPORTED_ARCHS}" "${CUDA_ARCHS}")
-cuda_archs_loose_intersection(FA2_ARCHS "8.0+PTX" "${CUDA_ARCHS}")
-cuda_archs_loose_intersection(FA3_ARCHS "9.0a;" "${CUDA_ARCHS}")
-"""
