@@ -9,21 +9,18 @@ for 12.1a by :func:`sparkbuild.toolchain.sass.read_kernels` and, put into a whee
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.proc import run
-from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.tools import find_nvcc
-from sparkbuild.wheelhouse.closure import RealOutside
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
+from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 pytestmark = pytest.mark.nvcc
 
@@ -94,32 +91,12 @@ def test_nothing_for_the_target(libraries: dict[str, Path]) -> None:
     assert sass.coverage(sass.read_kernels(libraries["none"]), "9.0a").counts()["native"] == 1
 
 
-class NoNetwork(RealOutside):
-    def index_url(self) -> str:
-        return "https://index.invalid/simple"
-
-
-def _wheel(directory: Path, library: Path) -> Path:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("demo/__init__.py", "")
-        archive.writestr("demo/_C.so", library.read_bytes())
-        archive.writestr("demo-1.0.dist-info/METADATA",
-                         "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
-        archive.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
-    path = directory / "demo-1.0-cp311-cp311-linux_x86_64.whl"
-    path.write_bytes(buffer.getvalue())
-    return path
-
-
 def _wheelhouse(tmp_path: Path, library: Path, *, allow_jit: bool) -> Path:
-    recipe = Recipe(path=tmp_path / "r.toml", name="demo", source=SourcePin("."),
-                    series=tmp_path / "series",
-                    target=Target(cuda_archs=("12.1a",), allow_jit=allow_jit),
-                    build=BuildSettings(), pins=(), package="demo")
     out = tmp_path / f"wheelhouse-{allow_jit}"
-    write_wheelhouse(out, recipe=recipe, source={"kind": "directory"}, patches=[],
-                     built_wheels=[_wheel(tmp_path, library)], build_settings={},
+    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
+                     source={"kind": "directory"}, patches=[],
+                     built_wheels=[demo_wheel(tmp_path, {"demo/_C.so": library.read_bytes()})],
+                     build_settings={},
                      cache_root=tmp_path / "cache", offline=False, platform=None,
                      toolchain={"python": "3.11"}, outside=NoNetwork())
     return out

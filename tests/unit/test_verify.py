@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from typing import TYPE_CHECKING
 
 import pytest
 
 from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import BuildSettings, Recipe, SourcePin, Target
 from sparkbuild.toolchain.sass import KernelCode, SassFunction, arch_digits, parse_sass, runs_on
-from sparkbuild.wheelhouse.closure import RealOutside
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
+from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -56,27 +53,6 @@ def reader(texts: dict[str, str]) -> Callable[[Path], list[SassFunction]]:
 NO_SASS = reader({})
 
 
-class NoNetwork(RealOutside):
-    """The built wheel has no requirements and the recipe no pins: nothing to fetch."""
-
-    def index_url(self) -> str:
-        return "https://index.invalid/simple"
-
-
-def demo_wheel(directory: Path, libraries: tuple[str, ...]) -> Path:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("demo/__init__.py", "")
-        for library in libraries:
-            archive.writestr(library, b"\x7fELF" + library.encode())
-        archive.writestr("demo-1.0.dist-info/METADATA",
-                         "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
-        archive.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
-    path = directory / "demo-1.0-cp311-cp311-linux_x86_64.whl"
-    path.write_bytes(buffer.getvalue())
-    return path
-
-
 def lister(archs: dict[str, list[str]]) -> Callable[[Path], list[str]]:
     return lambda path: archs.get(path.name, [])
 
@@ -104,13 +80,12 @@ def wheelhouse(tmp_path: Path, libraries: tuple[str, ...] = ("demo/_C.so",), *,
                out: Path | None = None,
                kernels: Callable[[Path], list[KernelCode]] = NATIVE,
                allow_jit: bool = False) -> Path:
-    recipe = Recipe(path=tmp_path / "r.toml", name="demo", source=SourcePin("."),
-                    series=tmp_path / "series",
-                    target=Target(cuda_archs=("12.1a",), allow_jit=allow_jit),
-                    build=BuildSettings(), pins=(), package="demo")
     out = out or tmp_path / "wheelhouse"
-    write_wheelhouse(out, recipe=recipe, source={"kind": "directory"}, patches=[],
-                     built_wheels=[demo_wheel(tmp_path, libraries)], build_settings={},
+    built = demo_wheel(tmp_path, {library: b"\x7fELF" + library.encode()
+                                  for library in libraries})
+    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
+                     source={"kind": "directory"}, patches=[],
+                     built_wheels=[built], build_settings={},
                      cache_root=tmp_path / "cache", offline=False, platform=None,
                      toolchain={"python": "3.11"}, outside=NoNetwork(), list_archs=archs,
                      read_functions=sass, read_kernels=kernels)
