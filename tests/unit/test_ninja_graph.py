@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from sparkbuild.build.ninja_graph import (
@@ -14,16 +13,7 @@ from sparkbuild.build.ninja_graph import (
     read_ninja_file,
     read_ninja_log,
 )
-
-DATA = Path(__file__).parent / "data" / "ninja-mini-vllm"
-OBJ = "CMakeFiles/_C.dir/csrc/"
-
-
-def _build_dir(tmp_path: Path) -> Path:
-    build = tmp_path / "build"
-    shutil.copytree(DATA, build)
-    (build / "ninja_log").rename(build / ".ninja_log")
-    return build
+from support.ninja_build import DATA, OBJ, recorded_build
 
 
 def test_continuations_are_joined_and_escaped_dollars_are_not() -> None:
@@ -41,7 +31,7 @@ def test_build_line_sections_and_escapes() -> None:
 
 def test_recorded_build_ninja_has_six_compile_edges_one_link_and_the_include(
         tmp_path: Path) -> None:
-    build = _build_dir(tmp_path)
+    build = recorded_build(tmp_path)
     parsed = read_ninja_file(build / "build.ninja")
     assert parsed.includes == ["CMakeFiles/rules.ninja"]
     compiles = [e for e in parsed.edges if e.is_compile]
@@ -60,7 +50,7 @@ def test_recorded_build_ninja_has_six_compile_edges_one_link_and_the_include(
 
 
 def test_flags_key_follows_flags_and_defines(tmp_path: Path) -> None:
-    build = _build_dir(tmp_path)
+    build = recorded_build(tmp_path)
     cuda = [e for e in read_ninja_file(build / "build.ninja").edges
             if e.rule.startswith("CUDA_COMPILER")]
     assert len({e.flags_key() for e in cuda}) == 1

@@ -14,9 +14,7 @@ from sparkbuild.build.ninja_shim import (
     relative_source,
 )
 from sparkbuild.build.pools import HEAVY_PATTERNS, HEAVY_POOL
-
-DATA = Path(__file__).parent / "data" / "ninja-mini-vllm"
-OBJ = "CMakeFiles/_C.dir/csrc/"
+from support.ninja_build import DATA, OBJ
 
 
 def _plan(**extra: object) -> dict[str, object]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,23 +17,15 @@ from sparkbuild.build.timeline import (
     run_timeline,
     timeline_lines,
 )
+from support.ninja_build import OBJ, recorded_build
 
-DATA = Path(__file__).parent / "data" / "ninja-mini-vllm"
 GIB = 1024**3
-OBJ = "CMakeFiles/_C.dir/csrc/"
 SCALED = OBJ + "quantization/scaled_mm/scaled_mm_sm120.cu.o"
 LIB = "_C.cpython-311-x86_64-linux-gnu.so"
 
 
-def _build_dir(tmp_path: Path) -> Path:
-    build = tmp_path / "build"
-    shutil.copytree(DATA, build)
-    (build / "ninja_log").rename(build / ".ninja_log")
-    return build
-
-
 def test_phases_units_and_critical_path_of_one_run(tmp_path: Path) -> None:
-    build = _build_dir(tmp_path)
+    build = recorded_build(tmp_path)
     marks = BuildMarks(started=990.0, wheel_started=995.0, ended=1050.0)
     runs = [NinjaRun(build, 1000.0, 1046.0, 0)]
     timeline = build_timeline(runs, marks, Path("/TREE"),
@@ -66,7 +57,7 @@ def test_phases_units_and_critical_path_of_one_run(tmp_path: Path) -> None:
 
 
 def test_a_retried_run_counts_the_units_once_with_their_last_try(tmp_path: Path) -> None:
-    build = _build_dir(tmp_path)
+    build = recorded_build(tmp_path)
     with (build / ".ninja_log").open("a", encoding="utf-8") as log:
         log.write(f"0\t9000\t1\t{SCALED}\th\n9000\t20000\t1\t{LIB}\th\n")
     runs = [NinjaRun(build, 1000.0, 1046.0, 1, retried=(SCALED,)),
