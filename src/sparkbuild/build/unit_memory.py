@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.build.schedule import KnownUnit
+from sparkbuild.store.files import write_text_atomic
 
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -199,7 +200,5 @@ def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],
             data.setdefault(key, {})["killed"] = True
     path = store_path(cache_root)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_suffix(f".tmp-{os.getpid()}")
-    scratch.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    scratch.replace(path)
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return count
