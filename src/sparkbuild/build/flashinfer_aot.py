@@ -46,6 +46,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.proc import run
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
+from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
@@ -342,7 +343,7 @@ def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tu
         run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
              "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
             timeout=3600, log=wheel_dir / "download.log")
-        marker.write_text(wanted, encoding="utf-8")
+        write_text_atomic(marker, wanted)
     found = sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl"))
     if not found:
         raise CacheMissError(f"no {pin.requirement} wheel in the cache", where=str(wheel_dir))

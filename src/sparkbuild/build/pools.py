@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.build.schedule import KnownUnit, simulate
+from sparkbuild.store.files import write_text_atomic
 
 GIB = 1024**3
 HEAVY_POOL = "sparkbuild_heavy"
@@ -309,5 +310,5 @@ def write_plan_file(plan: PoolPlan, path: Path, tree: Path) -> Path:
             "threshold": plan.threshold_bytes / HEADROOM, "patterns": list(plan.patterns),
             "measured": dict(plan.measured), "by_source": by_source,
             "killed": list(plan.killed)}
-    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    write_text_atomic(path, json.dumps(data, indent=1) + "\n")
     return path

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.proc import run
+from sparkbuild.store.files import write_text_atomic
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 ON_NODE = "<found on the node>"
@@ -219,12 +220,11 @@ def write_profile(profile: NodeProfile, venv: Path) -> NodeProfile:
     directory.mkdir(parents=True, exist_ok=True)
     profile.profile_sh = directory / PROFILE_SH
     profile.env_file = directory / ENV_FILE
-    profile.profile_sh.write_text(render_profile_sh(profile), encoding="utf-8")
-    profile.env_file.write_text(render_env_file(profile), encoding="utf-8")
+    write_text_atomic(profile.profile_sh, render_profile_sh(profile))
+    write_text_atomic(profile.env_file, render_env_file(profile))
     activate = venv / "bin" / "activate"
     if activate.is_file():
         text = activate.read_text(encoding="utf-8")
         if ACTIVATE_LINE not in text:
-            activate.write_text(text.rstrip("\n") + "\n\n" + ACTIVATE_LINE + "\n",
-                                encoding="utf-8")
+            write_text_atomic(activate, text.rstrip("\n") + "\n\n" + ACTIVATE_LINE + "\n")
     return profile
