@@ -23,7 +23,6 @@ by itself, the driver below adds:
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import os
 import shutil
@@ -47,7 +46,7 @@ from sparkbuild.errors import (
 from sparkbuild.proc import run
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.files import write_text_atomic
-from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.hashing import record_form, sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 if TYPE_CHECKING:
@@ -269,8 +268,7 @@ def _init_py(version: str) -> str:
 
 
 def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
+    return f"{name},{record_form(hashlib.sha256(data))},{len(data)}"
 
 
 def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: str) -> Path:

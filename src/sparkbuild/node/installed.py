@@ -7,9 +7,7 @@ rows without a hash (RECORD itself, ``.pyc`` files pip compiled) are listed but 
 
 from __future__ import annotations
 
-import base64
 import csv
-import hashlib
 import io
 import os
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.store.hashing import record_form, sha256_stream
 
 
 @dataclass(frozen=True)
@@ -98,11 +97,8 @@ def read_record(dist: Distribution) -> list[RecordRow]:
 
 def record_digest(data_path: Path) -> str:
     """``sha256=<urlsafe base64 without padding>``, as RECORD writes it."""
-    digest = hashlib.sha256()
     with data_path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+        return record_form(sha256_stream(handle))
 
 
 def installed_path(dist: Distribution, row: RecordRow) -> Path:

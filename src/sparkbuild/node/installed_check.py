@@ -20,7 +20,6 @@ Two nodes that print the same fingerprint and pass this check run the same bits.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zipfile
@@ -39,7 +38,7 @@ from sparkbuild.node.installed import (
     installed_path,
     read_record,
 )
-from sparkbuild.store.hashing import CHUNK, sha256_file
+from sparkbuild.store.hashing import sha256_file, sha256_stream
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
 from sparkbuild.wheelhouse.members import member_digest
 from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
@@ -153,11 +152,8 @@ INSTALLER_FILES = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
 
 
 def _file_digest(path: Path) -> bytes:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.digest()
+        return sha256_stream(handle).digest()
 
 
 def _target(venv: Path, dist: Distribution, member: str) -> Path | None:

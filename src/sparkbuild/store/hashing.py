@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import re
 from pathlib import Path
+from typing import IO
 
 from sparkbuild.console import byte_progress
 
@@ -30,9 +32,7 @@ def sha256_file(path: Path, *, progress: bool = True) -> str:
     show = progress and size > PROGRESS_THRESHOLD
     with path.open("rb") as stream:
         if not show:
-            for chunk in iter(lambda: stream.read(CHUNK), b""):
-                digest.update(chunk)
-            return digest.hexdigest()
+            return sha256_stream(stream).hexdigest()
         with byte_progress(f"hashing {path.name}", size) as advance:
             for chunk in iter(lambda: stream.read(CHUNK), b""):
                 digest.update(chunk)
@@ -42,3 +42,16 @@ def sha256_file(path: Path, *, progress: bool = True) -> str:
 
 def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_stream(stream: IO[bytes]) -> hashlib._Hash:
+    """The sha256 of what is left in ``stream``, read :data:`CHUNK` bytes at a time."""
+    digest = hashlib.sha256()
+    for chunk in iter(lambda: stream.read(CHUNK), b""):
+        digest.update(chunk)
+    return digest
+
+
+def record_form(digest: hashlib._Hash) -> str:
+    """``sha256=<urlsafe base64 without padding>``: the hash form of a wheel's RECORD."""
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")

@@ -9,11 +9,10 @@ any other member is hashed :data:`~sparkbuild.store.hashing.CHUNK` bytes at a ti
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.store.hashing import CHUNK
+from sparkbuild.store.hashing import sha256_stream
 
 if TYPE_CHECKING:
     import zipfile
@@ -37,8 +36,5 @@ def read_text_member(archive: zipfile.ZipFile, name: str, where: str,
 
 def member_digest(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     """The raw sha256 of a member's bytes, read in chunks."""
-    digest = hashlib.sha256()
     with archive.open(info) as stream:
-        for block in iter(lambda: stream.read(CHUNK), b""):
-            digest.update(block)
-    return digest.digest()
+        return sha256_stream(stream).digest()

@@ -11,7 +11,6 @@ the index's.
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import io
@@ -28,7 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import UnsafeArchiveError, VerifyError
 from sparkbuild.store.files import replacing
-from sparkbuild.store.hashing import CHUNK, sha256_file
+from sparkbuild.store.hashing import CHUNK, record_form, sha256_file
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -190,11 +189,7 @@ def dist_info_dir(names: Iterable[str], wheel: Path) -> str:
 
 def record_digest(data: bytes) -> str:
     """The hash form RECORD uses: urlsafe base64 without padding."""
-    return _record_form(hashlib.sha256(data))
-
-
-def _record_form(digest: hashlib._Hash) -> str:
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode("ascii")
+    return record_form(hashlib.sha256(data))
 
 
 def recorded_hashes(record: bytes) -> dict[str, str]:
@@ -288,7 +283,7 @@ class _RecordWriter:
                 digest.update(chunk)
                 out.write(chunk)
                 written += len(chunk)
-        hashed = _record_form(digest)
+        hashed = record_form(digest)
         self.rows.append((name, hashed, str(written)))
         return hashed
 
