@@ -140,6 +140,10 @@ def _not_a_build(args: list[str]) -> bool:
 
 
 def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
+    # Not proc.run: that starts ninja in a session of its own, out of the process group of
+    # the build that sparkbuild's proc.run stops (and records for the cache lock), so a
+    # stopped or killed build would leave ninja and its nvcc jobs running.  This process
+    # is the build's, started by cmake, and keeps to the standard library and ninja_graph.
     lines: list[str] = []
     with subprocess.Popen([real, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, errors="replace", bufsize=1) as child:
