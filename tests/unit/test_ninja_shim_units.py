@@ -91,3 +91,21 @@ def test_a_pool_declared_by_the_include_gets_its_depth_there(tmp_path: Path) -> 
     assign_pool(build, _plan(depth=2))
     assert f"pool {HEAVY_POOL}" not in (build / "build.ninja").read_text(encoding="utf-8")
     assert read_graph(build)[1][HEAVY_POOL] == 2
+
+
+def test_the_wrapper_imports_the_standard_library_and_ninja_graph_alone() -> None:
+    """CMake runs the wrapper in the build's environment: nothing of sparkbuild's console
+    (rich) or store, only ninja_graph, which imports the standard library alone."""
+    import ast
+    import sys
+
+    from sparkbuild.build import ninja_graph, ninja_shim
+
+    def imported(module: object) -> set[str]:
+        tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text(encoding="utf-8"))
+        names = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        return {name for name in names if name.split(".")[0] not in sys.stdlib_module_names}
+
+    assert imported(ninja_shim) == {"sparkbuild.build.ninja_graph"}
+    assert imported(ninja_graph) == set()
