@@ -66,7 +66,6 @@ if TYPE_CHECKING:
 SBOM_NAME = "sbom.cdx.json"
 WHEEL_SBOM = "sboms/sbom.cdx.json"
 """Where the built wheel carries its SBOM, under its ``.dist-info`` (PEP 770)."""
-SCHEMA_VERSION = "1.6"
 _PREFIX = "sparkbuild"
 _SERIAL_NAMESPACE = uuid.UUID("6f9619ff-8b86-d011-b42d-00c04fc964ff")
 _TOOL_NAMES = {"nvcc": "cuda-nvcc", "gcc": "gcc", "cmake": "cmake", "ninja": "ninja",
