@@ -62,7 +62,17 @@ def test_a_spark_with_two_active_roce_ports(tmp_path: Path) -> None:
     venv = _venv(tmp_path, ["12.1a"], ["12.1a"])
     outputs = {"nvidia-smi --query-gpu=name,compute_cap,driver_version": SMI_QUERY,
                "nvidia-smi": SMI}
-    result = run_preflight(venv, _probe(tmp_path, outputs))
+    probe = _probe(tmp_path, outputs)
+    asked: list[str] = []
+    answer = probe.command
+
+    def counted(argv: list[str]) -> str | None:
+        asked.append(" ".join(argv))
+        return answer(argv)
+
+    probe.command = counted
+    result = run_preflight(venv, probe)
+    assert len([a for a in asked if a.startswith("nvidia-smi --query-gpu")]) == 1  # once
     checks = _by_name(result)
     assert {n: c["status"] for n, c in checks.items()} == {
         "wheelhouse": "ok", "gpu": "ok", "driver": "ok", "ptxas": "ok",

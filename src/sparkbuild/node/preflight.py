@@ -173,8 +173,10 @@ def _version_tuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", text)[:2])
 
 
-def gpu_checks(probe: NodeProbe, built: Built) -> list[NodeCheck]:
-    gpus, where = _gpus(probe)
+def gpu_checks(probe: NodeProbe, built: Built,
+               found: tuple[list[tuple[str, str, str]], str]) -> list[NodeCheck]:
+    """The ``gpu`` and ``driver`` checks of the GPUs ``_gpus`` ``found``."""
+    gpus, where = found
     if not gpus:
         return [NodeCheck("gpu", "absent", "no NVIDIA GPU found",
                           "neither nvidia-smi nor /proc/driver/nvidia names one"),
@@ -311,8 +313,9 @@ def run_preflight(venv: Path | None = None, probe: NodeProbe | None = None) -> P
     else:
         checks.append(NodeCheck("wheelhouse", "ok", f"built for {', '.join(built.archs)}, "
                                 f"CUDA {built.cuda or '?'}"))
-    checks += gpu_checks(probe, built)
-    gpu_caps = sorted({cap for _, cap, _ in _gpus(probe)[0] if cap})
+    found = _gpus(probe)
+    checks += gpu_checks(probe, built, found)
+    gpu_caps = sorted({cap for _, cap, _ in found[0] if cap})
     checks.append(ptxas_check(probe, built))
     checks.append(flashinfer_check(venv, built, gpu_caps))
     checks.append(workspace_check(probe, built))
