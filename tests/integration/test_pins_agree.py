@@ -254,11 +254,28 @@ def test_a_known_bad_version_is_refused_by_lock_and_install(tmp_path: Path) -> N
             "on GB10") in output
     assert "known_bad.toml" in output and not (tmp_path / "out").exists()
 
+    # A wheelhouse that passes verify (its manifest vouches for the wheel and the lock), so
+    # that install reaches the known-bad check, which refuses it before any venv exists.
     house = tmp_path / "wheelhouse"
     house.mkdir()
-    (house / "manifest.json").write_text(json.dumps({"wheels": []}))
-    (house / "requirements.lock").write_text(
-        "flashinfer-python==0.6.17 \\\n    --hash=sha256:" + "a" * 64 + "\n")
+    wheel = house / "flashinfer_python-0.6.17-py3-none-any.whl"
+    info = "flashinfer_python-0.6.17.dist-info"
+    members = {f"{info}/METADATA": b"Metadata-Version: 2.1\nName: flashinfer-python\n"
+               b"Version: 0.6.17\n",
+               f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+        archive.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in members)
+                         + f"{info}/RECORD,,\n")
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = f"flashinfer-python==0.6.17 \\\n    --hash=sha256:{digest}\n"
+    (house / "requirements.lock").write_text(lock)
+    (house / "manifest.json").write_text(json.dumps({
+        "target": {"cuda_archs": []},
+        "wheels": [{"file": wheel.name, "name": "flashinfer-python", "version": "0.6.17",
+                    "sha256": digest, "size": wheel.stat().st_size, "role": "pin"}],
+        "files": {"requirements.lock": hashlib.sha256(lock.encode()).hexdigest()}}))
     code, output = sparkbuild("install", house, "--venv", tmp_path / "venv")
     assert code == 14, output
     assert "refusing wheelhouse file flashinfer-python==0.6.17" in output
