@@ -143,3 +143,26 @@ def test_online_a_failed_download_fails_before_the_build(
         pipeline._refuse_runtime_gaps(_options(tmp_path, offline=False), None, cache,
                                       _tree(tmp_path))
     assert not (cache.root / "flashinfer-aot" / running_tag() / ".sparkbuild-complete").exists()
+
+
+def test_a_failed_build_with_only_says_to_switch_the_other_groups_off(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sparkbuild.build.flashinfer_aot import AotRequest, build_jit_cache
+
+    def builder(command: list[Any], **_: Any) -> None:
+        if "pip" not in map(str, command):
+            raise CommandFailed("python exited with status 1", hint="read the output above")
+
+    monkeypatch.setattr(flashinfer_aot, "run", builder)
+    wheel = tmp_path / "flashinfer_python-0.6.18-py3-none-any.whl"
+    wheel.write_bytes(b"w")
+    request = AotRequest(flashinfer_wheel=wheel, wheel_dir=tmp_path, python=Path("python"),
+                         archs=("12.1a",), out=tmp_path / "out", work=tmp_path / "work",
+                         cuda_home=tmp_path, cuda_version="13.0",
+                         args=("--only", "silu_and_mul"))
+    with pytest.raises(CommandFailed) as caught:
+        build_jit_cache(request)
+    assert "switch the others off too (--add-moe false" in (caught.value.hint or "")
+    with pytest.raises(CommandFailed) as caught:
+        build_jit_cache(AotRequest(**{**request.__dict__, "args": ("--add-moe", "false")}))
+    assert "narrow the module set" in (caught.value.hint or "")

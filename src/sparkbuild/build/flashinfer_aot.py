@@ -228,7 +228,11 @@ def build_jit_cache(request: AotRequest) -> AotResult:
         run([request.python, driver, work / "root", modules, work / "build",
              *request.args], env=env, cwd=work, timeout=24 * 3600.0, log=log)
     except CommandFailed as exc:
-        exc.hint = exc.hint or "narrow the module set with [flashinfer] aot_args"
+        only = any(a == "--only" or a.startswith("--only=") for a in request.args)
+        exc.hint = (  # proc.run's own hint is generic: this one says what to change
+            "flashinfer generates every switched-on group's modules before --only picks: "
+            "switch the others off too (--add-moe false, --add-misc false, --add-xqa false, "
+            "...)" if only else "read the log; narrow the module set with [flashinfer] aot_args")
         raise
     seconds = time.monotonic() - started
     built = sorted(p.parent.name for p in modules.glob("*/*.so"))
