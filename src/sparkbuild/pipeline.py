@@ -361,10 +361,6 @@ def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
     from sparkbuild.wheelhouse.closure import bundle_runtime
 
     def runtime(tree: Path, cache: Cache, dest: Path) -> dict[str, Any]:
-        if not offline:  # flashinfer's builder wheels, fetched now so that the bundle has them
-            from sparkbuild.build.flashinfer_aot import ready_builder
-
-            ready_builder(recipe, cache.root, offline=False)
         return bundle_runtime(recipe, tree, cache, dest, closure=closure, offline=offline)
 
     return runtime
