@@ -21,8 +21,8 @@ build)
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
     nvcc --version | tail -1; } > $S/machine.txt 2>&1
   source $D/cudaroot.sh >> $S/machine.txt
-  # the pins are the wheelhouse's, not the build's (a bundle does not carry them): seed them
-  python3 $D/seed_pins.py $D/recipe.toml $S/cache $S/pins > $S/seed.txt 2>&1 || exit 1
+  # the bundle carries the recipe's pins and flashinfer's builder wheels: `wheel` imports
+  # them into the cache, and names any one missing before it compiles
   date +%s > $S/start
   setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz \
     --use-existing-torch --targets _C --no-closure --cache $S/cache --out $S/wh --json \
@@ -35,7 +35,7 @@ watch)
     echo "$(( $(date +%s) - $(cat $S/start) )) s: $(grep -oE '\[[0-9]+/[0-9]+\]' "$l" 2>/dev/null | tail -1) $l"
   done
   [ -f $S/wheel.rc ] && echo "wheel rc=$(cat $S/wheel.rc) after $(( $(stat -c %Y $S/wheel.rc) - $(cat $S/start) )) s"
-  cp $S/machine.txt $S/seed.txt $OUT/ 2>/dev/null; tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt
+  cp $S/machine.txt $OUT/ 2>/dev/null; tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt
   cp $S/wheel.json $OUT/ 2>/dev/null; tail -5 $S/wheel.err ;;
 prove)
   export PYTHONPATH=/tmp/site

@@ -8,8 +8,8 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
 RECIPE=$HERE/recipe.toml
-rm -rf $D; mkdir -p $D/whl $D/pins $D/parts $D/runtime
-cp -r $HERE/first_start.py $HERE/seed_pins.py $HERE/fs.sh $HERE/guard $HERE/shim \
+rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
+cp -r $HERE/first_start.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
@@ -30,11 +30,11 @@ PY
 $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
   $PLAT --dest $AOT -r $AOT/requirements.txt
 cp $AOT/requirements.txt $AOT/.sparkbuild-complete && rm $AOT/requirements.txt
-cp $AOT/flashinfer_python-*.whl $D/pins/
-# 3. the bundle: prepared tree, sources, and (new) the flashinfer-aot wheels; no build
-#    wheels (the device builds against its own torch)
+# 3. the bundle: prepared tree, sources, the recipe's pins (flashinfer-python) and the
+#    flashinfer-aot wheels; no build wheels (the device builds against its own torch) and
+#    no runtime closure (the device has torch; step 4 carries the rest)
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
-  --without-wheels --out $D/bundle.tar.xz
+  --without-wheels --no-closure --out $D/bundle.tar.xz
 # 4. the runtime wheels vLLM 0.20.0 needs that the device lacks, less two large ones the
 #    proof leaves out on purpose: flashinfer-cubin (281 MiB of cubins: its absence with
 #    FLASHINFER_NO_DOWNLOAD=1 shows no cubin is needed) and nvidia-cutlass-dsl-libs
@@ -42,7 +42,7 @@ PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
 $PY $HERE/missing_wheels.py --sdist "${VLLM_SDIST:?set VLLM_SDIST to vllm-0.20.0.tar.gz}" --dest $D/runtime --out $D/missing_wheels.json
 rm -f $D/runtime/flashinfer_cubin-*.whl $D/runtime/nvidia_cutlass_dsl_libs*.whl
 # 5. one archive of the carried files, cut into parts: each call carries .devrun/parts/N
-tar -C $D -cf $D/carry.tar whl pins runtime bundle.tar.xz missing_wheels.json
+tar -C $D -cf $D/carry.tar whl runtime bundle.tar.xz missing_wheels.json
 split -b 60M -d $D/carry.tar $D/parts/carry.tar.
-rm -rf $D/whl $D/pins $D/runtime $D/bundle.tar.xz $D/carry.tar
+rm -rf $D/whl $D/runtime $D/bundle.tar.xz $D/carry.tar
 ls -la $D/parts; echo "parts: $(ls $D/parts | wc -l); carry one per call (fs.sh receive)"

@@ -325,7 +325,9 @@ def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
 def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
                          cache: Cache, tree: Path) -> None:
     """Offline, every pin (and a bundle's closure for the tree's requirements) must be
-    there before anything compiles; each one missing is named."""
+    there before anything compiles; each one missing is named.  With ``[flashinfer] aot``
+    the wheels its builder needs are part of it (online, they are downloaded now)."""
+    aot = _flashinfer_builder_gaps(options, cache)
     if not options.offline:
         return
     from packaging.utils import canonicalize_name
@@ -335,14 +337,23 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
 
     recipe = options.recipe
     gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=options.closure,
-                        skip={canonicalize_name(recipe.package)})
+                        skip={canonicalize_name(recipe.package)}) + aot
     if gaps:
         where = f"the bundle {options.bundle}" if options.bundle else "the cache"
         raise CacheMissError(
             f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
             where=str(options.bundle or cache.root),
             hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
-            "pins and the closure), or run `sparkbuild wheel` once online; nothing was built")
+            "pins, the closure and flashinfer's builder wheels), or run `sparkbuild wheel` once "
+            "online with this cache; nothing was built")
+
+
+def _flashinfer_builder_gaps(options: WheelOptions, cache: Cache) -> list[str]:
+    """``[flashinfer] aot`` runs after vLLM's build: its pin and its builder's wheels are
+    checked (offline) or downloaded (online) before it, so that they fail first."""
+    from sparkbuild.build.flashinfer_aot import ready_builder
+
+    return ready_builder(options.recipe, cache.root, offline=options.offline)
 
 
 def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool

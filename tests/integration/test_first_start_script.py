@@ -94,3 +94,25 @@ def test_the_network_guard_refuses_outbound_tcp_and_logs_it(tmp_path: Path) -> N
     assert out.stdout.strip() == "refused True"
     kinds = [json.loads(line)["kind"] for line in log.read_text().splitlines()]
     assert kinds == ["udp_connect", "tcp_connect"]
+
+
+def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
+    """prep_here.sh copies ``$HERE/NAME`` into .devrun/ and fs.sh runs ``$D/NAME``: each
+    must be a file of bench/first-start (or the one prep_here copies from bench/real-build)."""
+    import re
+    import subprocess
+
+    here = SCRIPT.parent
+    copied = set()
+    for script in ("prep_here.sh", "fs.sh"):
+        subprocess.run(["bash", "-n", str(here / script)], check=True, timeout=60)
+        text = (here / script).read_text()
+        named = set(re.findall(r"\$(?:HERE|D)/([A-Za-z_][\w.-]*)", text))
+        if script == "prep_here.sh":
+            copied = set(re.findall(r"\$HERE/([A-Za-z_][\w.-]*)", text))
+        missing = {n for n in named - {"parts", "whl", "runtime", "bundle.tar.xz", "carry.tar",
+                                       "missing_wheels.json", "cudaroot.sh"}
+                   if not (here / n).exists()}
+        assert missing == set(), f"{script} names {sorted(missing)}"
+    ran = set(re.findall(r"\$D/([A-Za-z_][\w.-]*\.(?:py|sh))", (here / "fs.sh").read_text()))
+    assert ran - {"cudaroot.sh"} <= copied  # what fs.sh runs on the device was carried there

@@ -215,3 +215,18 @@ def test_verify_and_install_explain_an_override_the_same_way() -> None:
     judged = judge_pip_check(pip_line, {"overrides": [override.to_dict()]})
     assert judged.problems == [] and len(judged.overrides) == 1
     assert covered(Unmet("x.whl", unmet.demand, "0.6.17"), [override]) is None
+
+
+def test_pip_check_leaves_missing_projects_to_the_node_when_the_closure_was_left_out() -> None:
+    from sparkbuild.wheelhouse.requirements_check import CLOSURE_LEFT_OUT
+
+    judged = judge_pip_check(PIP_CHECK, {"closure": CLOSURE_LEFT_OUT})
+    # a project not installed at all is the node's; a wrong version, or a line pip check
+    # words otherwise, stays a problem
+    assert judged.left_to_node == [PIP_CHECK.splitlines()[1]]
+    assert judged.problems == [PIP_CHECK.splitlines()[0], PIP_CHECK.splitlines()[2]]
+    assert judged.to_dict()["left_to_node"] == judged.left_to_node
+    assert any("left to the node" in line for line in judged.summary())
+    missing = PIP_CHECK.splitlines()[1]
+    assert judge_pip_check(missing, {"closure": CLOSURE_LEFT_OUT}).ok
+    assert judge_pip_check(missing, {"closure": "included"}).problems == [missing]

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import platform
 import shutil
+import sys
 import sysconfig
 import time
 import zipfile
@@ -66,6 +68,8 @@ IMPORT_REQUIREMENTS = (
 each one missing in turn; the build environment's torch serves as it is."""
 
 EPOCH = (1980, 1, 1, 0, 0, 0)
+COMPLETE = ".sparkbuild-complete"
+"""The mark of a complete ``CACHE/flashinfer-aot/<tag>/``: the requirements it was filled for."""
 
 DRIVER = r'''
 import fnmatch, sys
@@ -224,7 +228,11 @@ def build_jit_cache(request: AotRequest) -> AotResult:
         run([request.python, driver, work / "root", modules, work / "build",
              *request.args], env=env, cwd=work, timeout=24 * 3600.0, log=log)
     except CommandFailed as exc:
-        exc.hint = exc.hint or "narrow the module set with [flashinfer] aot_args"
+        only = any(a == "--only" or a.startswith("--only=") for a in request.args)
+        exc.hint = (  # proc.run's own hint is generic: this one says what to change
+            "flashinfer generates every switched-on group's modules before --only picks: "
+            "switch the others off too (--add-moe false, --add-misc false, --add-xqa false, "
+            "...)" if only else "read the log; narrow the module set with [flashinfer] aot_args")
         raise
     seconds = time.monotonic() - started
     built = sorted(p.parent.name for p in modules.glob("*/*.so"))
@@ -318,30 +326,78 @@ def _pin_of(recipe: Recipe) -> Pin:
 
 
 def _interpreter_tag(python: Path) -> str:
+    if python.resolve() == Path(sys.executable).resolve():
+        return running_tag()
     result = run([python, "-c", "import platform, sys; print(f'cp{sys.version_info[0]}"
                   "{sys.version_info[1]}-{platform.machine()}')"], echo=False, timeout=120)
     return result.output.strip().splitlines()[-1]
 
 
+def running_tag() -> str:
+    """``cp312-aarch64``: this interpreter's, which is the build environment's too (``wheel``
+    creates it with this interpreter, or builds with it: ``--use-existing-torch``)."""
+    return f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}"
+
+
+def _wanted(pin: Pin) -> str:
+    return "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
+
+
+def builder_gaps(recipe: Recipe, cache_root: Path, tag: str) -> list[str]:
+    """What ``CACHE/flashinfer-aot/<tag>/`` lacks of the wheels flashinfer's builder needs,
+    each named (reads files only); a recipe without the flashinfer-python pin is refused."""
+    pin = _pin_of(recipe)
+    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
+    marker = wheel_dir / COMPLETE
+    if not (marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)):
+        others = sorted(p.parent.name for p in wheel_dir.parent.glob(f"*/{COMPLETE}")
+                        if p.parent.name != tag)
+        held = f"; the cache holds them for {', '.join(others)} only" if others else ""
+        return [f"flashinfer-aot {pin.requirement} and the {len(IMPORT_REQUIREMENTS)} "
+                f"wheels its builder imports, for {tag}: not in {wheel_dir}{held}"]
+    if not sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl")):
+        return [f"flashinfer-aot {pin.requirement}: no wheel of it in {wheel_dir}"]
+    return []
+
+
+def fetch_builder_wheels(pin: Pin, python: Path, wheel_dir: Path) -> None:
+    """Download the pinned flashinfer-python wheel and what its builder imports, for
+    ``python`` (no dependencies: flashinfer's own closure is not needed to build)."""
+    step(f"downloading {pin.requirement} and what its builder imports into {wheel_dir}")
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+         "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
+        timeout=3600, log=wheel_dir / "download.log")
+    write_text_atomic(wheel_dir / COMPLETE, _wanted(pin))
+
+
+def ready_builder(recipe: Recipe, cache_root: Path, *, offline: bool) -> list[str]:
+    """``wheel``'s check before anything compiles (``[flashinfer] aot``): online, the
+    builder's wheels are downloaded now; offline, what the cache lacks is returned."""
+    if not recipe.flashinfer.aot:
+        return []
+    tag = running_tag()
+    gaps = builder_gaps(recipe, cache_root, tag)
+    if gaps and not offline:
+        fetch_builder_wheels(_pin_of(recipe), Path(sys.executable),
+                             cache_root / FLASHINFER_AOT_WHEELS / tag)
+        return builder_gaps(recipe, cache_root, tag)
+    return gaps
+
+
 def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tuple[Path, Path]:
     """The pinned flashinfer-python wheel and the wheels its builder imports, for
-    ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online, no
-    dependencies: flashinfer's own closure is not needed to build), then used offline."""
+    ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online), then used
+    offline."""
     wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / _interpreter_tag(python)
-    wanted = "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
-    marker = wheel_dir / ".sparkbuild-complete"
-    if not (marker.is_file() and marker.read_text(encoding="utf-8") == wanted):
+    marker = wheel_dir / COMPLETE
+    if not (marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)):
         if offline:
             raise CacheMissError(
                 f"the cache lacks the wheels flashinfer's builder needs ({pin.requirement} "
                 "and its imports)", where=str(wheel_dir),
                 hint="run `sparkbuild flashinfer-aot` (or `wheel`) online once with this cache")
-        step(f"downloading {pin.requirement} and what its builder imports into {wheel_dir}")
-        wheel_dir.mkdir(parents=True, exist_ok=True)
-        run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-             "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
-            timeout=3600, log=wheel_dir / "download.log")
-        write_text_atomic(marker, wanted)
+        fetch_builder_wheels(pin, python, wheel_dir)
     found = sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl"))
     if not found:
         raise CacheMissError(f"no {pin.requirement} wheel in the cache", where=str(wheel_dir))

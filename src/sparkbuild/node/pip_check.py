@@ -3,7 +3,9 @@
 pip check names every installed distribution whose requirements the venv does not meet.
 A line that a recorded override explains (the manifest says the recipe pinned that version
 of that project on purpose, replacing that package's requirement) is reported, not fatal;
-any other line is a problem, and ``install`` fails naming it.
+any other line is a problem, and ``install`` fails naming it -- except, for a wheelhouse
+written with ``--no-closure``, a requirement that is not installed at all: that closure is
+the node's to provide (as ``verify`` reads it), so it is reported as left to the node.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.wheelhouse.overrides import Override
+from sparkbuild.wheelhouse.requirements_check import CLOSURE_LEFT_OUT
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -70,18 +73,25 @@ class PipCheck:
     overrides: list[str] = field(default_factory=list)
     """pip check's lines that a recorded override explains, with its reason."""
     problems: list[str] = field(default_factory=list)
+    left_to_node: list[str] = field(default_factory=list)
+    """Requirements not installed at all, of a wheelhouse whose closure was left out."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "overrides": self.overrides, "problems": self.problems}
+        return {"ok": self.ok, "overrides": self.overrides, "problems": self.problems,
+                **({"left_to_node": self.left_to_node} if self.left_to_node else {})}
 
     def summary(self) -> list[str]:
         lines = [f"  pip check: {'ok' if self.ok else 'FAILED'}"]
         lines += [f"    override (recorded): {text}" for text in self.overrides]
         lines += [f"    PROBLEM: {text}" for text in self.problems]
+        if self.left_to_node:
+            lines.append(f"    left to the node (the wheelhouse's closure was left out): "
+                         f"{len(self.left_to_node)} requirement(s) not installed")
+            lines += [f"      {text}" for text in self.left_to_node]
         return lines
 
     @property
@@ -101,9 +111,12 @@ def judge_pip_check(output: str, manifest: dict[str, Any]) -> PipCheck:
     overrides = [Override.from_dict(o) for o in manifest.get("overrides", [])
                  if isinstance(o, dict)]
     result = PipCheck()
+    closure_left_out = manifest.get("closure") == CLOSURE_LEFT_OUT
     for line in parse_pip_check(output):
         item = explained_by(line, overrides)
-        if item is None:
+        if closure_left_out and line.dist is not None and line.have is None:
+            result.left_to_node.append(line.text)
+        elif item is None:
             result.problems.append(line.text)
         else:
             result.overrides.append(f"{line.text} (override {item.pin}: {item.reason})")
