@@ -343,13 +343,18 @@ def _wanted(pin: Pin) -> str:
     return "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
 
 
+def _complete(wheel_dir: Path, pin: Pin) -> bool:
+    """Whether ``wheel_dir``'s marker says every wheel the builder needs for ``pin`` is in."""
+    marker = wheel_dir / COMPLETE
+    return marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)
+
+
 def builder_gaps(recipe: Recipe, cache_root: Path, tag: str) -> list[str]:
     """What ``CACHE/flashinfer-aot/<tag>/`` lacks of the wheels flashinfer's builder needs,
     each named (reads files only); a recipe without the flashinfer-python pin is refused."""
     pin = _pin_of(recipe)
     wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
-    marker = wheel_dir / COMPLETE
-    if not (marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)):
+    if not _complete(wheel_dir, pin):
         others = sorted(p.parent.name for p in wheel_dir.parent.glob(f"*/{COMPLETE}")
                         if p.parent.name != tag)
         held = f"; the cache holds them for {', '.join(others)} only" if others else ""
@@ -390,8 +395,7 @@ def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tu
     ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online), then used
     offline."""
     wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / _interpreter_tag(python)
-    marker = wheel_dir / COMPLETE
-    if not (marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)):
+    if not _complete(wheel_dir, pin):
         if offline:
             raise CacheMissError(
                 f"the cache lacks the wheels flashinfer's builder needs ({pin.requirement} "
