@@ -53,8 +53,10 @@ def old_pin_recipe(tmp_path: Path, override: str | None) -> Path:
     text = RELEASE.read_text().replace('version = "0.7.2.post1"', 'version = "0.6.18"')
     text = text.replace(FLASHINFER_0_7_2_POST1, FLASHINFER_0_6_18)
     text = text.replace('"../patches/series"', f'"{REPO_ROOT / "patches" / "series"}"')
-    if override:
-        text += f'override = "{override}"\n'
+    if override:  # in the pin's own table (other tables may follow it)
+        pin = f'sha256 = "{FLASHINFER_0_6_18}"\n'
+        assert pin in text
+        text = text.replace(pin, pin + f'override = "{override}"\n')
     path = tmp_path / "old-pin.toml"
     path.write_text(text)
     return path
