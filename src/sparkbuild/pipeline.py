@@ -394,9 +394,9 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 compile_cache: CompileCacheResult | None = None,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
-                dependencies: list[dict[str, Any]] | None = None,
                 aot: AotResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.vendor.patched import dependency_records
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
@@ -423,7 +423,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
-        "dependencies": dependencies or [],
+        "dependencies": dependency_records(vendored.plan, cache) if vendored else [],
         "flashinfer_aot": aot.to_dict() if aot else None,
         "node_profile": _node_profile(recipe),
     }
@@ -555,10 +555,7 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            from sparkbuild.vendor.patched import dependency_records
-
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
-                                     vendored, runtime, dependency_records(vendored.plan, cache),
-                                     aot)
+                                     vendored, runtime, aot)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache)
