@@ -5,23 +5,30 @@
 # .devrun/ (ignored by git, named in the call's `carry`): the bundle, the wheels the device
 # image lacks, and sparkbuild's own wheel.
 #
-#   bash bench/full-build/run.sh start PART TARGETS SECONDS   # set up, start, watch
-#   bash bench/full-build/run.sh watch PART SECONDS           # watch; collect when done
-#   DRY=1 bash bench/full-build/run.sh start part1 _vllm_fa2_C 5   # print what would run
+#   bash bench/full-build/run.sh start SECONDS PART TARGETS [PART TARGETS ...]
+#        set up, build the parts one after the other (detached), watch the first
+#   bash bench/full-build/run.sh watch SECONDS PART     # watch a part; collect it when done
+#   bash bench/full-build/run.sh watch-all SECONDS PART...  # the same for each part in turn
+#   DRY=1 bash bench/full-build/run.sh start 5 part1 _vllm_fa2_C   # print what would run
 #
 # PART names the result folder (part1, part2, part3, one-piece); TARGETS is the --targets
-# list, or "all" for the whole build (no --targets, the closure included: issue 21).
-# What comes back in $OUT: machine.txt, progress.txt, mem.json, wheel.json (timeline, units),
-# wheel-err-tail.txt, build-log-tail.txt, verify.json, coverage.txt.
+# list, or "all" for the whole build (no --targets, the closure included: issue 21).  Parts
+# share one cache (the bundle is imported once) and are built in the order given.
+# What comes back: $OUT/PART.tgz (at most 8 files come back a call, so one archive a part):
+# machine.txt, doctor.json, progress.txt, mem.json, wheel.json (timeline, units),
+# wheel-err-tail.txt, build-log-tail.txt, ninja_log, unit-memory.json, verify.json,
+# coverage.txt; and $OUT/PART-coverage.txt, to read at once.
 set -u
-cmd=$1 PART=$2
+cmd=$1
 ROOT=${FB_ROOT:-/root/fb}
-D=$PWD/.devrun S=$ROOT/$PART
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+D=$REPO/.devrun
 OUT=${OUT:-/tmp/fb-out}
 run() { if [ -n "${DRY:-}" ]; then echo "would run: $*"; else "$@"; fi; }
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$ROOT/ccache
-mkdir -p $S $OUT
+mkdir -p "$ROOT" "$OUT"
 
 setup() {
   run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -32,45 +39,82 @@ setup() {
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
     nvcc --version | tail -1; cmake --version | head -1; echo "ninja $(ninja --version)"
     echo "ccache: $(command -v ccache)"
-  } > $S/machine.txt 2>&1
+  } > $ROOT/machine.txt 2>&1
+  [ -n "${DRY:-}" ] || source $REPO/bench/real-build/cudaroot.sh >> $ROOT/machine.txt
+  run python3 -m sparkbuild doctor --json > $ROOT/doctor.json 2> $ROOT/doctor.err
   run ccache -M 40G > /dev/null 2>&1
 }
 
-start_build() {  # TARGETS
+wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
   local targets=() closure=(--no-closure)
-  if [ "$1" != all ]; then targets=(--targets "$1"); else closure=(); fi
-  [ -n "${DRY:-}" ] || source $PWD/bench/real-build/cudaroot.sh >> $S/machine.txt
-  run python3 -m sparkbuild doctor --json > $S/doctor.json 2> $S/doctor.err
-  date +%s > $S/start
-  if [ -n "${DRY:-}" ]; then
-    echo "would run: python3 -m sparkbuild wheel --offline --bundle $D/vllm.bundle.tar.xz" \
-      "--use-existing-torch ${targets[*]} ${closure[*]} --cache $ROOT/cache --out $S/wh --json"
-    echo 0 > $S/wheel.rc; return
-  fi
-  setsid nohup python3 $PWD/bench/real-build/monitor.py $S/mem.json $S/wheel.rc \
-    > /dev/null 2>&1 < /dev/null &
-  setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $D/vllm.bundle.tar.xz \
-    --use-existing-torch ${targets[*]} ${closure[*]} --cache $ROOT/cache --out $S/wh \
-    --json > $S/wheel.json 2> $S/wheel.err; echo \$? > $S/wheel.rc" > /dev/null 2>&1 < /dev/null &
+  if [ "$2" != all ]; then targets=(--targets "$2"); else closure=(); fi
+  printf '%s\n' python3 -m sparkbuild wheel --offline --bundle $ROOT/bin/vllm.bundle.tar.xz \
+    --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/cache \
+    --out $ROOT/$1/wh --json
 }
 
-log() { ls $ROOT/cache/work/*/logs/build.log 2>/dev/null | head -1; }
-
-watch() {  # SECONDS
-  local end=$(( $(date +%s) + $1 ))
-  while [ ! -f $S/wheel.rc ] && [ $(date +%s) -lt $end ]; do
-    sleep 15
-    step=$(grep -oE '\[[0-9]+/[0-9]+\]' "$(log)" 2>/dev/null | tail -1)
-    echo "$(( $(date +%s) - $(cat $S/start) )) s: ${step:-configuring}; $(grep MemAvailable /proc/meminfo | tr -s ' ')" | tee -a $S/progress.txt
-  done
-  [ -f $S/wheel.rc ] && echo "build finished: rc=$(cat $S/wheel.rc) at $(( $(stat -c %Y $S/wheel.rc) - $(cat $S/start) )) s"
-}
-
-collect() {
-  if [ -f $S/wheel.rc ] && [ ! -f $S/verify.json ] && [ -d $S/wh ]; then
-    run python3 -m sparkbuild verify $S/wh --json > $S/verify.json 2> $S/verify.err
+build_part() {  # PART TARGETS: one part, start to verify, in the foreground (run detached)
+  local S=$ROOT/$1 cmdline
+  mapfile -t cmdline < <(wheel_command "$1" "$2")
+  mkdir -p $S; date +%s > $S/start
+  python3 $ROOT/bin/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
+  "${cmdline[@]}" > $S/wheel.json 2> $S/wheel.err
+  echo $? > $S/wheel.rc.tmp
+  keep_logs $1  # the next part re-prepares the same work directory
+  if [ -d $S/wh ]; then
+    python3 -m sparkbuild verify $S/wh --json > $S/verify.json 2> $S/verify.err
     echo "verify rc=$?" > $S/verify.rc
   fi
+  mv $S/wheel.rc.tmp $S/wheel.rc
+}
+
+start_parts() {  # PART TARGETS [PART TARGETS ...]
+  if [ -n "${DRY:-}" ]; then
+    while [ $# -ge 2 ]; do
+      mkdir -p $ROOT/$1; echo "would run: $(wheel_command "$1" "$2" | tr '\n' ' ')"
+      date +%s > $ROOT/$1/start; echo 0 > $ROOT/$1/wheel.rc; shift 2
+    done
+    return
+  fi
+  # the chain runs from copies: the next call re-sends the working tree under it
+  mkdir -p $ROOT/bin; cp $0 $ROOT/bin/run.sh; cp $REPO/bench/real-build/monitor.py $ROOT/bin/
+  cp $D/vllm.bundle.tar.xz $ROOT/bin/
+  setsid nohup bash $ROOT/bin/run.sh _chain "$@" > $ROOT/chain.log 2>&1 < /dev/null &
+}
+
+chain() {  # the detached side of start_parts
+  while [ $# -ge 2 ]; do build_part "$1" "$2"; shift 2; done
+}
+
+build_log() {  # PART: the newest build log of the cache's work directories
+  ls -t $ROOT/cache/work/*/logs/build.log 2>/dev/null | head -1
+}
+
+watch() {  # SECONDS PART
+  local S=$ROOT/$2 end=$(( $(date +%s) + $1 )) step
+  while [ ! -f $S/wheel.rc ] && [ $(date +%s) -lt $end ]; do
+    sleep 15
+    if [ ! -f $S/start ]; then echo "$2: waiting for the parts before it"; continue; fi
+    step=$(grep -oE '\[[0-9]+/[0-9]+\]' "$(build_log)" 2>/dev/null | tail -1)
+    echo "$2 $(( $(date +%s) - $(cat $S/start) )) s: ${step:-preparing}; $(grep MemAvailable /proc/meminfo | tr -s ' ')" | tee -a $S/progress.txt
+  done
+  [ -f $S/wheel.rc ] && echo "$2 finished: rc=$(cat $S/wheel.rc) at $(( $(stat -c %Y $S/wheel.rc) - $(cat $S/start) )) s"
+  return 0
+}
+
+keep_logs() {  # PART: the live build log and .ninja_log, copied beside the part's results
+  local S=$ROOT/$1 log ninja_log
+  log=$(build_log)
+  [ -n "$log" ] && tail -c 3000000 "$log" > $S/build-log-tail.txt
+  ninja_log=$(ls -t $(find $ROOT/cache/work -name .ninja_log 2>/dev/null) 2>/dev/null | head -1)
+  [ -n "$ninja_log" ] && cp "$ninja_log" $S/ninja_log
+  cp $ROOT/cache/units/memory.json $S/unit-memory.json 2>/dev/null
+  return 0
+}
+
+collect() {  # PART: what it left so far, finished or not, into $OUT/PART.tgz
+  local S=$ROOT/$1
+  mkdir -p $S; cp $ROOT/machine.txt $ROOT/doctor.json $S/ 2>/dev/null
   python3 - $S > $S/coverage.txt 2>&1 <<'PY'
 import json, sys
 from pathlib import Path
@@ -86,17 +130,32 @@ for lib in report.get("libraries", []):
               "trap_only", len(lib["trap_only_kernels"]), "guard_stubs", len(lib["guard_stub_kernels"]))
 print("verify ok:", report.get("ok"), "mismatches:", len(report.get("mismatches", [])))
 PY
-  for f in machine.txt progress.txt mem.json doctor.json wheel.json verify.json verify.rc coverage.txt; do
-    cp $S/$f $OUT/ 2>/dev/null
-  done
-  tail -c 3000000 "$(log)" > $OUT/build-log-tail.txt 2>/dev/null
-  tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt 2>/dev/null
-  head -40 $S/coverage.txt 2>/dev/null; tail -3 $S/wheel.err 2>/dev/null
+  [ -f $S/wheel.rc ] || [ ! -f $S/start ] || keep_logs $1  # a part still building
+  [ -f $S/wheel.err ] && tail -c 300000 $S/wheel.err > $S/wheel-err-tail.txt
+  tar -czf $OUT/$1.tgz -C $S --ignore-failed-read machine.txt doctor.json progress.txt \
+    mem.json wheel.json wheel-err-tail.txt build-log-tail.txt ninja_log unit-memory.json \
+    verify.json verify.rc coverage.txt start wheel.rc 2>/dev/null
+  cp $S/coverage.txt $OUT/$1-coverage.txt
+  head -40 $S/coverage.txt; tail -3 $S/wheel.err 2>/dev/null
   return 0
 }
 
+watch_all() {  # SECONDS PART...: watch each part in turn until the time is up; collect each
+  local end=$(( $(date +%s) + $1 )) left part
+  shift
+  for part in "$@"; do
+    left=$(( end - $(date +%s) ))
+    [ $left -gt 0 ] && watch $left $part
+    collect $part
+  done
+}
+
 case $cmd in
-start) setup; start_build "$3"; watch "$4"; collect ;;
-watch) watch "$3"; collect ;;
-*) echo "usage: run.sh start PART TARGETS SECONDS | watch PART SECONDS" >&2; exit 2 ;;
+start) shift; seconds=$1; shift; setup; start_parts "$@"; watch $seconds $1; collect $1 ;;
+watch) watch $2 $3; collect $3 ;;
+watch-all) shift; watch_all "$@" ;;
+_chain) shift; chain "$@" ;;
+*) echo "usage: run.sh start SECONDS PART TARGETS [PART TARGETS ...] | watch SECONDS PART" \
+        "| watch-all SECONDS PART..." >&2
+   exit 2 ;;
 esac

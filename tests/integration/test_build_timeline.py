@@ -142,7 +142,8 @@ def test_example_wheel_timeline_units_and_pool(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     timeline = report["timeline"]
     assert sum(timeline["phases"].values()) >= 0.9 * timeline["wall_seconds"], timeline
-    assert {"configure", "compile", "link", "wheel rewrite", "verify"} <= set(timeline["phases"])
+    assert {"configure", "compile", "link", "wheel rewrite", "machine code",
+            "verify"} <= set(timeline["phases"])
     units = report["units"]
     compiled = [u for u in units if u["path"].endswith((".cu", ".cpp"))]
     assert len(compiled) == len(units) >= 5

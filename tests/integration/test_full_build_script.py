@@ -15,13 +15,13 @@ from sparkbuild.recipe import load_recipe
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "full-build"
 
 
-def _dry(tmp_path: Path, part: str, targets: str) -> list[str]:
+def _dry(tmp_path: Path, *parts: str) -> list[str]:
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("needs bash")
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path / "out"),
            "FB_ROOT": str(tmp_path / "root")}
-    result = subprocess.run([bash, str(BENCH / "run.sh"), "start", part, targets, "1"],
+    result = subprocess.run([bash, str(BENCH / "run.sh"), "start", "1", *parts],
                             env=env, text=True, capture_output=True, timeout=120, check=False,
                             cwd=BENCH.parents[1])
     assert result.returncode == 0, result.stderr
@@ -40,7 +40,17 @@ def test_the_one_piece_build_names_no_targets_and_keeps_the_closure(tmp_path: Pa
     assert "--targets" not in wheel and "--no-closure" not in wheel
     assert f"--out {tmp_path}/root/one-piece/wh" in wheel
     # what comes back is collected even when nothing was built
-    assert (tmp_path / "out").is_dir()
+    assert (tmp_path / "out" / "one-piece.tgz").is_file()
+
+
+def test_parts_are_built_one_after_the_other_into_their_own_folders(tmp_path: Path) -> None:
+    first, second = _dry(tmp_path, "part1", "_vllm_fa2_C",
+                         "part3", "_moe_C,_C_stable_libtorch,cumem_allocator")
+    assert "--targets _vllm_fa2_C " in first and f"--out {tmp_path}/root/part1/wh" in first
+    assert "--targets _moe_C,_C_stable_libtorch,cumem_allocator " in second
+    assert f"--out {tmp_path}/root/part3/wh" in second
+    # both share one cache: the bundle is imported once
+    assert f"--cache {tmp_path}/root/cache " in first and f"--cache {tmp_path}/root/cache " in second
 
 
 def test_the_recipe_targets_the_spark_alone() -> None:

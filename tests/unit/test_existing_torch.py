@@ -82,3 +82,37 @@ def test_doctor_agrees_when_everything_matches(tmp_path: Path) -> None:
         patch.setattr(existing_torch, "running_torch", lambda: None)
         (missing,) = existing_torch_checks(tree, _nvcc("13.0"))
     assert missing.hard and not missing.ok
+
+
+def _requiring(tmp_path: Path, *requirements: str) -> Path:
+    listed = ", ".join(f'"{r}"' for r in requirements)
+    (tmp_path / "pyproject.toml").write_text(f"[build-system]\nrequires = [{listed}]\n")
+    return tmp_path
+
+
+def _build_requirements(tree: Path) -> existing_torch.Check:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(existing_torch, "running_torch",
+                      lambda: RunningTorch("2.11.0+cu130", "13.0", "/opt/torch"))
+        checks = {c.name: c for c in existing_torch_checks(tree, _nvcc("13.0"))}
+    return checks["build requirements"]
+
+
+def test_a_build_requirement_not_installed_stops_the_build_before_it_runs(
+        tmp_path: Path) -> None:
+    # the device image lacked setuptools-scm: vLLM's metadata step failed after the
+    # bundle was imported and the tree copied; now doctor names it first
+    check = _build_requirements(_requiring(tmp_path, "packaging", "no-such-dist-sparkbuild>=8"))
+    assert check.hard and not check.ok
+    assert "'no-such-dist-sparkbuild>=8'" in check.reason and "--no-index" in check.reason
+
+
+def test_a_build_requirement_outside_the_range_is_a_warning(tmp_path: Path) -> None:
+    check = _build_requirements(_requiring(tmp_path, "packaging<1"))
+    assert not check.ok and not check.hard
+    assert "packaging<1 (found " in check.reason
+
+
+def test_build_requirements_met(tmp_path: Path) -> None:
+    check = _build_requirements(_requiring(tmp_path, "packaging"))
+    assert check.ok

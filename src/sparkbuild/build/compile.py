@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.build.ext_targets import hook_environment
 from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VARIABLE, write_wrapper
 from sparkbuild.build.pools import DEPTH_VARIABLE
+from sparkbuild.build.stale_cmake import cuda_compiler_for, drop_stale_caches
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.build.unit_memory import MemorySampler
 from sparkbuild.console import count_progress, info, step
@@ -302,6 +303,9 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
         path.append(str(Path(request.launcher).parent))  # vLLM's setup.py looks on PATH
     env["PATH"] = os.pathsep.join([*path, os.environ.get("PATH", "")])
     _write_ninja_wrapper(request.work, env)
+    nvcc = cuda_compiler_for(env)
+    for cache, compiler in drop_stale_caches(request.tree, nvcc):
+        info(f"removed {cache}: configured with {compiler}, this build uses {nvcc}")
     record = Path(env[RECORD_VARIABLE])
     record.unlink(missing_ok=True)
     find_links = ["--find-links", str(request.deps.wheel_dir)] if request.deps.wheel_dir else []

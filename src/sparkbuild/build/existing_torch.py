@@ -167,15 +167,20 @@ def existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
 
 
 def _check_build_requirements(tree: Path) -> Check:
-    """The tree's non-torch build requirements must be installed already (no isolation)."""
-    import importlib.metadata
+    """The tree's non-torch build requirements must be installed already (no isolation).
 
+    One that is not installed at all stops the build before anything runs: the tree's
+    metadata step imports it (vLLM's setup.py imports setuptools_scm), so the build would
+    fail there.  One installed at a version outside the tree's range is a warning: the
+    user chose this environment, and the build may well go through.
+    """
     from packaging.requirements import Requirement
 
     from sparkbuild.vendor.build_deps import plan_wheels
 
     wheels, _torch = plan_wheels(tree)
-    missing = []
+    absent: dict[str, Requirement] = {}
+    outside = []
     for wheel in wheels:
         requirement = Requirement(wheel.requirement)
         if requirement.name.lower().startswith("torch"):
@@ -183,12 +188,20 @@ def _check_build_requirements(tree: Path) -> Check:
         try:
             found = importlib.metadata.version(requirement.name)
         except importlib.metadata.PackageNotFoundError:
-            missing.append(f"{requirement} (not installed)")
+            absent.setdefault(requirement.name.lower(), requirement)
             continue
         if not requirement.specifier.contains(found, prereleases=True):
-            missing.append(f"{requirement} (found {found})")
-    if missing:
-        return Check("build requirements", False, f"{len(missing)} unmet", (
+            outside.append(f"{requirement} (found {found})")
+    if absent:
+        names = " ".join(f"'{r}'" for r in absent.values())
+        return Check("build requirements", False, f"{len(absent)} not installed", (
+            "a build on the existing torch imports the tree's build requirements from this "
+            f"environment, and these are not installed: {names}; install them first "
+            f"(pip install {names}; offline: pip install --no-index --find-links DIR "
+            f"{names})" + (f"; also outside the tree's range: {'; '.join(outside)}"
+                           if outside else "")), hard=True)
+    if outside:
+        return Check("build requirements", False, f"{len(outside)} outside the range", (
             "a build on the existing torch uses this environment's packages: "
-            + "; ".join(missing)))
+            + "; ".join(outside)))
     return Check("build requirements", True, f"{len(wheels)} met", "all installed")

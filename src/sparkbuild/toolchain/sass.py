@@ -158,6 +158,24 @@ class SassFunction:
         """It touches global, shared or texture memory, or a tensor core."""
         return any(i.opcode in MEMORY_OPCODES or i.opcode.endswith("MMA") for i in self.body)
 
+    def facts(self) -> FunctionFacts:
+        return FunctionFacts(self.name, self.arch, self.count, self.block_scaled_mma(),
+                             self.is_trap_only, self.is_guard_stub)
+
+
+@dataclass(frozen=True)
+class FunctionFacts:
+    """What :func:`summarize` needs of one function, without its instructions: a large
+    library's SASS (gigabytes of text) is read one ELF per process, and only these facts
+    come back (:mod:`sparkbuild.toolchain.sass_library`)."""
+
+    name: str
+    arch: str | None
+    count: int
+    block_scaled_mma: int
+    is_trap_only: bool
+    is_guard_stub: bool
+
 
 @dataclass(frozen=True)
 class SassSummary:
@@ -178,15 +196,16 @@ class SassSummary:
                 "guard_stub_kernels": list(self.guard_stub_kernels)}
 
 
-def summarize(functions: Iterable[SassFunction], arch: str) -> SassSummary:
+def summarize(functions: Iterable[SassFunction | FunctionFacts], arch: str) -> SassSummary:
     """Counts over the functions compiled for ``arch``, as cuobjdump names it (``sm_121a``
     and plain ``sm_121`` are different targets)."""
-    chosen = [function for function in functions if function.arch == arch]
+    chosen = [f.facts() if isinstance(f, SassFunction) else f
+              for f in functions if f.arch == arch]
     return SassSummary(
         arch=arch,
         functions=len(chosen),
         instructions=sum(function.count for function in chosen),
-        block_scaled_mma=sum(function.block_scaled_mma() for function in chosen),
+        block_scaled_mma=sum(function.block_scaled_mma for function in chosen),
         trap_only_kernels=tuple(sorted({f.name for f in chosen if f.is_trap_only})),
         guard_stub_kernels=tuple(sorted({f.name for f in chosen if f.is_guard_stub})),
     )
@@ -414,6 +433,20 @@ def _fatbin_sections(text: str) -> Iterator[tuple[str, str | None, str]]:
             yield kind, arch, line
 
 
+def elf_header_archs(text: str) -> list[str]:
+    """``cuobjdump -symbols`` (or ``-sass``) output -> the arch of each ELF section, in
+    order, as its fatbin header names it (``sm_120f``; an extracted cubin says ``sm_120``)."""
+    archs: list[str] = []
+    in_elf_header = False
+    for line in text.splitlines():
+        if found := _FATBIN_KIND.match(line):
+            in_elf_header = found.group(1) == "elf"
+        elif in_elf_header and (header := _ARCH_HEADER.match(line)):
+            archs.append(header.group(1))
+            in_elf_header = False
+    return archs
+
+
 def parse_elf_entries(text: str) -> dict[str, set[str]]:
     """``cuobjdump -symbols`` output -> SASS arch (``sm_121a``) -> the kernels (``FUNC ...
     ENTRY`` symbols) of that ELF.  Device functions and objects are not kernels."""
@@ -540,7 +573,7 @@ def target_name(arch: str) -> str:
     return arch.removesuffix("+PTX")
 
 
-def _dump(binary: Path, option: str) -> str:
+def dump_listing(binary: Path, option: str) -> str:
     """``cuobjdump OPTION binary``; empty for a file with no device code."""
     argv: list[str | os.PathLike[str]] = [find_cuobjdump(), option, binary]
     result = run(argv, check=False, echo=False)
@@ -555,8 +588,8 @@ def _dump(binary: Path, option: str) -> str:
 def read_kernels(binary: Path) -> list[KernelCode]:
     """Every kernel of ``binary`` with the SASS and PTX archs it holds (``cuobjdump -symbols``
     and ``cuobjdump -ptx``), demangled where ``c++filt`` is at hand."""
-    table = kernel_table(parse_elf_entries(_dump(binary, "-symbols")),
-                         parse_ptx_entries(_dump(binary, "-ptx")))
+    table = kernel_table(parse_elf_entries(dump_listing(binary, "-symbols")),
+                         parse_ptx_entries(dump_listing(binary, "-ptx")))
     names = demangle(k.name for k in table)
     return [KernelCode(k.name, k.sass, k.ptx, names.get(k.name)) for k in table]
 

@@ -51,10 +51,10 @@ from sparkbuild.wheelhouse.standards import Agreement, check_standards
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from sparkbuild.toolchain.sass import KernelCode, SassFunction
+    from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
 
     ArchLister = Callable[[Path], list[str]]
-    SassReader = Callable[[Path], list[SassFunction]]
+    SassReader = Callable[[Path], Sequence[SassFunction | FunctionFacts]]
     KernelReader = Callable[[Path], list[KernelCode]]
 
 NAMED_KERNELS = 10
@@ -454,10 +454,10 @@ def _default_lister(path: Path) -> list[str]:
     return list_cuda_archs(path)
 
 
-def _default_reader(path: Path) -> list[SassFunction]:
-    from sparkbuild.toolchain.sass import read_sass
+def _default_reader(path: Path) -> list[FunctionFacts]:
+    from sparkbuild.toolchain.sass_library import read_library_facts
 
-    return read_sass(path)
+    return read_library_facts(path)
 
 
 def _default_kernels(path: Path) -> list[KernelCode]:

@@ -359,9 +359,11 @@ def write_wheelhouse(
         extra = _write_lock_and_index(staging, files, recipe, target, result.overrides)
         extra.update(write_standards(staging, files, facts, target))
         step("reading the machine code of the built wheels (cuobjdump)")
-        result.libraries, _notes = gpu_libraries(
-            [staging / f.file for f in built], recipe.target.cuda_archs,
-            list_archs=list_archs, read_functions=read_functions, read_kernels=read_kernels)
+        with phase("machine code"):
+            result.libraries, _notes = gpu_libraries(
+                [staging / f.file for f in built], recipe.target.cuda_archs,
+                list_archs=list_archs, read_functions=read_functions,
+                read_kernels=read_kernels)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
             patches=patches, toolchain=toolchain,

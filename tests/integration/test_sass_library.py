@@ -1,0 +1,57 @@
+"""A library's SASS read one ELF per worker process gives the facts the one-piece read gives.
+
+The library is compiled here with nvcc (no GPU): three objects, one of them with two ELFs
+(family code ``sm_120f`` beside ``sm_121a``) and a kernel that only traps, linked into one
+.so.  An extracted cubin names ``sm_120f`` as ``sm_120``; the facts must still say
+``sm_120f``, in the library's order, and flag the trap-only kernel in both ELFs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.proc import run
+from sparkbuild.toolchain import sass
+from sparkbuild.toolchain.sass_library import read_library_facts
+from sparkbuild.toolchain.tools import find_nvcc
+
+pytestmark = pytest.mark.nvcc
+
+SOURCES = {
+    "scale.cu": ("__global__ void scale_k(float* x) { x[threadIdx.x] *= 2.0f; }\n",
+                 ["arch=compute_121a,code=sm_121a"]),
+    "guard.cu": ("__global__ void add_k(float* x) { x[threadIdx.x] += 1.0f; }\n"
+                 '__global__ void trap_k(float*) { asm volatile("trap;"); }\n',
+                 ["arch=compute_120f,code=sm_120f", "arch=compute_121a,code=sm_121a"]),
+    "copy.cu": ("__global__ void copy_k(float* x, const float* y) { x[threadIdx.x] = y[0]; }\n",
+                ["arch=compute_121a,code=sm_121a"]),
+}
+
+
+@pytest.fixture(scope="module")
+def library(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sass-library")
+    nvcc = str(find_nvcc().path)
+    objects = []
+    for name, (text, gencodes) in SOURCES.items():
+        (root / name).write_text(text, encoding="utf-8")
+        objects.append(root / f"{name}.o")
+        run([nvcc, "-Xcompiler", "-fPIC", "-c", root / name, "-o", objects[-1],
+             *[flag for g in gencodes for flag in ("-gencode", g)]],
+            cwd=root, timeout=300, echo=False)
+    built = root / "libthree.so"
+    run([nvcc, "-shared", *objects, "-o", built], cwd=root, timeout=300, echo=False)
+    return built
+
+
+def test_the_parallel_read_gives_the_one_piece_read_s_facts(library: Path) -> None:
+    one_piece = [f.facts() for f in sass.read_sass(library)]
+    parallel = read_library_facts(library, jobs=3)
+    assert parallel == one_piece
+    archs = {(f.name, f.arch) for f in parallel}
+    assert ("_Z6trap_kPf", "sm_120f") in archs and ("_Z6trap_kPf", "sm_121a") in archs
+    assert {f.name for f in parallel if f.is_trap_only} == {"_Z6trap_kPf"}
+    assert sass.summarize(parallel, "sm_121a") == sass.summarize(sass.read_sass(library),
+                                                                   "sm_121a")

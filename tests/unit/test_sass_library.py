@@ -1,0 +1,36 @@
+"""Pairing the cubins ``cuobjdump -xelf all`` extracts with the fatbin headers' archs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sparkbuild.toolchain.sass import elf_header_archs
+from sparkbuild.toolchain.sass_library import paired_cubins
+
+SYMBOLS = """
+Fatbin elf code:
+================
+arch = sm_121a
+code version = [1,8]
+
+Fatbin ptx code:
+================
+arch = sm_80
+
+Fatbin elf code:
+================
+arch = sm_120f
+code version = [1,8]
+"""
+
+
+def test_the_headers_are_read_in_order_elf_sections_only() -> None:
+    assert elf_header_archs(SYMBOLS) == ["sm_121a", "sm_120f"]
+
+
+def test_cubins_that_do_not_pair_with_the_headers_are_not_used(tmp_path: Path) -> None:
+    for name in ("lib.1.sm_121a.cubin", "lib.2.sm_120.cubin"):
+        (tmp_path / name).write_bytes(b"")
+    assert paired_cubins(tmp_path, ["sm_121a", "sm_120f"]) is not None
+    assert paired_cubins(tmp_path, ["sm_121a", "sm_90a"]) is None  # another arch
+    assert paired_cubins(tmp_path, ["sm_121a"]) is None  # another count
