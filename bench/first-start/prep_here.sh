@@ -11,11 +11,13 @@ RECIPE=$HERE/recipe.toml
 rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
 cp -r $HERE/first_start.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
-# 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md)
+# 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
+#    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
 $PY -m pip wheel --no-deps -w $D/whl $REPO
 $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
-  $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv
+  $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv \
+  setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2  # vLLM's build needs them
 # 2. the wheels flashinfer's builder needs, for the device's interpreter (CPython 3.12,
 #    x86_64), with the marker sparkbuild.build.flashinfer_aot.aot_wheels checks
 AOT=$CACHE/flashinfer-aot/cp312-x86_64; mkdir -p $AOT
