@@ -50,7 +50,8 @@ def test_parts_are_built_one_after_the_other_into_their_own_folders(tmp_path: Pa
     assert "--targets _moe_C,_C_stable_libtorch,cumem_allocator " in second
     assert f"--out {tmp_path}/root/part3/wh" in second
     # both share one cache: the bundle is imported once
-    assert f"--cache {tmp_path}/root/cache " in first and f"--cache {tmp_path}/root/cache " in second
+    cache = f"--cache {tmp_path}/root/cache "
+    assert cache in first and cache in second
 
 
 def test_the_recipe_targets_the_spark_alone() -> None:

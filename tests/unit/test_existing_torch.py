@@ -8,6 +8,7 @@ import pytest
 from packaging.version import Version
 
 from sparkbuild.build import existing_torch
+from sparkbuild.build.doctor import Check
 from sparkbuild.build.existing_torch import (
     RunningTorch,
     existing_torch_checks,
@@ -90,7 +91,7 @@ def _requiring(tmp_path: Path, *requirements: str) -> Path:
     return tmp_path
 
 
-def _build_requirements(tree: Path) -> existing_torch.Check:
+def _build_requirements(tree: Path) -> Check:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(existing_torch, "running_torch",
                       lambda: RunningTorch("2.11.0+cu130", "13.0", "/opt/torch"))
