@@ -16,6 +16,7 @@ from sparkbuild.build.pools import (
     heavy_indices,
     plan_pools,
     pool_depth,
+    rule_match,
     today_jobs,
     write_plan_file,
 )
@@ -138,3 +139,10 @@ def test_the_plan_file_makes_the_wrapper_decide_as_the_planner(tmp_path: Path) -
                       variables={"FLAGS": "-O3"}) for u in units]
         by_wrapper = {i for i, edge in enumerate(edges) if is_heavy(edge, data)}
         assert by_wrapper == heavy_indices(plan, units), usable
+
+
+def test_the_rule_counts_flash_attention_2_light_and_its_hopper_units_heavy() -> None:
+    # measured at 12.1a on the device: every FA2 unit peaked at 3.9-4.2 GiB (part 1)
+    dep = "deps/vllm-flash-attn-e0b575756f09"
+    assert not rule_match(f"{dep}/csrc/flash_attn/src/flash_fwd_split_hdim64_bf16_sm80.cu")
+    assert rule_match(f"{dep}/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu")
