@@ -87,7 +87,7 @@ chain() {  # the detached side of start_parts
   while [ $# -ge 2 ]; do build_part "$1" "$2"; shift 2; done
 }
 
-build_log() {  # PART: the newest build log of the cache's work directories
+build_log() {  # the newest build log of the cache's work directories
   ls -t $ROOT/cache/work/*/logs/build.log 2>/dev/null | head -1
 }
 

@@ -150,6 +150,12 @@ def test_entries_of_elf_symbol_tables_and_ptx_are_the_kernels() -> None:
                                                                    "_Z8static_kPf"}}
 
 
+def test_the_elf_headers_are_read_in_order_ptx_sections_left_out() -> None:
+    # the archs an extracted cubin loses its family suffix from (sass_library pairs them)
+    assert sass.elf_header_archs(FAMILY_SYMBOLS) == ["sm_120f", "sm_90"]
+    assert sass.elf_header_archs(MIXED_SYMBOLS) == ["sm_75", "sm_121a"]
+
+
 def test_one_library_with_a_native_and_a_ptx_only_kernel() -> None:
     found = sass.coverage(kernels(MIXED_SYMBOLS, MIXED_PTX), "12.1a")
     assert found.counts() == {"native": 2, "ptx": 1, "none": 0}

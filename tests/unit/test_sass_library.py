@@ -4,28 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sparkbuild.toolchain.sass import elf_header_archs
 from sparkbuild.toolchain.sass_library import paired_cubins
-
-SYMBOLS = """
-Fatbin elf code:
-================
-arch = sm_121a
-code version = [1,8]
-
-Fatbin ptx code:
-================
-arch = sm_80
-
-Fatbin elf code:
-================
-arch = sm_120f
-code version = [1,8]
-"""
-
-
-def test_the_headers_are_read_in_order_elf_sections_only() -> None:
-    assert elf_header_archs(SYMBOLS) == ["sm_121a", "sm_120f"]
 
 
 def test_cubins_that_do_not_pair_with_the_headers_are_not_used(tmp_path: Path) -> None:

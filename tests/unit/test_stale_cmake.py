@@ -43,11 +43,13 @@ def test_a_cache_of_this_compiler_is_kept(tmp_path: Path) -> None:
 
 def test_a_cache_of_a_compiler_that_is_gone_is_stale(tmp_path: Path) -> None:
     cache = _configured(tmp_path / "tree", tmp_path / "gone" / "bin" / "nvcc")
-    assert stale_caches(tmp_path / "tree", _nvcc(tmp_path / "cuda")) == [cache]
+    gone = str(tmp_path / "gone" / "bin" / "nvcc")
+    assert stale_caches(tmp_path / "tree", _nvcc(tmp_path / "cuda")) == [(cache, gone)]
 
 
 def test_the_compiler_is_cuda_home_s_then_the_path_s(tmp_path: Path) -> None:
     nvcc = _nvcc(tmp_path / "cuda")
     assert cuda_compiler_for({"CUDA_HOME": "/opt/cuda"}) == Path("/opt/cuda/bin/nvcc")
-    assert cuda_compiler_for({"PATH": str(nvcc.parent)}) == nvcc.resolve()
+    assert cuda_compiler_for({"PATH": str(nvcc.parent)}) == nvcc
+    assert cuda_compiler_for({"CUDACXX": "/opt/other/nvcc", "PATH": str(nvcc.parent)}) == nvcc
     assert cuda_compiler_for({"PATH": str(tmp_path / "none")}) == Path("/usr/local/cuda/bin/nvcc")

@@ -175,6 +175,7 @@ def _check_build_requirements(tree: Path) -> Check:
     user chose this environment, and the build may well go through.
     """
     from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
 
     from sparkbuild.vendor.build_deps import plan_wheels
 
@@ -188,7 +189,7 @@ def _check_build_requirements(tree: Path) -> Check:
         try:
             found = importlib.metadata.version(requirement.name)
         except importlib.metadata.PackageNotFoundError:
-            absent.setdefault(requirement.name.lower(), requirement)
+            absent.setdefault(canonicalize_name(requirement.name), requirement)
             continue
         if not requirement.specifier.contains(found, prereleases=True):
             outside.append(f"{requirement} (found {found})")

@@ -16,16 +16,16 @@ import re
 import shutil
 from pathlib import Path
 
+from sparkbuild.toolchain.tools import nvcc_candidates
+
 _COMPILER = re.compile(r"^CMAKE_CUDA_COMPILER:[A-Z]+=(.*)$", re.MULTILINE)
 
 
 def cuda_compiler_for(env: dict[str, str]) -> Path:
-    """The nvcc a vLLM build in ``env`` hands CMake: torch's CUDA_HOME, then ``bin/nvcc``."""
-    home = env.get("CUDA_HOME") or env.get("CUDA_PATH")
-    if not home:
-        found = shutil.which("nvcc", path=env.get("PATH"))
-        home = str(Path(found).resolve().parent.parent) if found else "/usr/local/cuda"
-    return Path(home, "bin", "nvcc")
+    """The nvcc a vLLM build in ``env`` hands CMake: torch's CUDA_HOME (``CUDA_HOME``,
+    ``CUDA_PATH``, the nvcc on ``PATH``, ``/usr/local/cuda``), then ``bin/nvcc``.  torch does
+    not read ``CUDACXX``."""
+    return next(path for path, source in nvcc_candidates(env) if source != "CUDACXX")
 
 
 def cached_cuda_compiler(cache: Path) -> str | None:
@@ -40,23 +40,21 @@ def _same_file(a: str, b: Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def stale_caches(tree: Path, nvcc: Path) -> list[Path]:
+def stale_caches(tree: Path, nvcc: Path) -> list[tuple[Path, str]]:
     """The CMake caches under ``tree/build`` configured with a CUDA compiler other than
-    ``nvcc`` (or with one that no longer exists)."""
+    ``nvcc`` (or with one that no longer exists), each with the compiler it names."""
     stale = []
     for cache in sorted((tree / "build").glob("*/CMakeCache.txt")):
         compiler = cached_cuda_compiler(cache)
         if compiler and (not Path(compiler).exists() or not _same_file(compiler, nvcc)):
-            stale.append(cache)
+            stale.append((cache, compiler))
     return stale
 
 
 def drop_stale_caches(tree: Path, nvcc: Path) -> list[tuple[Path, str]]:
     """Remove each stale cache and its ``CMakeFiles``; (cache, the compiler it named)."""
-    dropped = []
-    for cache in stale_caches(tree, nvcc):
-        compiler = cached_cuda_compiler(cache) or "?"
+    dropped = stale_caches(tree, nvcc)
+    for cache, _compiler in dropped:
         cache.unlink()
         shutil.rmtree(cache.parent / "CMakeFiles", ignore_errors=True)
-        dropped.append((cache, compiler))
     return dropped
