@@ -9,10 +9,15 @@
 #     range (seen in session 8: no setuptools-scm, setuptools 81.0.0 against `<81`);
 #   * the bundle: vllm 0.20.0 with the series at 12.1a, its five GitHub dependencies
 #     vendored, without build wheels (the device builds against its own torch) and without
-#     the runtime closure.
+#     the runtime closure;
+#   * rebuild.bundle.tar.xz, for the warm rebuild after one patched line (issue 18): the same
+#     recipe (same name, so the same work directory and ccache on the device) with a fifth
+#     patch, one_line_change.diff, which changes one line of csrc/moe/moe_permute_unpermute_op.cu
+#     (the file the shuffle-rows guard patches): a message of a TORCH_CHECK, so the unit's
+#     object changes and nvcc compiles it again.
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
-CACHE=$(realpath "${1:-$HOME/.cache/sparkbuild}"); D=$REPO/.devrun; PY=${PYTHON:-python3}
+mkdir -p "${1:-$HOME/.cache/sparkbuild}"; CACHE=$(realpath "${1:-$HOME/.cache/sparkbuild}"); D=$REPO/.devrun; PY=${PYTHON:-python3}
 mkdir -p $D/whl; rm -f $D/whl/*.whl $D/sparkbuild-*.whl
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
 $PY -m pip download -q --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
@@ -25,4 +30,12 @@ $PY -m pip download -q --no-deps --only-binary :all: --python-version 3.12 --imp
 $PY -m pip wheel -q --no-deps --no-build-isolation -w $D $REPO
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $HERE/vllm-0.20.0-spark.toml \
   --cache $CACHE --out $D/vllm.bundle.tar.xz --without-wheels --no-closure
+O=$D/oneline/patches; rm -rf $D/oneline; mkdir -p $O; cp -r $REPO/csrc $D/oneline/  # ../csrc
+cp $REPO/patches/*.toml $HERE/one_line_change.diff $O/
+{ grep -v '^#' $REPO/patches/series | grep .
+  echo "one_line_change.diff sha256=$(sha256sum $O/one_line_change.diff | cut -d' ' -f1)"; } > $O/series
+sed 's|^path = .*series"$|path = "series"|' $HERE/vllm-0.20.0-spark.toml > $O/recipe.toml
+grep -q '^path = "series"$' $O/recipe.toml || { echo "the recipe's series path was not rewritten" >&2; exit 1; }
+PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $O/recipe.toml \
+  --cache $CACHE --out $D/rebuild.bundle.tar.xz --without-wheels --no-closure
 du -sh $D; echo "carry .devrun (at most 64 MiB a call)"

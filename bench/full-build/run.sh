@@ -14,7 +14,10 @@
 #
 # PART names the result folder (part1, part2, part3, one-piece); TARGETS is the --targets
 # list, or "all" for the whole build (no --targets, the closure included: issue 21).  Parts
-# share one cache (the bundle is imported once) and are built in the order given.
+# share one cache (the bundle is imported once) and one ccache, and are built in the order
+# given.  A part with a bundle of its own in .devrun (PART.bundle.tar.xz) builds from it: the
+# warm rebuild after a one-line change to a patched file (issue 18) is such a part, built in
+# the cache the part before it left (prep_here.sh writes rebuild.bundle.tar.xz).
 # What comes back: $OUT/PART.tgz (at most 8 files come back a call, so one archive a part):
 # machine.txt, doctor.json, progress.txt, mem.json, wheel.json (timeline, units),
 # wheel-err-tail.txt, build-log-tail.txt, ninja_log, unit-memory.json, verify.json,
@@ -24,7 +27,7 @@ cmd=$1
 ROOT=${FB_ROOT:-/root/fb}
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
-D=$REPO/.devrun
+D=${FB_DEVRUN:-$REPO/.devrun}
 OUT=${OUT:-/tmp/fb-out}
 run() { if [ -n "${DRY:-}" ]; then echo "would run: $*"; else "$@"; fi; }
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -46,10 +49,16 @@ setup() {
   run ccache -M 40G > /dev/null 2>&1
 }
 
+bundle_of() {  # PART: the bundle the part builds from
+  if [ -f $ROOT/bin/$1.bundle.tar.xz ] || [ -f $D/$1.bundle.tar.xz ]; then
+    echo $ROOT/bin/$1.bundle.tar.xz
+  else echo $ROOT/bin/vllm.bundle.tar.xz; fi
+}
+
 wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
   local targets=() closure=(--no-closure)
   if [ "$2" != all ]; then targets=(--targets "$2"); else closure=(); fi
-  printf '%s\n' python3 -m sparkbuild wheel --offline --bundle $ROOT/bin/vllm.bundle.tar.xz \
+  printf '%s\n' python3 -m sparkbuild wheel --offline --bundle "$(bundle_of $1)" \
     --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/cache \
     --out $ROOT/$1/wh --json
 }
@@ -57,10 +66,11 @@ wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
 build_part() {  # PART TARGETS: one part, start to verify, in the foreground (run detached)
   local S=$ROOT/$1 cmdline
   mapfile -t cmdline < <(wheel_command "$1" "$2")
-  mkdir -p $S; date +%s > $S/start
+  mkdir -p $S; ccache -z > /dev/null 2>&1; date +%s > $S/start
   python3 $ROOT/bin/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
   "${cmdline[@]}" > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc.tmp
+  ccache -s -v > $S/ccache.txt 2>&1
   keep_logs $1  # the next part re-prepares the same work directory
   if [ -d $S/wh ]; then
     python3 -m sparkbuild verify $S/wh --json > $S/verify.json 2> $S/verify.err
@@ -79,7 +89,7 @@ start_parts() {  # PART TARGETS [PART TARGETS ...]
   fi
   # the chain runs from copies: the next call re-sends the working tree under it
   mkdir -p $ROOT/bin; cp $0 $ROOT/bin/run.sh; cp $REPO/bench/real-build/monitor.py $ROOT/bin/
-  cp $D/vllm.bundle.tar.xz $ROOT/bin/
+  cp $D/*.bundle.tar.xz $ROOT/bin/
   setsid nohup bash $ROOT/bin/run.sh _chain "$@" > $ROOT/chain.log 2>&1 < /dev/null &
 }
 
@@ -135,7 +145,7 @@ PY
   [ -f $S/wheel.err ] && tail -c 300000 $S/wheel.err > $S/wheel-err-tail.txt
   tar -czf $OUT/$1.tgz -C $S --ignore-failed-read machine.txt doctor.json progress.txt \
     mem.json wheel.json wheel-err-tail.txt build-log-tail.txt ninja_log unit-memory.json \
-    verify.json verify.rc coverage.txt start wheel.rc 2>/dev/null
+    verify.json verify.rc coverage.txt ccache.txt start wheel.rc 2>/dev/null
   cp $S/coverage.txt $OUT/$1-coverage.txt
   head -40 $S/coverage.txt; tail -3 $S/wheel.err 2>/dev/null
   return 0

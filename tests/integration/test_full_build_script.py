@@ -15,12 +15,12 @@ from sparkbuild.recipe import load_recipe
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "full-build"
 
 
-def _dry(tmp_path: Path, *parts: str) -> list[str]:
+def _dry(tmp_path: Path, *parts: str, devrun: Path | None = None) -> list[str]:
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("needs bash")
     env = {**os.environ, "DRY": "1", "OUT": str(tmp_path / "out"),
-           "FB_ROOT": str(tmp_path / "root")}
+           "FB_ROOT": str(tmp_path / "root"), "FB_DEVRUN": str(devrun or tmp_path / "none")}
     result = subprocess.run([bash, str(BENCH / "run.sh"), "start", "1", *parts],
                             env=env, text=True, capture_output=True, timeout=120, check=False,
                             cwd=BENCH.parents[1])
@@ -58,3 +58,14 @@ def test_the_recipe_targets_the_spark_alone() -> None:
     recipe = load_recipe(BENCH / "vllm-0.20.0-spark.toml")
     assert list(recipe.target.cuda_archs) == ["12.1a"]
     assert recipe.source.spec == "pypi:vllm==0.20.0"
+
+
+def test_a_part_with_a_bundle_of_its_own_builds_from_it(tmp_path: Path) -> None:
+    devrun = tmp_path / "devrun"
+    devrun.mkdir()
+    (devrun / "rebuild.bundle.tar.xz").write_bytes(b"")
+    cold, warm = _dry(tmp_path, "part2", "_C", "rebuild", "_C", devrun=devrun)
+    assert f"--bundle {tmp_path}/root/bin/vllm.bundle.tar.xz " in cold
+    assert f"--bundle {tmp_path}/root/bin/rebuild.bundle.tar.xz " in warm
+    # the rebuild is warm: the cache the part before it left
+    assert f"--cache {tmp_path}/root/cache " in warm

@@ -146,3 +146,13 @@ def test_the_rule_counts_flash_attention_2_light_and_its_hopper_units_heavy() ->
     dep = "deps/vllm-flash-attn-e0b575756f09"
     assert not rule_match(f"{dep}/csrc/flash_attn/src/flash_fwd_split_hdim64_bf16_sm80.cu")
     assert rule_match(f"{dep}/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu")
+
+
+def test_the_rule_counts_marlin_light_and_the_cutlass_gemms_beside_it_heavy() -> None:
+    # measured at 12.1a on the device (parts 2-3): 33 Marlin units at 2.4-2.7 GiB, the
+    # CUTLASS GEMMs at 6.9-9.3 GiB
+    assert not rule_match("csrc/moe/marlin_moe_wna16/sm80_kernel_bfloat16_u8b128_bfloat16.cu")
+    assert not rule_match("csrc/quantization/gptq_marlin/gptq_marlin.cu")
+    assert rule_match("csrc/libtorch_stable/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8.cu")
+    assert rule_match("deps/qutlass-a2a935190698/qutlass/csrc/gemm.cu")
+    assert rule_match("csrc/libtorch_stable/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu")

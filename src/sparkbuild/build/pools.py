@@ -36,7 +36,7 @@ SWITCH_VARIABLE = "SPARKBUILD_JOB_PLAN"
 """``single``: today's plan (one MAX_JOBS for every unit, no pool); else the pool plan."""
 
 HEAVY_PATTERNS = (
-    r"cutlass", r"scaled_mm", r"gemm", r"gemv", r"mma", r"fp4", r"marlin", r"machete",
+    r"cutlass", r"scaled_mm", r"gemm", r"gemv", r"mma", r"fp4", r"machete",
     r"allspark", r"_sm90", r"_sm100", r"_sm120", r"flashmla", r"moe_data",
 )
 """The first build's rule, on a unit's source path (case-insensitive): CUTLASS and GEMM
@@ -45,7 +45,8 @@ kernels and the like are the units that took 4 to 11 GiB in measured vLLM builds
 FlashAttention-2's units (``csrc/flash_attn/src/flash_fwd_*_sm80.cu``) are not in it: at 12.1a
 all 55 peaked at 3.9 to 4.2 GiB on the device machine (bench/full-build/part1), and counting
 them heavy at 8.7 GiB kept 3 of its 16 cores idle for the whole part (busy 0.68).  FA3's
-Hopper units still are (``_sm90``)."""
+Hopper units still are (``_sm90``).  Nor are Marlin's (``gptq_marlin``, ``marlin_moe_wna16``):
+at 12.1a all 33 peaked at 2.4 to 2.7 GiB (bench/full-build/part2-3)."""
 
 LIGHT_UNIT_GIB = 3.0
 """A unit outside the rule, before anything is measured: cc1plus and cudafe++ peaked at

@@ -87,7 +87,7 @@ def _output(failure: str | BaseException) -> str:
     return failure if isinstance(failure, str) else str(getattr(failure, "stderr", "") or failure)
 
 
-def _git_message(output: str) -> str:
+def git_message(output: str) -> str:
     """git's own complaint: its first ``fatal:``/``error:`` line."""
     raw = output.splitlines()
     stripped = (line.strip().removeprefix("stderr: ").strip("'").strip() for line in raw)
@@ -108,7 +108,7 @@ def git_error(failure: str | BaseException, url: str, ref: str | None) -> Sparkb
     """A failed git command (its output, or an exception carrying it) as the error a user
     can act on: a missing ref or repository, the network, or git's own words."""
     output = _output(failure)
-    message = _git_message(output)
+    message = git_message(output)
     lower = output.lower()
     if any(marker in lower for marker in _MISSING_REF):
         return SourceError(

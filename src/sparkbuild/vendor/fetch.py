@@ -37,7 +37,7 @@ from sparkbuild.errors import (
     SourceError,
 )
 from sparkbuild.proc import run
-from sparkbuild.sources.git import network_trouble, run_git
+from sparkbuild.sources.git import git_message, network_trouble, run_git
 from sparkbuild.sources.mirrors import NO_MIRRORS, Mirrors
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.download import fetch_to_cache
@@ -149,7 +149,8 @@ def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) ->
         return _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).strip()
     if network_trouble(shallow.output):
         raise NetworkError(
-            f"cannot reach the git remote of {source.name}{through}", where=source.url,
+            f"cannot reach the git remote of {source.name}{through}: "
+            f"{git_message(shallow.output)}", where=source.url,
             hint="check the network or the mirror (--mirror BASE=REPLACEMENT); filling the "
             "cache needs it once, the build never",
         )

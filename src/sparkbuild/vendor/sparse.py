@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from sparkbuild.errors import CommandFailed, NetworkError, SourceError
-from sparkbuild.sources.git import git_error, network_trouble, run_git
+from sparkbuild.sources.git import git_error, git_message, network_trouble, run_git
 
 if TYPE_CHECKING:
     from sparkbuild.sources.mirrors import Mirrors
@@ -93,7 +93,8 @@ def _fetch(repo: Path, source: SourcePlan, ref: str, mirrors: Mirrors) -> str:
                         repo, mirrors, check=False)
     if code != 0:
         if network_trouble(output):
-            raise NetworkError(f"cannot reach the git remote of {source.name}",
+            raise NetworkError(f"cannot reach the git remote of {source.name}: "
+                               f"{git_message(output)}",
                                where=source.url, hint="check the network or the --mirror rules")
         code, output = _git(["fetch", "-q", "--filter=blob:none", "--tags", "origin",
                              "+refs/heads/*:refs/remotes/origin/*"], repo, mirrors, check=False)
