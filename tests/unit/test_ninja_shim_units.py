@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from sparkbuild.build.ninja_graph import Edge, read_graph
 from sparkbuild.build.ninja_shim import (
@@ -109,3 +112,22 @@ def test_the_wrapper_imports_the_standard_library_and_ninja_graph_alone() -> Non
 
     assert imported(ninja_shim) == {"sparkbuild.build.ninja_graph"}
     assert imported(ninja_graph) == set()
+
+
+def test_assign_pool_replaces_build_ninja_whole_or_not_at_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(DATA, build)
+    before = (build / "build.ninja").read_bytes()
+
+    def interrupted(src: object, dst: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(OSError):
+        assign_pool(build, _plan(depth=2))
+    assert (build / "build.ninja").read_bytes() == before  # the manifest ninja reads is whole
+    assert sorted(p.name for p in build.iterdir()) == sorted(p.name for p in DATA.iterdir())
+    monkeypatch.undo()
+    assert assign_pool(build, _plan(depth=2))
+    assert not [p for p in build.iterdir() if ".sparkbuild-" in p.name]

@@ -83,8 +83,21 @@ def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
         lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
     elif pools[pool] != depth and not _depth_in(lines, pool, depth):
         _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
-    path.write_text("\n".join(lines) + ("\n" if lines and lines[-1] else ""), encoding="utf-8")
+    _replace_text(path, "\n".join(lines) + ("\n" if lines and lines[-1] else ""))
     return sorted(heavy)
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: ninja (or a rerun) never reads half a manifest.
+
+    The shim runs inside the build's Python, so it keeps to the standard library rather
+    than :mod:`sparkbuild.store.files` (which imports rich)."""
+    partial = path.with_name(f".{path.name}.sparkbuild-{os.getpid()}")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def _depth_in(lines: list[str], pool: str, depth: int) -> bool:
@@ -101,7 +114,7 @@ def _set_depth(build_dir: Path, pool: str, depth: int) -> None:
     if path.is_file():
         lines = logical_lines(path.read_text(encoding="utf-8"))
         if _depth_in(lines, pool, depth):
-            path.write_text("\n".join(lines), encoding="utf-8")
+            _replace_text(path, "\n".join(lines))
 
 
 def failed_units(output: list[str]) -> dict[str, bool]:
@@ -195,7 +208,7 @@ def main(argv: list[str]) -> int:
         if all(out in heavy for out in killed):
             plan["depth"] = max(1, int(plan["depth"]) // 2)
         plan["killed"] = sorted({*plan.get("killed", ()), *again})
-        Path(plan_path).write_text(json.dumps(plan, indent=1) + "\n", encoding="utf-8")
+        _replace_text(Path(plan_path), json.dumps(plan, indent=1) + "\n")
         print(f"sparkbuild: {', '.join(killed)} killed (out of memory?): retrying in pool "
               f"{plan['pool']} (depth {plan['depth']})", flush=True)
     return returncode
