@@ -2,7 +2,8 @@
 
 Run by run.sh in a clean environment (no nvcc on PATH, CUDA_HOME pointing nowhere,
 FLASHINFER_DISABLE_JIT=1); argv[1] is FLASHINFER_WORKSPACE_BASE, which flashinfer writes its
-JIT builds under: it must stay empty.  Prints one JSON object.
+JIT builds under: it must hold no compiled object afterwards (flashinfer still writes a
+module's generated source and its log there).  Prints one JSON object.
 """
 
 from __future__ import annotations

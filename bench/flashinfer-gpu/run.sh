@@ -39,7 +39,7 @@ PY
 echo "build rc=$? in ${SECONDS} s"; cat $OUT/build.json; tail -5 $OUT/build-err.txt
 python3 -m pip install -q --no-index --no-deps --no-compile --target $W/site $D/fi/*.whl \
   $W/out/flashinfer_jit_cache-*.whl > $OUT/install-site.txt 2>&1 || tail $OUT/install-site.txt
-mkdir -p $W/workspace $W/bin
+mkdir -p $W/workspace
 env -i HOME=$W PATH=/usr/bin:/bin PYTHONPATH=$W/site CUDA_HOME=$W/no-cuda \
   FLASHINFER_DISABLE_JIT=1 FLASHINFER_NO_DOWNLOAD=1 FLASHINFER_WORKSPACE_BASE=$W/workspace \
   FLASHINFER_CUDA_ARCH_LIST=9.0a $(command -v python3) $D/probe.py $W/workspace \
