@@ -83,15 +83,18 @@ def reference(directory: Path, *, prompt: list[int], max_new: int, device: str
             "transformers": transformers.__version__}
 
 
-def run_vllm(directory: Path, *, prompt: list[int], max_new: int) -> dict[str, Any]:
-    """vLLM's greedy tokens; time to the first token."""
+def run_vllm(directory: Path, *, prompt: list[int], max_new: int,
+             attention_backend: str | None = None) -> dict[str, Any]:
+    """vLLM's greedy tokens; time to the first token.  ``attention_backend`` is vLLM's
+    engine argument (0.20.0 reads no VLLM_ATTENTION_BACKEND variable any more)."""
     started = time.monotonic()
     vllm = _module("vllm")
     LLM, SamplingParams = vllm.LLM, vllm.SamplingParams
     TokensPrompt = _module("vllm.inputs").TokensPrompt
     imported = time.monotonic()
+    chosen = {"attention_backend": attention_backend} if attention_backend else {}
     llm = LLM(model=str(directory), skip_tokenizer_init=True, enforce_eager=True,
-              gpu_memory_utilization=0.3, max_model_len=256, seed=0)
+              gpu_memory_utilization=0.3, max_model_len=256, seed=0, **chosen)
     ready = time.monotonic()
     first = llm.generate([TokensPrompt(prompt_token_ids=prompt)],
                          SamplingParams(temperature=0.0, max_tokens=1, detokenize=False))
@@ -107,7 +110,7 @@ def run_vllm(directory: Path, *, prompt: list[int], max_new: int) -> dict[str, A
                 "import": round(imported - started, 2), "engine_start": round(ready - imported, 2),
                 "first_request": round(first_token - ready, 3),
                 "time_to_first_token": round(first_token - started, 2)},
-            "attention_backend": os.environ.get("VLLM_ATTENTION_BACKEND")}
+            "attention_backend": attention_backend}
 
 
 def loaded_libraries() -> dict[str, list[str]]:
@@ -178,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--max-new", type=int, default=16)
         if name == "reference":
             p.add_argument("--device", default="cuda")
+        else:
+            p.add_argument("--attention-backend", help="vLLM's engine argument, e.g. FLASHINFER")
     p = sub.add_parser("record")
     p.add_argument("--reference", type=Path, required=True)
     p.add_argument("--vllm", type=Path, required=True)
@@ -197,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                                         device=args.device)
         out["prompt"] = PROMPT
     elif args.command == "vllm":
-        out = run_vllm(args.dir, prompt=PROMPT, max_new=args.max_new)
+        out = run_vllm(args.dir, prompt=PROMPT, max_new=args.max_new,
+                       attention_backend=args.attention_backend)
     else:
         out = record(args.reference, args.vllm, args.evidence, args.model)
         args.out.write_text(json.dumps(out, indent=2) + "\n")

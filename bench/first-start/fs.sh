@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The device side of the first-start proof (bench/first-start/README.md).  Each call is
 # one step; the machine stays warm between them, so /root/fs keeps what earlier ones left.
-#   bash .devrun/fs.sh receive            # append the carried part(s) of .devrun/parts
-#   bash .devrun/fs.sh build SECONDS      # unpack, start the offline build detached, watch
+#   bash .devrun/fs.sh receive            # keep the carried part(s) of .devrun/parts
+#   bash .devrun/fs.sh build SECONDS      # unpack build.tar, start the offline build detached, watch
 #   bash .devrun/fs.sh watch SECONDS      # watch the build
 #   bash .devrun/fs.sh prove              # install, tiny model, vLLM with no JIT, RESULT.json
 set -u
@@ -11,10 +11,10 @@ mkdir -p $S
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 case $1 in
 receive)
-  for p in $D/parts/carry.tar.*; do cp $p $S/; echo "received $(basename $p) ($(stat -c %s $p) bytes)"; done
-  ls $S/carry.tar.* ;;
+  for p in $D/parts/*.tar*; do cp $p $S/; echo "received $(basename $p) ($(stat -c %s $p) bytes)"; done
+  ls $S/*.tar* ;;
 build)
-  cd $S && cat carry.tar.* > carry.tar && tar xf carry.tar && rm carry.tar || exit 1
+  cd $S && tar xf build.tar && rm build.tar || exit 1
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
   { date -u; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -40,6 +40,9 @@ watch)
 prove)
   export PYTHONPATH=/tmp/site
   V=$S/venv P=$S/prove; rm -rf $V $P; mkdir -p $P
+  if ls $S/runtime.tar.* > /dev/null 2>&1; then   # the runtime wheels, carried in parts
+    cat $S/runtime.tar.* | tar -C $S -x && rm $S/runtime.tar.* || exit 1
+  fi
   python3 -m venv --system-site-packages $V              # the device's torch and transformers
   $V/bin/python -m pip install -q --no-index --no-deps $S/runtime/*.whl > $P/runtime-install.txt 2>&1
   python3 -m sparkbuild install $S/wh --venv $V --json > $P/install.json 2> $P/install.err
@@ -49,7 +52,7 @@ prove)
   python3 $D/first_start.py reference $S/model --out $P/reference.json --device cuda
   # the first start: the node profile, no JIT, no network, no nvcc
   ( source $V/bin/activate
-    export FLASHINFER_DISABLE_JIT=1 VLLM_ATTENTION_BACKEND=FLASHINFER VLLM_ENABLE_V1_MULTIPROCESSING=0
+    export FLASHINFER_DISABLE_JIT=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
     export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
     export FIRST_START_SOCKET_LOG=$P/sockets.jsonl FIRST_START_NVCC_LOG=$P/nvcc.log
     # a node with no compiler: no directory holding nvcc stays on PATH; CUDA_HOME's nvcc is
@@ -59,7 +62,7 @@ prove)
     which nvcc > $P/which-nvcc.txt 2>&1
     mkdir -p $P/no-cuda/bin && ln -sf $D/shim/nvcc $P/no-cuda/bin/nvcc
     env | grep -E '^(FLASHINFER|TRITON|VLLM|CUDA_HOME)' | sort > $P/env.txt
-    python $D/first_start.py vllm $S/model --out $P/vllm.json > $P/vllm.log 2>&1
+    python $D/first_start.py vllm $S/model --attention-backend FLASHINFER --out $P/vllm.json > $P/vllm.log 2>&1
     echo "vllm rc=$?" >> $P/vllm.log
     ws=$FLASHINFER_WORKSPACE_BASE
     python3 - "$ws" $P <<'PY'

@@ -7,10 +7,20 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
-RECIPE=$HERE/recipe.toml
 rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
 cp -r $HERE/first_start.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
+# 0. the series for the H200 (9.0a): the Spark's series less cmake-sm121-archs, the edit that
+#    gives 12.1a native code and refuses a recipe without a 12.1 target; the other three
+#    patches apply as they do for the Spark.  Generated (the patches copied with ../csrc,
+#    which the E2M1 patch injects) and bundled: the device needs no series of its own.
+S=$REPO/.devrun-prep/patches; rm -rf $REPO/.devrun-prep; mkdir -p $S
+cp -r $REPO/csrc $REPO/.devrun-prep/
+grep -v '^#' $REPO/patches/series | grep . | grep -v '^cmake-sm121-archs' > $S/series
+cut -d' ' -f1 $S/series | while read -r f; do cp $REPO/patches/$f $S/; done
+sed 's|^path = .*series"$|path = "series"|' $HERE/recipe.toml > $S/recipe.toml
+grep -q '^path = "series"$' $S/recipe.toml || { echo "the recipe's series path was not rewritten" >&2; exit 1; }
+RECIPE=$S/recipe.toml
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
 #    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
@@ -43,8 +53,14 @@ PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
 # VLLM_SDIST: vllm-0.20.0.tar.gz (its requirements/ are read; the bundle holds the tree)
 $PY $HERE/missing_wheels.py --sdist "${VLLM_SDIST:?set VLLM_SDIST to vllm-0.20.0.tar.gz}" --dest $D/runtime --out $D/missing_wheels.json
 rm -f $D/runtime/flashinfer_cubin-*.whl $D/runtime/nvidia_cutlass_dsl_libs*.whl
-# 5. one archive of the carried files, cut into parts: each call carries .devrun/parts/N
-tar -C $D -cf $D/carry.tar whl runtime bundle.tar.xz missing_wheels.json
-split -b 60M -d $D/carry.tar $D/parts/carry.tar.
-rm -rf $D/whl $D/runtime $D/bundle.tar.xz $D/carry.tar
-ls -la $D/parts; echo "parts: $(ls $D/parts | wc -l); carry one per call (fs.sh receive)"
+# and tilelang (43 MiB) with its z3-solver (27 MiB): vLLM 0.20.0 imports tilelang only in
+# layers/mhc.py, which only models/deepseek_v4.py imports; a Llama never loads it
+rm -f $D/runtime/tilelang-*.whl $D/runtime/z3_solver-*.whl
+# 5. two archives: build.tar (what the build needs: it starts on the first call) and
+#    runtime.tar (what the proof installs), cut into parts of 60 MiB; fs.sh receive takes
+#    whatever parts a call carries in .devrun/parts
+tar -C $D -cf $D/parts/build.tar whl bundle.tar.xz
+tar -C $D -cf $D/runtime-all.tar runtime missing_wheels.json
+split -b 60M -d $D/runtime-all.tar $D/parts/runtime.tar.
+rm -rf $D/whl $D/runtime $D/bundle.tar.xz $D/runtime-all.tar
+ls -la $D/parts; echo "parts: $(ls $D/parts | wc -l); carry them a few per call (fs.sh receive)"
