@@ -110,8 +110,9 @@ def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
         named = set(re.findall(r"\$(?:HERE|D)/([A-Za-z_][\w.-]*)", text))
         if script == "prep_here.sh":
             copied = set(re.findall(r"\$HERE/([A-Za-z_][\w.-]*)", text))
-        missing = {n for n in named - {"parts", "whl", "runtime", "bundle.tar.xz", "runtime-all.tar",
-                                       "missing_wheels.json", "cudaroot.sh"}
+        made = {"parts", "whl", "runtime", "bundle.tar.xz", "runtime-all.tar",
+                "missing_wheels.json", "cudaroot.sh"}
+        missing = {n for n in named - made
                    if not (here / n).exists()}
         assert missing == set(), f"{script} names {sorted(missing)}"
     ran = set(re.findall(r"\$D/([A-Za-z_][\w.-]*\.(?:py|sh))", (here / "fs.sh").read_text()))
