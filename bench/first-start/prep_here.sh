@@ -56,8 +56,10 @@ rm -f $D/runtime/flashinfer_cubin-*.whl $D/runtime/nvidia_cutlass_dsl_libs*.whl
 # and tilelang (43 MiB) with its z3-solver (27 MiB): vLLM 0.20.0 imports tilelang only in
 # layers/mhc.py, which only models/deepseek_v4.py imports; a Llama never loads it
 rm -f $D/runtime/tilelang-*.whl $D/runtime/z3_solver-*.whl
+# and flashinfer-python: the recipe pins it, so the bundle, and then the wheelhouse, hold it
+rm -f $D/runtime/flashinfer_python-*.whl
 # 5. two archives: build.tar (what the build needs: it starts on the first call) and
-#    runtime.tar (what the proof installs), cut into parts of 60 MiB; fs.sh receive takes
+#    the runtime wheels the proof installs, cut into runtime.tar.NN of 60 MiB; fs.sh receive takes
 #    whatever parts a call carries in .devrun/parts
 tar -C $D -cf $D/parts/build.tar whl bundle.tar.xz
 tar -C $D -cf $D/runtime-all.tar runtime missing_wheels.json
