@@ -14,7 +14,8 @@ receive)
   for p in $D/parts/*.tar*; do cp $p $S/; echo "received $(basename $p) ($(stat -c %s $p) bytes)"; done
   ls $S/*.tar* ;;
 build)
-  cd $S && tar xf build.tar && rm build.tar || exit 1
+  cd $S || exit 1
+  if [ -f build.tar ]; then tar xf build.tar && rm build.tar || exit 1; fi  # a repeated call finds it unpacked
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/whl/*.whl || exit 1
   export PYTHONPATH=/tmp/site
   { date -u; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -27,7 +28,7 @@ build)
   setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz \
     --use-existing-torch --targets _C --no-closure --cache $S/cache --out $S/wh --json \
     > $S/wheel.json 2> $S/wheel.err; echo \$? > $S/wheel.rc" > /dev/null 2>&1 < /dev/null &
-  bash $0 watch $2 ;;
+  bash $D/fs.sh watch $2 ;;
 watch)
   end=$(( $(date +%s) + $2 ))
   while [ ! -f $S/wheel.rc ] && [ "$(date +%s)" -lt $end ]; do
