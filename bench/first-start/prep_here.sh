@@ -14,13 +14,9 @@ cp -r $HERE/first_start.py $HERE/fs.sh $HERE/guard $HERE/shim \
 #    gives 12.1a native code and refuses a recipe without a 12.1 target; the other three
 #    patches apply as they do for the Spark.  Generated (the patches copied with ../csrc,
 #    which the E2M1 patch injects) and bundled: the device needs no series of its own.
-S=$REPO/.devrun-prep/patches; rm -rf $REPO/.devrun-prep; mkdir -p $S
-cp -r $REPO/csrc $REPO/.devrun-prep/
-grep -v '^#' $REPO/patches/series | grep . | grep -v '^cmake-sm121-archs' > $S/series
-cut -d' ' -f1 $S/series | while read -r f; do cp $REPO/patches/$f $S/; done
-sed 's|^path = .*series"$|path = "series"|' $HERE/recipe.toml > $S/recipe.toml
-grep -q '^path = "series"$' $S/recipe.toml || { echo "the recipe's series path was not rewritten" >&2; exit 1; }
-RECIPE=$S/recipe.toml
+. $REPO/bench/derived_series.sh
+derived_series $REPO/.devrun-prep $HERE/recipe.toml cmake-sm121-archs ""
+RECIPE=$REPO/.devrun-prep/patches/recipe.toml
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
 #    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"

@@ -30,12 +30,9 @@ $PY -m pip download -q --no-deps --only-binary :all: --python-version 3.12 --imp
 $PY -m pip wheel -q --no-deps --no-build-isolation -w $D $REPO
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $HERE/vllm-0.20.0-spark.toml \
   --cache $CACHE --out $D/vllm.bundle.tar.xz --without-wheels --no-closure
-O=$D/oneline/patches; rm -rf $D/oneline; mkdir -p $O; cp -r $REPO/csrc $D/oneline/  # ../csrc
-cp $REPO/patches/*.toml $HERE/one_line_change.diff $O/
-{ grep -v '^#' $REPO/patches/series | grep .
-  echo "one_line_change.diff sha256=$(sha256sum $O/one_line_change.diff | cut -d' ' -f1)"; } > $O/series
-sed 's|^path = .*series"$|path = "series"|' $HERE/vllm-0.20.0-spark.toml > $O/recipe.toml
-grep -q '^path = "series"$' $O/recipe.toml || { echo "the recipe's series path was not rewritten" >&2; exit 1; }
+. $REPO/bench/derived_series.sh
+derived_series $D/oneline $HERE/vllm-0.20.0-spark.toml "" $HERE/one_line_change.diff
+O=$D/oneline/patches
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $O/recipe.toml \
   --cache $CACHE --out $D/rebuild.bundle.tar.xz --without-wheels --no-closure
 du -sh $D; echo "carry .devrun (at most 64 MiB a call)"
