@@ -32,7 +32,7 @@ build)
 watch)
   end=$(( $(date +%s) + $2 ))
   while [ ! -f $S/wheel.rc ] && [ "$(date +%s)" -lt $end ]; do
-    sleep 15; l=$(ls $S/cache/work/*/logs/build.log $S/cache/work/*/flashinfer-aot/aot.log 2>/dev/null | tail -1)
+    sleep 15; l=$(ls -t $S/cache/work/*/logs/build.log $S/cache/work/*/flashinfer-aot/aot.log 2>/dev/null | head -1)  # the newer: the AOT log once it starts
     echo "$(( $(date +%s) - $(cat $S/start) )) s: $(grep -oE '\[[0-9]+/[0-9]+\]' "$l" 2>/dev/null | tail -1) $l"
   done
   [ -f $S/wheel.rc ] && echo "wheel rc=$(cat $S/wheel.rc) after $(( $(stat -c %Y $S/wheel.rc) - $(cat $S/start) )) s"
