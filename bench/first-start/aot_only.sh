@@ -2,7 +2,7 @@
 # Device: `sparkbuild flashinfer-aot` alone for recipe.toml's module set, timed (session 11,
 # aot-9.0a.json).  Carried as .devaot/ (30 MiB), made here with:
 #   mkdir -p .devaot/whl .devaot/cache && cp -r ~/.cache/sparkbuild/flashinfer-aot .devaot/cache/
-#   cp bench/first-start/{aot_only.sh,probe_paged.py} bench/real-build/cudaroot.sh .devaot/
+#   cp bench/first-start/{aot_only.sh,probe_paged.py,first_start.py} bench/real-build/cudaroot.sh .devaot/
 #   (and the recipe as prep_here.sh derives it: .devrun-prep/patches/recipe.toml)
 #   pip wheel --no-deps -w .devaot/whl . && pip download --no-deps --only-binary :all: \
 #     --python-version 3.12 --implementation cp --platform manylinux_2_17_x86_64 \

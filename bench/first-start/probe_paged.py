@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from first_start import loaded_libraries  # beside this file
 
 HEADS, KV_HEADS, HEAD_DIM, PAGE = 4, 2, 64, 16
 LENGTHS = [37, 5, 64]  # one prompt per request; pages filled partly and whole
@@ -90,9 +91,7 @@ def main() -> None:
     for entry in results.values():
         entry["matches"] = entry["max_abs_error"] < 2e-2
     report["results"] = results
-    maps = Path("/proc/self/maps").read_text().splitlines()
-    report["loaded_modules"] = sorted({line.split()[-1] for line in maps
-                                       if "flashinfer_jit_cache" in line and line.endswith(".so")})
+    report["loaded_libraries"] = loaded_libraries()
     report["workspace_objects"] = sorted(str(p.relative_to(workspace)) for p in workspace.rglob("*")
                                          if p.suffix in (".o", ".so"))
     print(json.dumps(report, indent=1))
