@@ -82,6 +82,9 @@ json.dump({"flashinfer_workspace": str(ws),
            "note": "Triton JIT-compiles vLLM's own Triton kernels (not flashinfer's); counted, not hidden"},
           open(p / "evidence.json", "w"), indent=2)
 PY
+    # after the evidence is taken: flashinfer's two paged wrappers alone, against fp32
+    python $D/probe_paged.py "$ws" > $P/probe_paged.json 2> $P/probe_paged.err
+    echo "probe_paged rc=$?" >> $P/vllm.log
   )
   python3 $D/first_start.py record --reference $P/reference.json --vllm $P/vllm.json \
     --evidence $P/evidence.json --model $P/model.json --out $P/RESULT.json

@@ -8,7 +8,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
 rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
-cp -r $HERE/first_start.py $HERE/fs.sh $HERE/guard $HERE/shim \
+cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
 # 0. the series for the H200 (9.0a): the Spark's series less cmake-sm121-archs, the edit that
 #    gives 12.1a native code and refuses a recipe without a 12.1 target; the other three
