@@ -1,56 +1,92 @@
 #!/usr/bin/env bash
-# The device side of the first-start proof (bench/first-start/README.md).  Each call is
-# one step; the machine stays warm between them, so /root/fs keeps what earlier ones left.
+# The device side of the first-start proof (bench/first-start/README.md).  The machine goes
+# back 30 s after a call returns, and takes everything with it: so the first call starts one
+# detached chain (the offline build, then the node's venv, then vLLM's first start) and every
+# later call only hands over a part and watches.  No call needs a decision between calls.
 #   bash .devrun/fs.sh receive            # keep the carried part(s) of .devrun/parts
-#   bash .devrun/fs.sh build SECONDS      # unpack build.tar, start the offline build detached, watch
-#   bash .devrun/fs.sh watch SECONDS      # watch the build
-#   bash .devrun/fs.sh prove              # install, tiny model, vLLM with no JIT, RESULT.json
+#   bash .devrun/fs.sh build SECONDS      # unpack build.tar, start the chain detached, watch
+#   bash .devrun/fs.sh watch SECONDS      # watch the chain; results to $OUT when it ends
+# The chain's steps, also callable one by one (a repeated step after a fix):
+#   bash .devrun/fs.sh stage              # the node set's venv, the tiny model, its reference
+#   bash .devrun/fs.sh prove              # install the wheelhouse, vLLM with no JIT, RESULT.json
 set -u
-D=$PWD/.devrun S=/root/fs
+S=/root/fs D=${FS_D:-$PWD/.devrun}
 mkdir -p $S
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+log() { echo "$(( $(date +%s) - $(cat $S/start 2>/dev/null || date +%s) )) s: $*" | tee -a $S/chain.log; }
+runtime_complete() {  # every runtime part build.tar names, whole (received by rename)
+  [ -f $S/runtime-parts.txt ] || return 1
+  while read -r name size; do [ "$(stat -c %s $S/$name 2>/dev/null)" = "$size" ] || return 1
+  done < $S/runtime-parts.txt
+}
 case $1 in
 receive)
-  for p in $D/parts/*.tar*; do cp $p $S/; echo "received $(basename $p) ($(stat -c %s $p) bytes)"; done
-  ls $S/*.tar* ;;
+  for p in $D/parts/*; do n=$(basename $p)
+    cp $p $S/.$n.part && mv $S/.$n.part $S/$n && echo "received $n ($(stat -c %s $p) bytes)"; done ;;
 build)
   cd $S || exit 1
   if [ -f build.tar ]; then tar xf build.tar && rm build.tar || exit 1; fi  # a repeated call finds it unpacked
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site
   { date -u; nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c 'import torch; print("torch", torch.__version__, torch.version.cuda)'
     nvcc --version | tail -1; } > $S/machine.txt 2>&1
+  # what the image holds (the node set is resolved against it: device-pip-list.txt)
+  python3 -m pip list --format=freeze > $S/device-pip-list.txt 2>&1
+  rm -rf $S/bin && cp -r $D $S/bin && rm -rf $S/bin/parts   # the chain's own copy of the scripts
+  date +%s > $S/start
+  FS_D=$S/bin setsid nohup bash $S/bin/fs.sh chain > $S/chain.out 2>&1 < /dev/null &
+  bash $D/fs.sh watch $2 ;;
+chain)
+  export PYTHONPATH=/tmp/site
   source $D/cudaroot.sh >> $S/machine.txt
   # the bundle carries the recipe's pins and flashinfer's builder wheels: `wheel` imports
   # them into the cache, and names any one missing before it compiles
-  date +%s > $S/start
-  setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz \
-    --use-existing-torch --targets _C --no-closure --cache $S/cache --out $S/wh --json \
-    > $S/wheel.json 2> $S/wheel.err; echo \$? > $S/wheel.rc" > /dev/null 2>&1 < /dev/null &
-  bash $D/fs.sh watch $2 ;;
+  log "wheel started"
+  python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz --use-existing-torch \
+    --targets _C --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
+  echo $? > $S/wheel.rc; log "wheel rc=$(cat $S/wheel.rc)"
+  [ "$(cat $S/wheel.rc)" = 0 ] || { echo wheel > $S/chain.rc; exit 1; }
+  until runtime_complete; do sleep 5; done
+  bash $D/fs.sh stage >> $S/chain.out 2>&1; log "staged: $(tr '\n' ' ' < $S/prove/stage.txt)"
+  bash $D/fs.sh prove >> $S/chain.out 2>&1; log "proved"
+  echo 0 > $S/chain.rc ;;
 watch)
   end=$(( $(date +%s) + $2 ))
-  while [ ! -f $S/wheel.rc ] && [ "$(date +%s)" -lt $end ]; do
+  while [ ! -f $S/chain.rc ] && [ "$(date +%s)" -lt $end ]; do
     sleep 15; l=$(ls -t $S/cache/work/*/logs/build.log $S/cache/work/*/flashinfer-aot/aot.log 2>/dev/null | head -1)  # the newer: the AOT log once it starts
-    echo "$(( $(date +%s) - $(cat $S/start) )) s: $(grep -oE '\[[0-9]+/[0-9]+\]' "$l" 2>/dev/null | tail -1) $l"
+    echo "$(( $(date +%s) - $(cat $S/start) )) s: $(grep -oE '\[[0-9]+/[0-9]+\]' "$l" 2>/dev/null | tail -1) $(tail -1 $S/chain.log 2>/dev/null)"
   done
-  [ -f $S/wheel.rc ] && echo "wheel rc=$(cat $S/wheel.rc) after $(( $(stat -c %Y $S/wheel.rc) - $(cat $S/start) )) s"
-  cp $S/machine.txt $OUT/ 2>/dev/null; tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt
-  cp $S/wheel.json $OUT/ 2>/dev/null; tail -5 $S/wheel.err ;;
+  cat $S/chain.log 2>/dev/null
+  cp $S/machine.txt $S/device-pip-list.txt $S/wheel.json $OUT/ 2>/dev/null
+  tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt 2>/dev/null
+  if [ -d $S/prove ]; then tar -C $S --exclude prove/triton-cache --exclude prove/no-cuda \
+      -czf $OUT/prove.tar.gz prove; cp $S/prove/RESULT.json $OUT/ 2>/dev/null; fi
+  tail -5 $S/wheel.err 2>/dev/null; tail -20 $S/prove/vllm.log 2>/dev/null ;;
+stage)  # the node's side before the wheelhouse exists: the node set's venv, the model, the reference
+  V=$S/venv P=$S/prove; rm -rf $V $P $S/view; mkdir -p $P
+  runtime_complete || { echo "the runtime parts are not all here: $S/runtime-parts.txt"; exit 1; }
+  (cd $S && cat $(cut -d' ' -f1 runtime-parts.txt)) | tar -C $S -x || exit 1
+  # a venv of the image's interpreter with nothing of the image's but the node set's projects
+  # at their resolved versions (image_view.py links them; --system-site-packages would give
+  # the base interpreter's site, not the image's venv at /opt/torch/.venv)
+  env -u PYTHONPATH python3 -m venv $V
+  env -u PYTHONPATH python3 $D/image_view.py --list $S/image-view.txt --view $S/view --venv $V \
+    --json $P/image-view.json | tee -a $P/stage.txt
+  $V/bin/python -m pip install -q --no-index --no-deps $S/runtime/*.whl > $P/runtime-install.txt 2>&1
+  echo "runtime install rc=$?" | tee -a $P/stage.txt
+  $V/bin/python -m pip check > $P/stage-pip-check.txt 2>&1
+  $V/bin/python -c 'import torch, numpy; print("venv: torch", torch.__version__, "cuda", torch.cuda.is_available(), "numpy", numpy.__version__, torch.__file__)' 2>&1 | tail -1 | tee -a $P/stage.txt
+  env -u PYTHONPATH python3 $D/first_start.py write-model $S/model --out $P/model.json > /dev/null &&
+  env -u PYTHONPATH python3 $D/first_start.py reference $S/model --out $P/reference.json --device cuda
+  echo "model and reference rc=$?" | tee -a $P/stage.txt
+  cp $P/stage*.txt $P/image-view.json $P/runtime-install.txt $P/reference.json $OUT/ 2>/dev/null
+  tail -8 $P/stage-pip-check.txt ;;
 prove)
   export PYTHONPATH=/tmp/site
-  V=$S/venv P=$S/prove; rm -rf $V $P; mkdir -p $P
-  if ls $S/runtime.tar.* > /dev/null 2>&1; then   # the runtime wheels, carried in parts
-    cat $S/runtime.tar.* | tar -C $S -x && rm $S/runtime.tar.* || exit 1
-  fi
-  python3 -m venv --system-site-packages $V              # the device's torch and transformers
-  $V/bin/python -m pip install -q --no-index --no-deps $S/runtime/*.whl > $P/runtime-install.txt 2>&1
+  V=$S/venv P=$S/prove
   python3 -m sparkbuild install $S/wh --venv $V --json > $P/install.json 2> $P/install.err
-  echo "install rc=$?"
+  echo "install rc=$?"; tail -5 $P/install.err
   python3 -m sparkbuild doctor --node --venv $V --json > $P/doctor-node.json 2>&1
-  python3 $D/first_start.py write-model $S/model --out $P/model.json
-  python3 $D/first_start.py reference $S/model --out $P/reference.json --device cuda
   # the first start: the node profile, no JIT, no network, no nvcc
   ( source $V/bin/activate
     export FLASHINFER_DISABLE_JIT=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
@@ -88,5 +124,5 @@ PY
   )
   python3 $D/first_start.py record --reference $P/reference.json --vllm $P/vllm.json \
     --evidence $P/evidence.json --model $P/model.json --out $P/RESULT.json
-  cp $P/*.json $P/*.txt $P/*.log $P/install.err $OUT/ 2>/dev/null; tail -40 $P/vllm.log ;;
+  tail -40 $P/vllm.log ;;
 esac

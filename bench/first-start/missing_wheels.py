@@ -1,22 +1,31 @@
-"""Which runtime wheels of vLLM 0.20.0 the device (nvidia-h200) lacks, and their size.
+"""The node set of the first-start proof: vLLM 0.20.0's runtime closure, split into what
+the device image already holds at the same version and what must be carried.
 
 Resolves vLLM 0.20.0's own runtime requirements (``requirements/cuda.txt`` with
 ``common.txt``, read from its sdist) for the device's interpreter (CPython 3.12,
-manylinux x86_64) with ``uv pip compile``, takes away every project the device's image
-holds (the package list of /work/.library/device/KINDS.md), downloads the rest (no
-dependencies, the device's platform) and writes their names, versions and sizes as JSON.
-torch, torchaudio and torchvision are the device's own (2.11.0, the versions vLLM 0.20.0
-pins), so they are never carried.
+manylinux x86_64) with ``uv pip compile``.  The image's own versions (``pip list
+--format=freeze`` taken on the device, ``device-pip-list.txt``) are the resolver's
+preferences, and the projects named by ``--keep`` are held at the image's version
+(constraints).  Then each resolved project is either
 
-    python bench/first-start/missing_wheels.py --sdist vllm-0.20.0.tar.gz --kinds KINDS.md \\
-        --dest carried/ --out bench/first-start/missing_wheels.json
+* ``from_image``: the image holds that very version (the node's venv links it from the
+  image: ``image_view.py``),
+* ``carried``: downloaded here (no dependencies, the device's platform), or
+* ``left_out``: named by ``--leave-out`` (neither linked nor carried; vLLM's pip check
+  then reports it as left to the node).
+
+So the venv the proof installs into is one consistent resolution, whatever else the image
+holds (session 12 found the image's numpy 2.5.2 and numba 0.68.0 outside vLLM 0.20.0's
+closure; an earlier version of this script carried by name only and missed both).
+
+    python bench/first-start/missing_wheels.py --sdist vllm-0.20.0.tar.gz \\
+        --freeze bench/first-start/device-pip-list.txt --dest carried/ --out node_set.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 import tarfile
@@ -29,15 +38,34 @@ from packaging.utils import canonicalize_name
 PLATFORM = "x86_64-manylinux_2_28"
 PIP_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
                  "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+KEEP = ("torch", "torchaudio", "torchvision", "triton", "transformers")
+"""Held at the image's version: torch is the build's and never carried; transformers 5.17.0
+serves vLLM 0.20.0 (its model config and import checked on CPU, session 12) and keeps
+huggingface-hub and tokenizers at the image's versions too."""
+LEAVE_OUT = {
+    "flashinfer-python": "the wheelhouse holds it (the recipe's pin)",
+    "flashinfer-cubin": "281 MiB of cubins: with FLASHINFER_NO_DOWNLOAD=1 its absence shows "
+                        "that no cubin is needed",
+    "nvidia-cutlass-dsl": "CuTe DSL kernels, not on a dense bf16 model's path; without its "
+                          "libs its .pth fails at every interpreter start",
+    "nvidia-cutlass-dsl-libs-base": "as nvidia-cutlass-dsl",
+    "nvidia-cutlass-dsl-libs-cu12": "as nvidia-cutlass-dsl",
+    "tilelang": "43 MiB; only layers/mhc.py imports it, for models/deepseek_v4.py",
+    "z3-solver": "27 MiB; tilelang's",
+    "numba": "vLLM pins 0.65.0 (the image has 0.68.0); only the n-gram speculative "
+             "decoder imports it",
+    "llvmlite": "numba's (42 MiB)",
+}
 
 
-def device_packages(kinds: Path) -> set[str]:
-    """The projects the device's image holds: the 'Packages:' list of KINDS.md."""
-    text = kinds.read_text(encoding="utf-8")
-    match = re.search(r"Packages: (.+?)\.\s*$", text, re.MULTILINE)
-    if not match:
-        raise SystemExit(f"no 'Packages:' list in {kinds}")
-    return {canonicalize_name(name.strip()) for name in match.group(1).split(",")}
+def freeze_versions(text: str) -> dict[str, str]:
+    """``pip list --format=freeze``: canonical name -> version."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, version = line.strip().partition("==")
+        if sep and not name.startswith("#"):
+            found[canonicalize_name(name)] = version
+    return found
 
 
 def requirements(sdist: Path, into: Path) -> Path:
@@ -49,14 +77,23 @@ def requirements(sdist: Path, into: Path) -> Path:
     return cuda
 
 
-def resolve(cuda: Path) -> list[tuple[str, str]]:
-    result = subprocess.run(
-        ["uv", "pip", "compile", str(cuda), "--python-version", "3.12", "--python-platform",
-         PLATFORM, "--no-header", "--no-annotate", "--quiet", "--index-url",
-         "https://pypi.org/simple", "--no-config"],
-        capture_output=True, text=True, check=True)
+def resolve(cuda: Path, image: dict[str, str], keep: list[str]) -> list[tuple[str, str]]:
+    """``uv pip compile``: the image's versions preferred (an output file it starts from),
+    the ``keep`` projects held at them (constraints)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        preferred = Path(scratch, "resolved.txt")
+        preferred.write_text("".join(f"{n}=={v}\n" for n, v in sorted(image.items())))
+        held = Path(scratch, "keep.txt")
+        held.write_text("".join(f"{n}=={image[n]}\n" for n in keep if n in image))
+        subprocess.run(
+            ["uv", "pip", "compile", str(cuda), "--python-version", "3.12",
+             "--python-platform", PLATFORM, "--no-header", "--no-annotate", "--quiet",
+             "--index-url", "https://pypi.org/simple", "--no-config", "--constraint",
+             str(held), "--output-file", str(preferred)],
+            capture_output=True, text=True, check=True)
+        lines = preferred.read_text().splitlines()
     pins: list[tuple[str, str]] = []
-    for line in result.stdout.splitlines():
+    for line in lines:
         name, sep, version = line.strip().partition("==")
         if sep:
             pins.append((canonicalize_name(name.split("[")[0]), version.split(";")[0].strip()))
@@ -78,35 +115,66 @@ def download(name: str, version: str, dest: Path) -> Path | None:
     return sorted(found)[0] if found else None
 
 
+def split(pins: list[tuple[str, str]], image: dict[str, str]
+          ) -> tuple[list[dict[str, str]], list[tuple[str, str]], list[dict[str, str]]]:
+    """The resolution split three ways: the image's own (same version), to carry, left out."""
+    from_image: list[dict[str, str]] = []
+    to_carry: list[tuple[str, str]] = []
+    left_out: list[dict[str, str]] = []
+    for name, version in pins:
+        if name in LEAVE_OUT:
+            left_out.append({"name": name, "version": version, "why": LEAVE_OUT[name],
+                             "image_has": image.get(name, "")})
+        elif image.get(name) == version:
+            from_image.append({"name": name, "version": version})
+        else:
+            to_carry.append((name, version))
+    return from_image, to_carry, left_out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sdist", type=Path, required=True)
-    parser.add_argument("--kinds", type=Path, default=Path("/work/.library/device/KINDS.md"))
+    parser.add_argument("--freeze", type=Path, required=True,
+                        help="the image's `pip list --format=freeze`")
+    parser.add_argument("--keep", default=",".join(KEEP),
+                        help="projects held at the image's version (comma-separated)")
     parser.add_argument("--dest", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--view-list", type=Path,
+                        help="write the from_image projects here, name==version a line")
     args = parser.parse_args()
-    have = device_packages(args.kinds)
+    image = freeze_versions(args.freeze.read_text(encoding="utf-8"))
+    keep = [str(canonicalize_name(n)) for n in args.keep.split(",") if n.strip()]
     with tempfile.TemporaryDirectory() as scratch:
-        pins = resolve(requirements(args.sdist, Path(scratch)))
+        pins = resolve(requirements(args.sdist, Path(scratch)), image, keep)
     args.dest.mkdir(parents=True, exist_ok=True)
-    missing: list[dict[str, Any]] = []
+    from_image, to_carry, left_out = split(pins, image)
+    carried: list[dict[str, Any]] = []
     failed: list[str] = []
-    for name, version in pins:
-        if name in have:
-            continue
+    for name, version in to_carry:
         wheel = download(name, version, args.dest)
         if wheel is None:
             failed.append(f"{name}=={version}")
             continue
-        missing.append({"name": name, "version": version, "file": wheel.name,
-                        "size": wheel.stat().st_size})
-    total = sum(item["size"] for item in missing)
-    report = {"resolved": len(pins), "on_device": len(pins) - len(missing) - len(failed),
-              "missing": missing, "missing_count": len(missing), "total_bytes": total,
+        carried.append({"name": name, "version": version, "file": wheel.name,
+                        "size": wheel.stat().st_size, "image_has": image.get(name, "")})
+    total = sum(item["size"] for item in carried)
+    report = {"resolved": len(pins), "kept_at_image_version": keep,
+              "from_image": from_image, "carried": carried, "left_out": left_out,
+              "carried_count": len(carried), "total_bytes": total,
               "total_mib": round(total / 2**20, 1), "no_wheel_found": failed}
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(f"{len(missing)} wheels missing on the device, {total / 2**20:.1f} MiB; "
+    if args.view_list:
+        args.view_list.write_text("".join(f"{p['name']}=={p['version']}\n" for p in from_image),
+                                  encoding="utf-8")
+    replaced = [f"{c['name']} {c['image_has']} -> {c['version']}" for c in carried
+                if c["image_has"]]
+    print(f"{len(pins)} resolved: {len(from_image)} from the image, {len(carried)} carried "
+          f"({total / 2**20:.1f} MiB; replacing {replaced}), {len(left_out)} left out; "
           f"no wheel: {failed}")
+    if failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

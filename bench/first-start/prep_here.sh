@@ -8,7 +8,7 @@ set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
 rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
-cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/fs.sh $HERE/guard $HERE/shim \
+cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/image_view.py $HERE/missing_wheels.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
 # 0. the series for the H200 (9.0a): the Spark's series less cmake-sm121-archs, the edit that
 #    gives 12.1a native code and refuses a recipe without a 12.1 target; the other three
@@ -23,6 +23,7 @@ PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platfo
 $PY -m pip wheel --no-deps -w $D/whl $REPO
 $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
   $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv \
+  cyclonedx-python-lib==11.12.0 license-expression boolean.py packageurl-python py-serializable defusedxml \
   setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2  # vLLM's build needs them
 # 2. the wheels flashinfer's builder needs, for the device's interpreter (CPython 3.12,
 #    x86_64), with the marker sparkbuild.build.flashinfer_aot.aot_wheels checks
@@ -43,22 +44,20 @@ cp $AOT/requirements.txt $AOT/.sparkbuild-complete && rm $AOT/requirements.txt
 #    no runtime closure (the device has torch; step 4 carries the rest)
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
   --without-wheels --no-closure --out $D/bundle.tar.xz
-# 4. the runtime wheels vLLM 0.20.0 needs that the device lacks, less two large ones the
-#    proof leaves out on purpose: flashinfer-cubin (281 MiB of cubins: its absence with
-#    FLASHINFER_NO_DOWNLOAD=1 shows no cubin is needed) and nvidia-cutlass-dsl-libs
+# 4. the node set: vLLM 0.20.0's runtime closure resolved against the image's own versions
+#    (device-pip-list.txt, taken on the device by fs.sh build); the projects the image holds
+#    at the resolved version are linked from it on the device (image_view.py), the rest are
+#    carried, and a few are left out on purpose (missing_wheels.py LEAVE_OUT says why)
 # VLLM_SDIST: vllm-0.20.0.tar.gz (its requirements/ are read; the bundle holds the tree)
-$PY $HERE/missing_wheels.py --sdist "${VLLM_SDIST:?set VLLM_SDIST to vllm-0.20.0.tar.gz}" --dest $D/runtime --out $D/missing_wheels.json
-rm -f $D/runtime/flashinfer_cubin-*.whl $D/runtime/nvidia_cutlass_dsl_libs*.whl
-# and tilelang (43 MiB) with its z3-solver (27 MiB): vLLM 0.20.0 imports tilelang only in
-# layers/mhc.py, which only models/deepseek_v4.py imports; a Llama never loads it
-rm -f $D/runtime/tilelang-*.whl $D/runtime/z3_solver-*.whl
-# and flashinfer-python: the recipe pins it, so the bundle, and then the wheelhouse, hold it
-rm -f $D/runtime/flashinfer_python-*.whl
-# 5. two archives: build.tar (what the build needs: it starts on the first call) and
-#    the runtime wheels the proof installs, cut into runtime.tar.NN of 60 MiB; fs.sh receive takes
-#    whatever parts a call carries in .devrun/parts
-tar -C $D -cf $D/parts/build.tar whl bundle.tar.xz
-tar -C $D -cf $D/runtime-all.tar runtime missing_wheels.json
-split -b 60M -d $D/runtime-all.tar $D/parts/runtime.tar.
-rm -rf $D/whl $D/runtime $D/bundle.tar.xz $D/runtime-all.tar
+$PY $HERE/missing_wheels.py --sdist "${VLLM_SDIST:?set VLLM_SDIST to vllm-0.20.0.tar.gz}" \
+  --freeze $HERE/device-pip-list.txt --dest $D/runtime --out $D/node_set.json \
+  --view-list $D/image-view.txt
+# 5. the parts: build.tar (what the build needs: it starts on the first call, with the list
+#    of runtime parts its chain waits for) and the runtime wheels the proof installs, cut into
+#    runtime.tar.NN of 58 MiB; fs.sh receive takes whatever parts a call carries in .devrun/parts
+tar -C $D -cf $D/runtime-all.tar runtime node_set.json image-view.txt
+split -b 58M -d $D/runtime-all.tar $D/parts/runtime.tar.
+(cd $D/parts && for f in runtime.tar.*; do echo "$f $(stat -c %s $f)"; done) > $D/runtime-parts.txt
+tar -C $D -cf $D/parts/build.tar whl bundle.tar.xz runtime-parts.txt  # the chain waits for those parts
+rm -rf $D/whl $D/runtime $D/bundle.tar.xz $D/runtime-all.tar $D/runtime-parts.txt
 ls -la $D/parts; echo "parts: $(ls $D/parts | wc -l); carry them a few per call (fs.sh receive)"

@@ -111,9 +111,55 @@ def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
         if script == "prep_here.sh":
             copied = set(re.findall(r"\$HERE/([A-Za-z_][\w.-]*)", text))
         made = {"parts", "whl", "runtime", "bundle.tar.xz", "runtime-all.tar",
-                "missing_wheels.json", "cudaroot.sh"}
+                "node_set.json", "image-view.txt", "runtime-parts.txt", "cudaroot.sh"}
         missing = {n for n in named - made
                    if not (here / n).exists()}
         assert missing == set(), f"{script} names {sorted(missing)}"
     ran = set(re.findall(r"\$D/([A-Za-z_][\w.-]*\.(?:py|sh))", (here / "fs.sh").read_text()))
     assert ran - {"cudaroot.sh"} <= copied  # what fs.sh runs on the device was carried there
+
+
+def _bench_script(name: str) -> ModuleType:
+    import sys
+
+    sys.path.insert(0, str(SCRIPT.parent))  # the scripts import each other, as on the device
+    try:
+        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
+        assert spec and spec.loader
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    return module
+
+
+def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:
+    # session 12: the image held numpy 2.5.2 where vLLM 0.20.0's closure needs < 2.4, and
+    # numba 0.68.0 where vLLM pins 0.65.0; carrying by name alone missed both
+    mw = _bench_script("missing_wheels")
+    image = mw.freeze_versions("# a comment\nnumpy==2.5.2\ntorch==2.11.0\nNumba==0.68.0\n")
+    assert image == {"numpy": "2.5.2", "torch": "2.11.0", "numba": "0.68.0"}
+    pins = [("torch", "2.11.0"), ("numpy", "2.3.5"), ("numba", "0.65.0"), ("fastapi", "1.0")]
+    from_image, to_carry, left_out = mw.split(pins, image)
+    assert from_image == [{"name": "torch", "version": "2.11.0"}]
+    assert to_carry == [("numpy", "2.3.5"), ("fastapi", "1.0")]
+    assert [(o["name"], o["image_has"]) for o in left_out] == [("numba", "0.68.0")]
+
+
+def test_the_image_view_links_the_wanted_versions_only(tmp_path: Path) -> None:
+    site, view = tmp_path / "site", tmp_path / "view"
+    (site / "foo").mkdir(parents=True)
+    (site / "foo" / "__init__.py").write_text("")
+    info = site / "foo-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: Foo\nVersion: 1.0\n")
+    (info / "RECORD").write_text("foo/__init__.py,,\nfoo-1.0.dist-info/METADATA,,\n"
+                                 "../../../bin/foo,,\n")
+    iv = _bench_script("image_view")
+    result = iv.link({"foo": "1.0", "bar": "2.0"}, view, path=[str(site)])
+    assert result["linked"] == ["foo==1.0"]
+    assert result["problems"] == ["bar==2.0: the image has nothing"]
+    assert sorted(p.name for p in view.iterdir()) == ["foo", "foo-1.0.dist-info"]
+    assert (view / "foo").resolve() == (site / "foo").resolve()
+    again = iv.link({"foo": "1.1"}, tmp_path / "view2", path=[str(site)])
+    assert again["problems"] == ["foo==1.1: the image has 1.0"] and again["linked"] == []
