@@ -20,6 +20,7 @@ from typing import Any
 
 from packaging.version import Version
 
+from sparkbuild.build.own_requirements import check_own_requirements
 from sparkbuild.build.pools import PoolPlan
 from sparkbuild.build.schedule import KnownUnit
 from sparkbuild.errors import ToolchainError, UsageError
@@ -416,6 +417,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
         *(_existing_torch_checks(tree, tools.get("nvcc")) if existing_torch
           else [_check_torch(tree)]),
         _check_disk(tree or Path.cwd()),
+        check_own_requirements(),
         cache_check or _check_launcher(launcher),
         Check("memory", True, f"{_gib(available)} available of {_gib(total)}", "/proc/meminfo"),
         Check("cores", True, str(cores), "os.cpu_count()"),
