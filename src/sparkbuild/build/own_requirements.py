@@ -54,17 +54,24 @@ def declared_requirements() -> list[str] | None:
         return None
 
 
-def unmet_requirements(requires: list[str]) -> list[str]:
-    """Each requirement (no extras asked for) that this interpreter does not meet."""
-    unmet = []
+def asked_for(requires: list[str]) -> tuple[list[Requirement], list[str]]:
+    """The requirements that apply here with no extras asked for, and unreadable lines."""
+    applying, unreadable = [], []
     for line in requires:
         try:
             requirement = Requirement(line)
         except InvalidRequirement:
-            unmet.append(f"{line} (unreadable)")
+            unreadable.append(f"{line} (unreadable)")
             continue
-        if requirement.marker is not None and not requirement.marker.evaluate({"extra": ""}):
-            continue
+        if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            applying.append(requirement)
+    return applying, unreadable
+
+
+def unmet_requirements(requires: list[str]) -> list[str]:
+    """Each requirement (no extras asked for) that this interpreter does not meet."""
+    applying, unmet = asked_for(requires)
+    for requirement in applying:
         try:
             found = importlib.metadata.version(requirement.name)
         except importlib.metadata.PackageNotFoundError:
@@ -92,6 +99,6 @@ def check_own_requirements(requires: list[str] | None = None) -> Check:
                      f"{'; '.join(unmet)}: sparkbuild imports them after the build (the "
                      f"wheelhouse's SBOM, the machine code); install them first: pip "
                      f"install {names} (offline: --no-index --find-links DIR)", hard=True)
-    return Check("sparkbuild's requirements", True, f"{len(declared)} met",
+    return Check("sparkbuild's requirements", True, f"{len(asked_for(declared)[0])} met",
                  f"{DISTRIBUTION} {importlib.metadata.version(DISTRIBUTION)}"
                  if requires is None else "as given")
