@@ -1,7 +1,8 @@
 """The python part of the first-start proof: a tiny random model, its greedy reference,
 vLLM's greedy tokens, and the JSON record.
 
-    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--vocab 512]
+    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--vocab 512] [--seed 19]
+    python first_start.py search-seed [--seeds 60]   (the widest top-2 margins, on CPU)
     python first_start.py reference DIR --out ref.json [--device cuda|cpu]
     python first_start.py vllm DIR --out vllm.json        (in the installed wheelhouse's env)
     python first_start.py record --reference ref.json --vllm vllm.json --evidence ev.json \\
@@ -32,6 +33,11 @@ from pathlib import Path
 from typing import Any
 
 PROMPT = [1, 17, 42, 99, 7, 256, 3, 88]
+SEED, INIT_RANGE = 19, 0.35
+"""Chosen by ``search-seed`` (session 12): the smallest top-2 logit margin over the 16 greedy
+steps is 0.375 on CPU in bf16, six bf16 steps at these logits' size.  The old default
+(seed 0, 0.2) had a margin of 0.0625 at step 14 on the H200 and an exact tie on CPU: a
+rounding difference between two correct implementations could flip that token."""
 
 
 def _module(name: str) -> Any:
@@ -40,8 +46,8 @@ def _module(name: str) -> Any:
 
 
 def write_model(directory: Path, *, arch: str = "llama", layers: int = 2, vocab: int = 512,
-                hidden: int = 256, heads: int = 4, kv_heads: int = 2, seed: int = 0,
-                init_range: float = 0.2, dtype: str = "bfloat16") -> dict[str, Any]:
+                hidden: int = 256, heads: int = 4, kv_heads: int = 2, seed: int = SEED,
+                init_range: float = INIT_RANGE, dtype: str = "bfloat16") -> dict[str, Any]:
     """A tiny random model in ``directory`` (config.json, model.safetensors)."""
     torch, transformers = _module("torch"), _module("transformers")
     torch.manual_seed(seed)
@@ -127,6 +133,27 @@ def loaded_libraries() -> dict[str, list[str]]:
             "flashinfer_workspace": [p for p in paths if p.startswith(workspace)]}
 
 
+def search_seed(seeds: range, init_ranges: tuple[float, ...], *, max_new: int
+                ) -> list[dict[str, Any]]:
+    """Each (seed, init_range) model's smallest top-2 margin over ``max_new`` greedy steps,
+    on CPU, widest first: the proof wants a model with no near tie to flip."""
+    import shutil
+    import tempfile
+
+    rows = []
+    for init_range in init_ranges:
+        for seed in seeds:
+            directory = Path(tempfile.mkdtemp(prefix="first-start-seed-"))
+            try:
+                write_model(directory, seed=seed, init_range=init_range)
+                ref = reference(directory, prompt=PROMPT, max_new=max_new, device="cpu")
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
+            rows.append({"seed": seed, "init_range": init_range,
+                         "min_margin": min(ref["margins"]), "tokens": ref["tokens"]})
+    return sorted(rows, key=lambda row: -row["min_margin"])
+
+
 def compare(reference_tokens: list[int], tokens: list[int], margins: list[float]
             ) -> dict[str, Any]:
     differ = next((i for i, (a, b) in enumerate(zip(reference_tokens, tokens, strict=False))
@@ -171,7 +198,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--arch", choices=("llama", "qwen2"), default="llama")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--init-range", type=float, default=0.2)
+    p.add_argument("--init-range", type=float, default=INIT_RANGE)
+    p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--out", type=Path)
     for name in ("reference", "vllm"):
@@ -183,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--device", default="cuda")
         else:
             p.add_argument("--attention-backend", help="vLLM's engine argument, e.g. FLASHINFER")
+    p = sub.add_parser("search-seed")
+    p.add_argument("--seeds", type=int, default=60)
+    p.add_argument("--max-new", type=int, default=16)
     p = sub.add_parser("record")
     p.add_argument("--reference", type=Path, required=True)
     p.add_argument("--vllm", type=Path, required=True)
@@ -192,10 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "write-model":
         made = write_model(args.dir, arch=args.arch, layers=args.layers, vocab=args.vocab,
-                           init_range=args.init_range, dtype=args.dtype)
+                           init_range=args.init_range, dtype=args.dtype, seed=args.seed)
         if args.out:
             args.out.write_text(json.dumps(made, indent=2) + "\n")
         print(json.dumps(made))
+        return 0
+    if args.command == "search-seed":
+        for row in search_seed(range(args.seeds), (0.2, 0.35), max_new=args.max_new)[:5]:
+            print(json.dumps(row))
         return 0
     if args.command == "reference":
         out: dict[str, Any] = reference(args.dir, prompt=PROMPT, max_new=args.max_new,
