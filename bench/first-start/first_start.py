@@ -1,7 +1,7 @@
 """The python part of the first-start proof: a tiny random model, its greedy reference,
 vLLM's greedy tokens, and the JSON record.
 
-    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--vocab 512] [--seed 19]
+    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--seed 19]
     python first_start.py search-seed [--seeds 60]   (the widest top-2 margins, on CPU)
     python first_start.py reference DIR --out ref.json [--device cuda|cpu]
     python first_start.py vllm DIR --out vllm.json        (in the installed wheelhouse's env)
