@@ -395,6 +395,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
                 aot: AotResult | None = None) -> WheelhouseResult:
+    from sparkbuild.toolchain.sass_cache import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.vendor.patched import dependency_records
     from sparkbuild.wheelhouse.write import write_wheelhouse
@@ -436,6 +437,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         closure=options.closure,
         vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
+        code_cache=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
     )
 
 

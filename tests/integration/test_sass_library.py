@@ -3,7 +3,8 @@
 The library is compiled here with nvcc (no GPU): three objects, one of them with two ELFs
 (family code ``sm_120f`` beside ``sm_121a``) and a kernel that only traps, linked into one
 .so.  An extracted cubin names ``sm_120f`` as ``sm_120``; the facts must still say
-``sm_120f``, in the library's order, and flag the trap-only kernel in both ELFs.
+``sm_120f``, in the library's order, and flag the trap-only kernel in both ELFs.  Read
+twice through ``wheel``'s machine code cache, the second read is a hit with the same facts.
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.proc import run
+from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain import sass
+from sparkbuild.toolchain.sass_cache import CodeCache
 from sparkbuild.toolchain.sass_library import read_library_facts
 from sparkbuild.toolchain.tools import find_nvcc
+from sparkbuild.wheelhouse.verify import gpu_libraries
+from support.wheels import demo_wheel
 
 pytestmark = pytest.mark.nvcc
 
@@ -55,3 +60,19 @@ def test_the_parallel_read_gives_the_one_piece_read_s_facts(library: Path) -> No
     assert {f.name for f in parallel if f.is_trap_only} == {"_Z6trap_kPf"}
     assert sass.summarize(parallel, "sm_121a") == sass.summarize(sass.read_sass(library),
                                                                    "sm_121a")
+
+
+def test_the_cached_read_gives_the_fresh_read_s_facts(library: Path, tmp_path: Path) -> None:
+    """``wheel``'s path through the machine code cache (the real tools' identity): the second
+    read of the same bytes is a hit, and judges the library as the fresh read does."""
+    wheel = demo_wheel(tmp_path, {"demo/libthree.so": library.read_bytes()})
+    targets = ("12.1a", "12.0f")
+    fresh, _ = gpu_libraries([wheel], targets)
+    first, second = CodeCache(Cache(tmp_path / "cache")), CodeCache(Cache(tmp_path / "cache"))
+    assert gpu_libraries([wheel], targets, code_cache=first)[0] == fresh
+    assert first.reads().to_dict() == {"libraries": 1, "read": 1, "from_cache": 0}
+    assert gpu_libraries([wheel], targets, code_cache=second)[0] == fresh
+    assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1}
+    (lib,) = fresh
+    assert lib.trap_only_kernels == ("_Z6trap_kPf",) and set(lib.sass_archs) == {
+        "sm_120f", "sm_121a"}

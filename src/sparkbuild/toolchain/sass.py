@@ -196,11 +196,15 @@ class SassSummary:
                 "guard_stub_kernels": list(self.guard_stub_kernels)}
 
 
+def as_facts(function: SassFunction | FunctionFacts) -> FunctionFacts:
+    """The facts of a function read whole, or the facts as they are."""
+    return function.facts() if isinstance(function, SassFunction) else function
+
+
 def summarize(functions: Iterable[SassFunction | FunctionFacts], arch: str) -> SassSummary:
     """Counts over the functions compiled for ``arch``, as cuobjdump names it (``sm_121a``
     and plain ``sm_121`` are different targets)."""
-    chosen = [f.facts() if isinstance(f, SassFunction) else f
-              for f in functions if f.arch == arch]
+    chosen = [as_facts(f) for f in functions if f.arch == arch]
     return SassSummary(
         arch=arch,
         functions=len(chosen),
@@ -594,11 +598,17 @@ def read_kernels(binary: Path) -> list[KernelCode]:
     return [KernelCode(k.name, k.sass, k.ptx, names.get(k.name)) for k in table]
 
 
+def find_demangler() -> Path | None:
+    """``cu++filt`` or ``c++filt`` on ``PATH``, which :func:`demangle` runs; None without."""
+    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    return Path(tool) if tool else None
+
+
 def demangle(names: Iterable[str]) -> dict[str, str]:
     """Mangled -> demangled, through ``c++filt`` when it is here (one process for all); an
     empty mapping without it.  Names that are not mangled are left out."""
     wanted = sorted({n for n in names if n.startswith("_Z")})
-    tool = shutil.which("cu++filt") or shutil.which("c++filt")
+    tool = find_demangler()
     if not wanted or tool is None:
         return {}
     result = run([tool], stdin_data="\n".join(wanted) + "\n", check=False, echo=False)

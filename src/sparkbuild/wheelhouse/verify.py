@@ -16,10 +16,17 @@ instructions (``OMMA.SF``: the FP4 GEMMs are real) and the kernels that are only
 kernel fails verify, naming the library and the kernel.  The lock must also meet every
 wheel's ``Requires-Dist`` on the target, recorded overrides aside, and ship the torch the
 build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
+
+``verify`` reads the machine code afresh every time: :func:`verify_wheelhouse` takes no
+machine code cache, so nothing a cache holds can vouch for a wheelhouse that travelled.
+Only ``wheel``, reading the libraries it has just built, passes one to
+:func:`gpu_libraries` (``code_cache``, :mod:`sparkbuild.toolchain.sass_cache`), and then
+checks its staged wheelhouse with those very facts.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import stat
 import tempfile
@@ -38,11 +45,13 @@ from sparkbuild.toolchain.sass import (
     PTX_ONLY,
     Coverage,
     arch_digits,
+    as_facts,
     coverage,
     runs_on,
     summarize,
     target_name,
 )
+from sparkbuild.toolchain.sass_cache import LibraryCode
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
@@ -52,6 +61,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
+    from sparkbuild.toolchain.sass_cache import CodeCache
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], Sequence[SassFunction | FunctionFacts]]
@@ -347,11 +357,10 @@ def _is_shared_library(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
-def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
+def machine_code(functions: Sequence[FunctionFacts], targets: Sequence[str]
                  ) -> tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]]:
     """(SASS archs read, block-scaled MMA count, trap-only kernels, guard stubs) of the
-    code a GPU of any of ``targets`` would load from ``path``."""
-    functions = read_functions(path)
+    code among ``functions`` that a GPU of any of ``targets`` would load."""
     chosen = sorted({f.arch for f in functions
                      if f.arch and any(runs_on(f.arch, t) for t in targets)})
     summaries = [summarize(functions, arch) for arch in chosen]
@@ -361,30 +370,62 @@ def machine_code(path: Path, targets: Sequence[str], read_functions: SassReader
             tuple(stubs))
 
 
-def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
-                  read_functions: SassReader, read_kernels: KernelReader | None = None
-                  ) -> list[LibraryArchs]:
-    """cuobjdump's architectures of each shared library in ``wheel``, what is missing, what
-    the machine code for the targets holds, and each kernel's coverage per target."""
-    read_kernels = read_kernels or _default_kernels
+@dataclass(frozen=True)
+class Readers:
+    """How a library's machine code is read: cuobjdump unless a test passes its own."""
+
+    list_archs: ArchLister
+    read_functions: SassReader
+    read_kernels: KernelReader
+
+    def read(self, path: Path, *, with_code: bool) -> LibraryCode:
+        """Its archs; with ``with_code`` (there are targets) its functions and kernels too."""
+        with path.open("rb") as head:
+            elf = head.read(4) == b"\x7fELF"
+        archs = tuple(self.list_archs(path)) if elf else ()  # cuobjdump reads a file whole
+        functions = (tuple(as_facts(f) for f in self.read_functions(path))
+                     if archs and with_code else ())
+        kernels = tuple(self.read_kernels(path)) if with_code else ()
+        return LibraryCode(archs, functions, kernels)
+
+
+def judged(wheel: str, member: str, code: LibraryCode, targets: Sequence[str]) -> LibraryArchs:
+    """What is missing of ``targets``, what their machine code holds, each kernel's coverage."""
     wanted = {arch_digits(t): f"sm_{arch_digits(t)}" for t in targets}
+    have = {arch_digits(a) for a in code.archs}
+    missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if code.archs else ()
+    sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = ((), 0, (), ())
+    if code.archs and targets:
+        sass = machine_code(code.functions, targets)
+    covered = (tuple(coverage(code.kernels, target_name(t)) for t in targets)
+               if code.kernels else ())
+    return LibraryArchs(wheel, member, code.archs, missing, sass[1], sass[2], sass[0],
+                        sass[3], covered)
+
+
+def _library_code(path: Path, readers: Readers, *, with_code: bool,
+                  code_cache: CodeCache | None) -> LibraryCode:
+    read = functools.partial(readers.read, with_code=with_code)
+    if code_cache is None:
+        return read(path)
+    return code_cache.library_code(path, read, scope="archs+functions+kernels" if with_code
+                                   else "archs")
+
+
+def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
+                  read_functions: SassReader, read_kernels: KernelReader | None = None,
+                  code_cache: CodeCache | None = None) -> list[LibraryArchs]:
+    """cuobjdump's architectures of each shared library in ``wheel``, what is missing, what
+    the machine code for the targets holds, and each kernel's coverage per target.
+    ``code_cache``: ``wheel``'s facts of libraries by their bytes (never ``verify``'s)."""
+    readers = Readers(list_archs, read_functions, read_kernels or _default_kernels)
+    with_code = bool(targets)
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
             path = Path(archive.extract(member, tmp))
-            with path.open("rb") as head:
-                elf = head.read(4) == b"\x7fELF"
-            archs = tuple(list_archs(path)) if elf else ()  # cuobjdump reads a file whole
-            have = {arch_digits(a) for a in archs}
-            missing = tuple(sorted(v for k, v in wanted.items() if k not in have)) if archs else ()
-            sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = (
-                (), 0, (), ())
-            if archs and targets:
-                sass = machine_code(path, targets, read_functions)
-            kernels = read_kernels(path) if targets else []
-            covered = tuple(coverage(kernels, target_name(t)) for t in targets) if kernels else ()
-            found.append(LibraryArchs(wheel.name, member, archs, missing, sass[1], sass[2],
-                                      sass[0], sass[3], covered))
+            code = _library_code(path, readers, with_code=with_code, code_cache=code_cache)
+            found.append(judged(wheel.name, member, code, targets))
             path.unlink()
     return found
 
@@ -393,14 +434,17 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                   list_archs: ArchLister | None = None,
                   read_functions: SassReader | None = None,
                   read_kernels: KernelReader | None = None,
+                  code_cache: CodeCache | None = None,
                   ) -> tuple[list[LibraryArchs], list[str]]:
-    """Every shared library of the built wheels with its GPU code; and notes."""
+    """Every shared library of the built wheels with its GPU code; and notes.
+    ``code_cache``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.sass_cache`)."""
     libraries: list[LibraryArchs] = []
     notes: list[str] = []
     for wheel in built:
         try:
             libraries += library_archs(wheel, targets, list_archs or _default_lister,
-                                       read_functions or _default_reader, read_kernels)
+                                       read_functions or _default_reader, read_kernels,
+                                       code_cache)
         except zipfile.BadZipFile:
             notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
     return libraries, notes

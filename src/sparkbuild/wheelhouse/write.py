@@ -48,6 +48,7 @@ from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
+from sparkbuild.toolchain.sass_cache import CodeReads
 from sparkbuild.wheelhouse.closure import (
     Outside,
     RealOutside,
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.toolchain.sass_cache import CodeCache
     from sparkbuild.wheelhouse.verify import ArchLister, KernelReader, SassReader
 
 SIMPLE_DIR = "simple"
@@ -123,12 +125,15 @@ class WheelhouseResult:
     """The built wheels' shared libraries and their machine code for the target."""
     note: str | None = None
     """Says when the target platform is not the machine that built the wheelhouse."""
+    machine_code: CodeReads | None = None
+    """How many of ``libraries`` were read with cuobjdump, how many came from the cache."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheelhouse": str(self.out), "local_label": self.label,
                 "target": self.target.key(), "wheels": [f.to_dict() for f in self.files],
                 "overrides": [o.to_dict() for o in self.overrides],
-                "libraries": [lib.to_dict() for lib in self.libraries]}
+                "libraries": [lib.to_dict() for lib in self.libraries],
+                "machine_code": self.machine_code.to_dict() if self.machine_code else None}
 
     def summary(self) -> list[str]:
         counts = {role: sum(f.role == role for f in self.files)
@@ -143,6 +148,8 @@ class WheelhouseResult:
                   f"{len(lib.trap_only_kernels)} trap-only kernel(s)"
                   + "".join(f"; kernels {c.describe()}" for c in lib.coverage)
                   for lib in self.libraries]
+        if self.machine_code and self.machine_code.libraries:
+            lines.append(f"  {self.machine_code.line()}")
         lines += [f"  JIT kernel ({k['target']} from {k['ptx_arch']}) {k['library']}: "
                   f"{k['kernel']}" for k in self.manifest.get("jit_kernels", [])]
         if self.note:
@@ -311,6 +318,7 @@ def write_wheelhouse(
     vendored: Sequence[Mapping[str, Any]] = (),
     read_kernels: KernelReader | None = None,
     bundled_closure: Sequence[dict[str, Any]] | None = None,
+    code_cache: CodeCache | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -318,7 +326,9 @@ def write_wheelhouse(
     ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
     the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
     the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
-    cache).
+    cache); ``code_cache``: the machine code facts of libraries by their bytes, so that a
+    library a rebuild did not change is not read again (:mod:`sparkbuild.toolchain.sass_cache`;
+    ``wheel`` passes one, ``verify`` never does).
     """
     outside = outside or RealOutside()
     check_destination(out)
@@ -363,7 +373,9 @@ def write_wheelhouse(
             result.libraries, _notes = gpu_libraries(
                 [staging / f.file for f in built], recipe.target.cuda_archs,
                 list_archs=list_archs, read_functions=read_functions,
-                read_kernels=read_kernels)
+                read_kernels=read_kernels, code_cache=code_cache)
+        count = len(result.libraries)
+        result.machine_code = code_cache.reads() if code_cache else CodeReads(count, count, 0)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
             patches=patches, toolchain=toolchain,

@@ -1,0 +1,204 @@
+"""The machine-code facts of a library, kept by its bytes: ``wheel`` reads only what changed.
+
+Reading a built wheel's libraries with cuobjdump took 50 s of a 232 s warm rebuild on the
+16-core device machine (BENCHMARKS.md, "Warm rebuild after one patched line"), although the
+libraries a one-line change did not touch are byte-identical to the last build's.  Here a
+library's :class:`LibraryCode` (exactly what the readers return: its machine code archs,
+each function's :class:`~sparkbuild.toolchain.sass.FunctionFacts`, each kernel's
+:class:`~sparkbuild.toolchain.sass.KernelCode`) is kept as JSON in the cache's index
+(``CACHE/index/machine-code/``, written atomically by :meth:`Cache.record`), under the
+sha256 of the library's bytes and of everything else that decides the facts: the bytes of
+cuobjdump, nvdisasm and c++filt that would read it, the source of the parser
+(``sass.py``, ``sass_library.py``), what was read (the ``scope``) and
+:data:`FACTS_SCHEMA`.  An entry that is missing, unreadable, of another key or not of
+this format is a miss: the library is read again and the entry written anew.
+
+Only ``wheel`` uses it, and only for the wheelhouse it has just built: a :class:`CodeCache`
+is an explicit argument (``code_cache``) that :mod:`sparkbuild.pipeline` alone passes, to
+:func:`~sparkbuild.wheelhouse.write.write_wheelhouse`; nothing makes one by default.  The
+standalone ``sparkbuild verify DIR`` cannot use it: ``verify_wheelhouse`` takes no such
+argument, so a wheelhouse that travelled is judged by its machine code read afresh, never
+by what a cache on this machine says about bytes like it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.console import warn
+from sparkbuild.errors import DiskFullError
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.toolchain import sass, sass_library
+from sparkbuild.toolchain.sass import FunctionFacts, KernelCode
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sparkbuild.store.cache import Cache
+
+FACTS_SCHEMA = 1
+"""The format of an entry; bump it whenever :class:`LibraryCode` or its JSON changes."""
+
+NAMESPACE = "machine-code"
+"""The cache index's folder of entries: ``CACHE/index/machine-code/``."""
+
+
+# -- what is kept ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LibraryCode:
+    """What the readers return for one library: the SASS archs cuobjdump lists, the facts
+    of every function (``read_functions``) and every kernel's code (``read_kernels``)."""
+
+    archs: tuple[str, ...] = ()
+    functions: tuple[FunctionFacts, ...] = ()
+    kernels: tuple[KernelCode, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"archs": list(self.archs),
+                "functions": [dataclasses.asdict(f) for f in self.functions],
+                "kernels": [{**dataclasses.asdict(k), "sass": list(k.sass), "ptx": list(k.ptx)}
+                            for k in self.kernels]}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> LibraryCode:
+        """The inverse of :meth:`to_dict`; ValueError for anything else."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        return cls(_strings(data.get("archs")),
+                   tuple(_function(f) for f in _list(data.get("functions"))),
+                   tuple(_kernel(k) for k in _list(data.get("kernels"))))
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise ValueError(f"not a list: {value!r:.40}")
+    return value
+
+
+def _strings(value: Any) -> tuple[str, ...]:
+    if not all(isinstance(item, str) for item in _list(value)):
+        raise ValueError("not a list of strings")
+    return tuple(value)
+
+
+def _typed(data: Any, fields: dict[str, tuple[type, ...]]) -> dict[str, Any]:
+    """``data`` when it is an object with exactly ``fields``, each of its types."""
+    if not isinstance(data, dict) or set(data) != set(fields) or any(
+            not isinstance(data[name], types) or (isinstance(data[name], bool)
+                                                  and bool not in types)
+            for name, types in fields.items()):
+        raise ValueError(f"not an entry of the format: {data!r:.80}")
+    return data
+
+
+_FUNCTION_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "arch": (str, type(None)), "count": (int,), "block_scaled_mma": (int,),
+    "is_trap_only": (bool,), "is_guard_stub": (bool,)}
+_KERNEL_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "sass": (list,), "ptx": (list,), "demangled": (str, type(None))}
+
+
+def _function(data: Any) -> FunctionFacts:
+    return FunctionFacts(**_typed(data, _FUNCTION_FIELDS))
+
+
+def _kernel(data: Any) -> KernelCode:
+    fields = _typed(data, _KERNEL_FIELDS)
+    return KernelCode(fields["name"], _strings(fields["sass"]), _strings(fields["ptx"]),
+                      fields["demangled"])
+
+
+# -- what decides the facts ------------------------------------------------------------
+
+
+def _identity(name: str, path: Path | None) -> str:
+    return f"{name}={sha256_file(path, progress=False) if path else 'none'}"
+
+
+def tool_identity() -> str:
+    """The sha256 of the bytes of everything that turns a library into its facts: the
+    cuobjdump, nvdisasm and c++filt a read would run now, and the parser's source."""
+    parts = [_identity("cuobjdump", sass.find_cuobjdump()),
+             _identity("nvdisasm", sass.find_nvdisasm()),
+             _identity("c++filt", sass.find_demangler()),
+             *(_identity(module.__name__, Path(module.__file__) if module.__file__ else None)
+               for module in (sass, sass_library))]
+    return sha256_bytes("\n".join(parts).encode())
+
+
+# -- the cache -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodeReads:
+    """How the machine code of a wheelhouse's libraries was had: read, or from the cache."""
+
+    libraries: int
+    read: int
+    from_cache: int
+
+    def to_dict(self) -> dict[str, int]:
+        return {"libraries": self.libraries, "read": self.read, "from_cache": self.from_cache}
+
+    def line(self) -> str:
+        return (f"machine code: {self.libraries} librar{'y' if self.libraries == 1 else 'ies'}"
+                f", {self.read} read with cuobjdump, {self.from_cache} from the cache")
+
+
+@dataclass
+class CodeCache:
+    """Facts of libraries by their bytes, in ``cache``; one per ``wheel`` run (it counts)."""
+
+    cache: Cache
+    identify: Callable[[], str] = tool_identity
+    """The tools' identity (:func:`tool_identity`); asked once, at the first library."""
+    read: int = 0
+    from_cache: int = 0
+    _tools: str | None = field(default=None, init=False, repr=False)
+
+    def library_code(self, path: Path, read: Callable[[Path], LibraryCode], *, scope: str
+                     ) -> LibraryCode:
+        """The facts of the library at ``path``: kept ones for its bytes, else ``read(path)``
+        (then kept).  ``scope`` names what ``read`` reads: another scope is another key."""
+        key, material = self._key(path, scope)
+        kept = self._kept(key, material)
+        if kept is not None:
+            self.from_cache += 1
+            return kept
+        code = read(path)
+        self.read += 1
+        self._keep(path, key, {**material, "code": code.to_dict()})
+        return code
+
+    def reads(self) -> CodeReads:
+        return CodeReads(self.read + self.from_cache, self.read, self.from_cache)
+
+    def _key(self, path: Path, scope: str) -> tuple[str, dict[str, Any]]:
+        if self._tools is None:
+            self._tools = self.identify()
+        library = sha256_file(path)
+        material = {"schema": FACTS_SCHEMA, "library": library, "tools": self._tools,
+                    "scope": scope}
+        rest = sha256_bytes(json.dumps(material, sort_keys=True).encode())[:16]
+        return f"{library}-{rest}", material
+
+    def _kept(self, key: str, material: dict[str, Any]) -> LibraryCode | None:
+        entry = self.cache.lookup(NAMESPACE, key)
+        if entry is None or any(entry.get(name) != value for name, value in material.items()):
+            return None
+        try:
+            return LibraryCode.from_dict(entry.get("code"))
+        except (TypeError, ValueError):
+            return None
+
+    def _keep(self, path: Path, key: str, entry: dict[str, Any]) -> None:
+        try:
+            self.cache.record(NAMESPACE, key, entry)
+        except (OSError, DiskFullError) as exc:  # a speed-up only: never fail a build for it
+            warn(f"the machine code facts of {path.name} were not kept in the cache: {exc}")
