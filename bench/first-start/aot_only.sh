@@ -6,7 +6,8 @@
 #   (and the recipe as prep_here.sh derives it: .devrun-prep/patches/recipe.toml)
 #   pip wheel --no-deps -w .devaot/whl . && pip download --no-deps --only-binary :all: \
 #     --python-version 3.12 --implementation cp --platform manylinux_2_17_x86_64 \
-#     --dest .devaot/whl GitPython gitdb smmap unidiff
+#     --dest .devaot/whl GitPython gitdb smmap unidiff cyclonedx-python-lib==11.12.0 \
+#     license-expression boolean.py packageurl-python py-serializable defusedxml
 # (the cache's flashinfer-aot/cp312-x86_64 comes from prep_here.sh step 2).  Then on the
 # device: bash .devaot/aot_only.sh SECONDS [probe]
 # probe: then probe_paged.py (carried beside it) on the GPU from the wheel, JIT disabled.
