@@ -68,6 +68,11 @@ def asked_for(requires: list[str]) -> tuple[list[Requirement], list[str]]:
     return applying, unreadable
 
 
+def _named(requirement: Requirement) -> str:
+    """The requirement as ``pip install`` takes it here: no marker (it applies)."""
+    return f"{requirement.name}{requirement.specifier}"
+
+
 def unmet_requirements(requires: list[str]) -> list[str]:
     """Each requirement (no extras asked for) that this interpreter does not meet."""
     applying, unmet = asked_for(requires)
@@ -77,10 +82,10 @@ def unmet_requirements(requires: list[str]) -> list[str]:
         except importlib.metadata.PackageNotFoundError:
             finder = TOOL_WHEELS.get(canonicalize_name(requirement.name))
             if finder is None or finder() is None:
-                unmet.append(f"{requirement} (not installed)")
+                unmet.append(f"{_named(requirement)} (not installed)")
             continue
         if not requirement.specifier.contains(found, prereleases=True):
-            unmet.append(f"{requirement} (found {found})")
+            unmet.append(f"{_named(requirement)} (found {found})")
     return unmet
 
 
