@@ -19,6 +19,45 @@ runtime_complete() {  # every runtime part build.tar names, whole (received by r
   while read -r name size; do [ "$(stat -c %s $S/$name 2>/dev/null)" = "$size" ] || return 1
   done < $S/runtime-parts.txt
 }
+first_start() {  # BACKEND: vLLM's first start in the venv with no JIT, network or nvcc; evidence
+  # the first start: the node profile, no JIT, no network, no nvcc
+  ( source $V/bin/activate
+    export FLASHINFER_DISABLE_JIT=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
+    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
+    export FIRST_START_SOCKET_LOG=$P/sockets.jsonl FIRST_START_NVCC_LOG=$P/nvcc.log
+    # a node with no compiler: no directory holding nvcc stays on PATH; CUDA_HOME's nvcc is
+    # the shim (flashinfer's JIT would call $CUDA_HOME/bin/nvcc); Triton has the profile's ptxas
+    PATH=$(echo "$PATH" | tr : '\n' | while read -r d; do [ -x "$d/nvcc" ] || printf '%s:' "$d"; done)
+    export PYTHONPATH=$D/guard PATH=${PATH%:} CUDA_HOME=$P/no-cuda TRITON_CACHE_DIR=$P/triton-cache
+    which nvcc > $P/which-nvcc.txt 2>&1
+    mkdir -p $P/no-cuda/bin && ln -sf $D/shim/nvcc $P/no-cuda/bin/nvcc
+    env | grep -E '^(FLASHINFER|TRITON|VLLM|CUDA_HOME)' | sort > $P/env.txt
+    python $D/first_start.py vllm $S/model --attention-backend $1 --out $P/vllm.json > $P/vllm.log 2>&1
+    echo "vllm rc=$?" >> $P/vllm.log
+    ws=${FLASHINFER_WORKSPACE_BASE:-$P/no-profile-workspace}
+    python3 - "$ws" $P <<'PY'
+import json, sys
+from pathlib import Path
+ws, p = Path(sys.argv[1]), Path(sys.argv[2])
+lines = [json.loads(l) for l in (p / "sockets.jsonl").read_text().splitlines()] if (p / "sockets.jsonl").is_file() else []
+nvcc = (p / "nvcc.log").read_text().splitlines() if (p / "nvcc.log").is_file() else []
+triton = [str(f) for f in (p / "triton-cache").rglob("*") if f.is_file()] if (p / "triton-cache").is_dir() else []
+json.dump({"flashinfer_workspace": str(ws),
+           "flashinfer_jit_files": sorted(str(f) for f in ws.rglob("*") if f.is_file()),
+           "nvcc_calls": len(nvcc), "nvcc_log": nvcc,
+           "outbound_connections": [l for l in lines if l["kind"] != "udp_connect"],
+           "udp_route_probes": [l for l in lines if l["kind"] == "udp_connect"],
+           "triton_cache_files": len(triton),
+           "note": "Triton JIT-compiles vLLM's own Triton kernels (not flashinfer's); counted, not hidden"},
+          open(p / "evidence.json", "w"), indent=2)
+PY
+    # after the evidence is taken: flashinfer's two paged wrappers alone, against fp32
+    python $D/probe_paged.py "$ws" > $P/probe_paged.json 2> $P/probe_paged.err
+    echo "probe_paged rc=$?" >> $P/vllm.log
+  )
+  python3 $D/first_start.py record --reference $P/reference.json --vllm $P/vllm.json \
+    --evidence $P/evidence.json --model $P/model.json --out $P/RESULT.json
+}
 case $1 in
 receive)
   for p in $D/parts/*; do n=$(basename $p)
@@ -87,42 +126,16 @@ prove)
   python3 -m sparkbuild install $S/wh --venv $V --json > $P/install.json 2> $P/install.err
   echo "install rc=$?"; tail -5 $P/install.err
   python3 -m sparkbuild doctor --node --venv $V --json > $P/doctor-node.json 2>&1
-  # the first start: the node profile, no JIT, no network, no nvcc
-  ( source $V/bin/activate
-    export FLASHINFER_DISABLE_JIT=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
-    export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1
-    export FIRST_START_SOCKET_LOG=$P/sockets.jsonl FIRST_START_NVCC_LOG=$P/nvcc.log
-    # a node with no compiler: no directory holding nvcc stays on PATH; CUDA_HOME's nvcc is
-    # the shim (flashinfer's JIT would call $CUDA_HOME/bin/nvcc); Triton has the profile's ptxas
-    PATH=$(echo "$PATH" | tr : '\n' | while read -r d; do [ -x "$d/nvcc" ] || printf '%s:' "$d"; done)
-    export PYTHONPATH=$D/guard PATH=${PATH%:} CUDA_HOME=$P/no-cuda TRITON_CACHE_DIR=$P/triton-cache
-    which nvcc > $P/which-nvcc.txt 2>&1
-    mkdir -p $P/no-cuda/bin && ln -sf $D/shim/nvcc $P/no-cuda/bin/nvcc
-    env | grep -E '^(FLASHINFER|TRITON|VLLM|CUDA_HOME)' | sort > $P/env.txt
-    python $D/first_start.py vllm $S/model --attention-backend FLASHINFER --out $P/vllm.json > $P/vllm.log 2>&1
-    echo "vllm rc=$?" >> $P/vllm.log
-    ws=$FLASHINFER_WORKSPACE_BASE
-    python3 - "$ws" $P <<'PY'
-import json, sys
-from pathlib import Path
-ws, p = Path(sys.argv[1]), Path(sys.argv[2])
-lines = [json.loads(l) for l in (p / "sockets.jsonl").read_text().splitlines()] if (p / "sockets.jsonl").is_file() else []
-nvcc = (p / "nvcc.log").read_text().splitlines() if (p / "nvcc.log").is_file() else []
-triton = [str(f) for f in (p / "triton-cache").rglob("*") if f.is_file()] if (p / "triton-cache").is_dir() else []
-json.dump({"flashinfer_workspace": str(ws),
-           "flashinfer_jit_files": sorted(str(f) for f in ws.rglob("*") if f.is_file()),
-           "nvcc_calls": len(nvcc), "nvcc_log": nvcc,
-           "outbound_connections": [l for l in lines if l["kind"] != "udp_connect"],
-           "udp_route_probes": [l for l in lines if l["kind"] == "udp_connect"],
-           "triton_cache_files": len(triton),
-           "note": "Triton JIT-compiles vLLM's own Triton kernels (not flashinfer's); counted, not hidden"},
-          open(p / "evidence.json", "w"), indent=2)
-PY
-    # after the evidence is taken: flashinfer's two paged wrappers alone, against fp32
-    python $D/probe_paged.py "$ws" > $P/probe_paged.json 2> $P/probe_paged.err
-    echo "probe_paged rc=$?" >> $P/vllm.log
-  )
-  python3 $D/first_start.py record --reference $P/reference.json --vllm $P/vllm.json \
-    --evidence $P/evidence.json --model $P/model.json --out $P/RESULT.json
+  first_start FLASHINFER
   tail -40 $P/vllm.log ;;
+rehearse)  # vLLM's own wheel from the index in the node set's venv, not the proof: what the
+  # node set, transformers and the model give vLLM 0.20.0, before sparkbuild's build exists
+  V=$S/venv P=$S/prove
+  [ -f $P/reference.json ] || bash $D/fs.sh stage > /dev/null 2>&1
+  (cd $S && cat vllm-upstream.whl.part.*) > $S/$2 && $V/bin/python -m pip install -q --no-index \
+    --no-deps $S/$2 > $P/upstream-install.txt 2>&1; echo "upstream install rc=$?"
+  $V/bin/python -m pip check > $P/upstream-pip-check.txt 2>&1
+  first_start ${3:-FLASH_ATTN}; cp $P/RESULT.json $P/RESULT-upstream.json 2>/dev/null
+  tar -C $S --exclude prove/triton-cache --exclude prove/no-cuda -czf $OUT/prove.tar.gz prove
+  cp $P/RESULT.json $OUT/ 2>/dev/null; tail -30 $P/vllm.log ;;
 esac
