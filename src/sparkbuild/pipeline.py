@@ -295,7 +295,8 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
 
 def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
     return vendor_for_recipe(tree, cache, options.recipe, mirrors=options.mirrors,
-                             offline=options.offline, wheels=not options.use_existing_torch)
+                             offline=options.offline, wheels=not options.use_existing_torch,
+                             reuse=True)
 
 
 def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:

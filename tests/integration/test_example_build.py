@@ -130,6 +130,9 @@ def test_online_then_offline_build(
     assert offline.returncode == 0, offline.stderr[-4000:]
     report = json.loads(offline.stdout)
     assert report["offline"] is True
+    # the same tree, recipe and environment: the recorder's CMake runs were not repeated
+    assert report["vendor"]["plan_reused_since"], offline.stderr[-4000:]
+    assert "vendor plan reused: inputs unchanged since" in offline.stderr
     assert report["build"]["compiled_units"] >= 4
     assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in report["build"]["env"]["CMAKE_ARGS"]
     archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),

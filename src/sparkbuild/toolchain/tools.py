@@ -179,6 +179,12 @@ def _venv_or_path_tool(name: str, parse: Callable[[str], Version | None]) -> Too
     return Tool(name, path, parse(_probe(path, ["--version"])), source)
 
 
+def locate_tool(name: str) -> Path | None:
+    """Where :func:`find_cmake` and :func:`find_ninja` find ``name``, without running it."""
+    found = _venv_or_path(name)
+    return found[0] if found else None
+
+
 def find_cmake() -> Tool | None:
     """The venv's cmake (from PyPI) before the system's: vLLM needs cmake >= 3.26."""
     return _venv_or_path_tool("cmake", parse_cmake_version)

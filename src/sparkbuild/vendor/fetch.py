@@ -390,13 +390,16 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
 
 
 def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequence[str] = (),
-                      offline: bool, wheels: bool) -> VendorResult:
+                      offline: bool, wheels: bool, reuse: bool = False) -> VendorResult:
     """:func:`~sparkbuild.vendor.plan.vendor_tree` with the recipe's choices (``wheel`` and
     ``bundle`` alike): the sources an earlier build found missing, ``[vendor]`` submodules,
     excludes and sparse checkouts, ``mirrors`` before the recipe's own, the recipe's build
-    environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels."""
+    environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels;
+    ``reuse``: the recorder's part kept from an earlier run with the same inputs
+    (:mod:`sparkbuild.vendor.kept_plan`; ``wheel`` only)."""
+    from sparkbuild.vendor.kept_plan import reusing
     from sparkbuild.vendor.patched import dependency_edit, with_dependency_edit
-    from sparkbuild.vendor.plan import adjust_plan, vendor_tree
+    from sparkbuild.vendor.plan import adjust_plan, record_sources, vendor_tree
 
     settings = recipe.vendor
     edit = dependency_edit(recipe)
@@ -410,4 +413,4 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
     merged = Mirrors.parse(mirrors).merged(Mirrors.parse(settings.mirrors, where=str(recipe.path)))
     return vendor_tree(tree, cache.root, plan_only=offline, env={**os.environ, **recipe.build.env},
                        mirrors=merged, wheels=wheels, adjust=adjust, sparse=settings.sparse,
-                       edit=edit)
+                       edit=edit, sources_of=reusing(cache) if reuse else record_sources)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sparkbuild.store.cache import Cache
 from sparkbuild.vendor.build_deps import CratePlan
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan
+from sparkbuild.vendor.plan import SourcePlan, VendorPlan, source_plan_from
 
 SOURCES = "sources"
 WHEELSETS = "wheelsets"
@@ -77,14 +77,7 @@ def record_crates(cache: Cache, crate: CratePlan, digest: str) -> None:
 def missed_sources(cache: Cache, recipe_name: str) -> list[SourcePlan]:
     """Sources an earlier online build of this recipe fetched that its plan had missed."""
     entry = cache.lookup(MISSED_SOURCES, recipe_name) or {}
-    fields = {f.name for f in dataclasses.fields(SourcePlan)}
-    sources = []
-    for item in entry.get("sources", []):
-        values: dict[str, Any] = {
-            k: (tuple(v) if isinstance(v, list) else v) for k, v in item.items() if k in fields
-        }
-        sources.append(SourcePlan(**values))
-    return sources
+    return [source_plan_from(item) for item in entry.get("sources", [])]
 
 
 def remember_missed(cache: Cache, recipe_name: str, missed: list[SourcePlan]) -> None:

@@ -24,6 +24,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,6 @@ from sparkbuild.vendor.sources import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
-
     from sparkbuild.sources.mirrors import Mirrors
     from sparkbuild.toolchain.cmake_recorder import FetchDeclaration
     from sparkbuild.vendor.patched import DependencyEdit
@@ -110,6 +109,15 @@ class SourcePlan:
         return data
 
 
+def source_plan_from(item: Mapping[str, Any]) -> SourcePlan:
+    """A :class:`SourcePlan` from its ``dataclasses.asdict`` form read back from JSON
+    (lists become tuples again); keys that are not fields are ignored."""
+    fields = {f.name for f in dataclasses.fields(SourcePlan)}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                              for k, v in item.items() if k in fields}
+    return SourcePlan(**values)
+
+
 @dataclass(frozen=True)
 class VendorPlan:
     tree: Path
@@ -122,6 +130,8 @@ class VendorPlan:
     """Sources the recipe leaves out (``[vendor] exclude``): the build gets an empty
     directory in their place, and the report says so."""
     notes: tuple[str, ...] = ()
+    reused: str | None = field(default=None, compare=False)
+    """When the recorder's part was kept, if it was reused (:mod:`sparkbuild.vendor.kept_plan`)."""
 
     @property
     def crate_count(self) -> int:
@@ -245,11 +255,36 @@ def recorder_notes(recorded: list[Recorded]) -> list[str]:
             if not run.record.complete]
 
 
+@dataclass(frozen=True)
+class RecordedSources:
+    """The part of a plan the recorder's CMake runs decide (the costly part: seconds each)."""
+
+    sources: tuple[SourcePlan, ...]
+    unreached: tuple[SourcePlan, ...]
+    notes: tuple[str, ...]
+    reused: str | None = field(default=None, compare=False)
+    """When a kept record was made, if this one was reused."""
+
+
+SourcesOf = Callable[[Path, Mapping[str, str], str | None], RecordedSources]
+"""(tree, environment, torch pin) -> the recorder's part: :func:`record_sources`, or
+:func:`sparkbuild.vendor.kept_plan.reusing` in front of it."""
+
+
+def record_sources(tree: Path, env: Mapping[str, str], torch: str | None) -> RecordedSources:
+    """The tree's CMake recorded under every assumption set, as planned sources."""
+    recorded = record_assumptions(tree, env, torch)
+    sources, unreached = plan_sources_from(recorded, tree)
+    return RecordedSources(tuple(sources), tuple(unreached), tuple(recorder_notes(recorded)))
+
+
 # -- the plan and the stage ----------------------------------------------------------------
 
 
-def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None) -> VendorPlan:
-    """Everything the build of ``tree`` would fetch; reads files only."""
+def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None,
+              sources_of: SourcesOf = record_sources) -> VendorPlan:
+    """Everything the build of ``tree`` would fetch; reads files only.  ``sources_of``
+    gives the recorder's part (a kept one, with :mod:`sparkbuild.vendor.kept_plan`)."""
     tree = Path(tree).resolve()
     if not (tree / "CMakeLists.txt").is_file() and not (tree / "pyproject.toml").is_file():
         raise SourceError(
@@ -258,15 +293,12 @@ def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None) -> VendorPlan
         )
     environment = dict(os.environ if env is None else env)
     wheels, torch = plan_wheels(tree)
-    sources: list[SourcePlan] = []
-    unreached: list[SourcePlan] = []
-    notes: list[str] = []
+    recorded = RecordedSources((), (), ())
     if (tree / "CMakeLists.txt").is_file():
-        recorded = record_assumptions(tree, environment, torch)
-        sources, unreached = plan_sources_from(recorded, tree)
-        notes = recorder_notes(recorded)
-    return VendorPlan(tree, tuple(sources), tuple(unreached), tuple(wheels),
-                      tuple(plan_crates(tree)), torch, notes=tuple(notes))
+        recorded = sources_of(tree, environment, torch)
+    return VendorPlan(tree, recorded.sources, recorded.unreached, tuple(wheels),
+                      tuple(plan_crates(tree)), torch, notes=recorded.notes,
+                      reused=recorded.reused)
 
 
 @dataclass
@@ -298,6 +330,8 @@ class VendorResult:
     def to_dict(self) -> dict[str, Any]:
         data = self.plan.to_dict()
         data.update(cache=str(self.cache), plan_only=self.plan_only)
+        if self.plan.reused:
+            data["plan_reused_since"] = self.plan.reused
         if not self.plan_only:
             data["entries"] = [entry.to_dict() for entry in self.entries]
         return data
@@ -319,6 +353,8 @@ class VendorResult:
             names = ", ".join(source.name for source in plan.excluded)
             lines.append(f"left out by the recipe (built against an empty directory): {names}")
         lines += [f"note: {note}" for note in plan.notes]
+        if plan.reused:
+            lines.append(f"vendor plan reused: inputs unchanged since {plan.reused}")
         if not self.plan_only:
             lines.append(f"cache: {self.cache}")
             lines += [f"  {e.status:8} {e.kind} {e.name} {e.detail}".rstrip() for e in self.entries]
@@ -329,16 +365,17 @@ def vendor_tree(
     tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None,
     mirrors: Mirrors | None = None, wheels: bool = True,
     adjust: Callable[[VendorPlan], VendorPlan] | None = None, sparse: bool = False,
-    edit: DependencyEdit | None = None,
+    edit: DependencyEdit | None = None, sources_of: SourcesOf = record_sources,
 ) -> VendorResult:
     """Plan, and unless ``plan_only`` fetch every planned item into ``cache``.
 
     ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
     (a build against the torch already installed); ``adjust``: the recipe's choices;
     ``sparse``: fetch git sources without what a build never reads (vendor.unread);
-    ``edit``: the series' arch edit, run on each source planned with it (vendor.patched).
+    ``edit``: the series' arch edit, run on each source planned with it (vendor.patched);
+    ``sources_of``: the recorder's part (see :func:`plan_tree`).
     """
-    plan = plan_tree(tree, env=env)
+    plan = plan_tree(tree, env=env, sources_of=sources_of)
     if adjust is not None:
         plan = adjust(plan)
     result = VendorResult(plan, Path(cache).expanduser().resolve(), plan_only)

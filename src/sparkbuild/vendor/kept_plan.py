@@ -1,0 +1,176 @@
+"""The recorder's part of a vendor plan, kept in the cache and reused while its inputs stand.
+
+Planning a tree costs five runs of its CMake under the recorder (:mod:`.sources`), each
+of which starts Python and imports torch for the tree's ``run_python`` calls: 10-20 s for
+vLLM, on every ``wheel`` -- also on a warm rebuild after a one-line patch, whose CMake is
+the same.  The rest of the plan (build requirements, crates, the recipe's ``[vendor]``
+choices, missed sources, the arch edit) reads a few files and is always made afresh.
+
+The kept part is stored under ``vendor-plans/KEY`` by :meth:`Cache.record`, KEY the
+sha256 of everything the recorder's runs are computed from (:func:`recorder_inputs`):
+
+* the tree's path and every CMake file of the tree (``CMakeLists.txt``, ``*.cmake``: the
+  recorder's own listing, the files its runs can include), each by its sha256;
+* the torch pin (from the tree's build requirements) and the whole environment: the
+  planner's (with the recipe's ``[build] env``: ``CMAKE_ARGS``, ``*_SRC_DIR``) and the
+  process's, which the runs inherit and the tree's CMake may read with ``$ENV{}``;
+* the recorder: its CMake scripts, the Python modules that drive it and read its
+  output, the assumption sets, the cmake it runs (path, size, mtime), and the Python its
+  ``run_python`` calls start (executable, version and every installed distribution);
+* :data:`SCHEMA`, raised when the stored form changes.
+
+What is not in it, on purpose: the contents of a tree file that is not CMake code (a
+FetchContent declaration computed from ``file(READ)`` of one would be missed; vLLM's only
+such read is of a fetched dependency, outside the tree, which the recorder never reads).
+
+Only ``wheel`` reuses (``vendor_for_recipe(reuse=True)``); ``vendor`` and ``bundle`` plan
+afresh.  A kept record that cannot be read back exactly is a miss, never an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import os
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sparkbuild.console import step
+from sparkbuild.resources import build_tools_dir
+from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.toolchain import cmake_recorder, tools
+from sparkbuild.vendor import plan, sources
+from sparkbuild.vendor.plan import (
+    RecordedSources,
+    SourcePlan,
+    SourcesOf,
+    record_sources,
+    source_plan_from,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sparkbuild.store.cache import Cache
+
+SCHEMA = 1
+NAMESPACE = "vendor-plans"
+
+
+def _file_hashes(paths: list[Path], root: Path) -> dict[str, str]:
+    return {path.relative_to(root).as_posix(): sha256_file(path, progress=False)
+            for path in paths}
+
+
+def _cmake_identity() -> list[object] | None:
+    found = tools.locate_tool("cmake")
+    if found is None:
+        return None
+    path = found.resolve()
+    st = path.stat()
+    return [str(path), st.st_size, st.st_mtime_ns]
+
+
+def _recorder_identity() -> dict[str, Any]:
+    """What the recorder is: its scripts, its Python code, its assumptions, its tools."""
+    scripts = build_tools_dir()
+    code = [Path(module.__file__ or "") for module in (plan, sources, cmake_recorder)]
+    return {
+        "scripts": _file_hashes(sorted(scripts.glob("*.cmake")), scripts),
+        "code": {path.name: sha256_file(path, progress=False) for path in code},
+        "assumptions": repr((sources.ASSUMPTIONS, sources.VENDOR_ARCHS, sources.ASSUMED_GCC,
+                             sources.CPUINFO, str(tools.DEFAULT_CUDA_ROOT))),
+        "cmake": _cmake_identity(),
+        "python": [sys.executable, sys.version, sysconfig.get_paths()["include"]],
+        "distributions": sorted(f"{d.metadata['Name']}=={d.version}"
+                                for d in importlib.metadata.distributions()),
+    }
+
+
+def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None) -> dict[str, Any]:
+    """Everything :func:`~sparkbuild.vendor.plan.record_sources` is computed from."""
+    return {
+        "schema": SCHEMA,
+        "tree": str(tree),
+        "cmake_files": _file_hashes(cmake_recorder.cmake_files(tree), tree),
+        "torch": torch,
+        "environment": sorted(env.items()),
+        "process_environment": sorted(os.environ.items()),
+        "recorder": _recorder_identity(),
+    }
+
+
+def recorder_key(tree: Path, env: Mapping[str, str], torch: str | None) -> str:
+    inputs = recorder_inputs(tree, env, torch)
+    return sha256_bytes(json.dumps(inputs, sort_keys=True).encode())
+
+
+def _payload(recorded: RecordedSources) -> dict[str, Any]:
+    return {
+        "sources": [dataclasses.asdict(source) for source in recorded.sources],
+        "unreached": [dataclasses.asdict(source) for source in recorded.unreached],
+        "notes": list(recorded.notes),
+    }
+
+
+def keep(cache: Cache, key: str, recorded: RecordedSources) -> None:
+    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
+    cache.record(NAMESPACE, key, {"schema": SCHEMA, "when": when, **_payload(recorded)})
+
+
+def _words(value: object) -> bool:
+    return isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+
+
+def _source_well_formed(source: SourcePlan) -> bool:
+    values = dataclasses.asdict(source)
+    text = all(isinstance(values[name], str) for name in ("name", "kind", "url", "method",
+                                                          "where"))
+    optional = all(values[name] is None or isinstance(values[name], str)
+                   for name in ("ref", "url_hash", "override", "override_subdir", "patched"))
+    return (text and optional and isinstance(source.certain, bool) and _words(source.mirrors)
+            and (source.submodules is None or _words(source.submodules)))
+
+
+def _well_formed(recorded: RecordedSources) -> bool:
+    """Every field of the type a recorder gives it (a hand-edited entry is no entry)."""
+    return (_words(recorded.notes)
+            and all(map(_source_well_formed, (*recorded.sources, *recorded.unreached))))
+
+
+def kept(cache: Cache, key: str) -> RecordedSources | None:
+    """The record kept under ``key``, only if it reads back to exactly what was stored."""
+    entry = cache.lookup(NAMESPACE, key)
+    if entry is None or entry.get("schema") != SCHEMA or not isinstance(entry.get("when"), str):
+        return None
+    try:
+        found = RecordedSources(
+            tuple(source_plan_from(item) for item in entry["sources"]),
+            tuple(source_plan_from(item) for item in entry["unreached"]),
+            tuple(entry["notes"]), reused=entry["when"])
+        stored = {name: entry[name] for name in ("sources", "unreached", "notes")}
+        exact = json.loads(json.dumps(_payload(found))) == stored
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    return found if exact and _well_formed(found) else None
+
+
+def reusing(cache: Cache, record: SourcesOf = record_sources) -> SourcesOf:
+    """``record`` behind the cache: a kept record when its inputs are unchanged, else
+    ``record``'s, kept for the next run."""
+
+    def sources_of(tree: Path, env: Mapping[str, str], torch: str | None) -> RecordedSources:
+        key = recorder_key(tree, env, torch)
+        found = kept(cache, key)
+        if found is not None:
+            step(f"vendor plan reused: inputs unchanged since {found.reused}")
+            return found
+        recorded = record(tree, env, torch)
+        keep(cache, key, recorded)
+        return recorded
+
+    return sources_of
