@@ -57,6 +57,7 @@ ENV = {"CMAKE_ARGS": "-DX=1", "PATH": "/usr/bin"}
 
 def _plan_twice(tree: Path, cache: Cache, fake: FakeRecorder,
                 env: dict[str, str] | None = None) -> None:
+    """Plan with ENV, then with ``env`` (ENV when None)."""
     plan_tree(tree, env=ENV, sources_of=reusing(cache, fake))
     plan_tree(tree, env=env or ENV, sources_of=reusing(cache, fake))
 
@@ -103,10 +104,26 @@ def test_a_changed_torch_pin_is_a_miss(tree: Path, cache: Cache) -> None:
     assert fake.calls == 2
 
 
-def test_a_changed_environment_is_a_miss(tree: Path, cache: Cache) -> None:
+@pytest.mark.parametrize("changed", [{"CMAKE_ARGS": "-DX=2"}, {"PATH": "/opt/bin"},
+                                     {"TORCH_CUDA_ARCH_LIST": "12.1a"},
+                                     {"MINI_DEP_DIR": "/elsewhere"}])
+def test_a_variable_the_runs_read_is_a_miss(tree: Path, cache: Cache,
+                                            changed: dict[str, str]) -> None:
+    (tree / "cmake" / "utils.cmake").write_text("set(D $ENV{MINI_DEP_DIR})\n", encoding="utf-8")
     fake = FakeRecorder()
-    _plan_twice(tree, cache, fake, env={**ENV, "CMAKE_ARGS": "-DX=2"})
+    _plan_twice(tree, cache, fake, env={**ENV, **changed})
     assert fake.calls == 2
+
+
+def test_a_variable_nothing_reads_is_no_miss(tree: Path, cache: Cache,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # a shell's `_` and pytest's PYTEST_CURRENT_TEST differ between two runs of one build
+    fake = FakeRecorder()
+    plan_tree(tree, env=ENV, sources_of=reusing(cache, fake))
+    monkeypatch.setenv("PYTEST_CURRENT_TEST", "another phase")
+    monkeypatch.setenv("_", "/usr/bin/unshare")
+    plan = plan_tree(tree, env={**ENV, "OLDPWD": "/somewhere"}, sources_of=reusing(cache, fake))
+    assert fake.calls == 1 and plan.reused
 
 
 def test_a_changed_recorder_is_a_miss(tree: Path, cache: Cache,

@@ -11,9 +11,14 @@ sha256 of everything the recorder's runs are computed from (:func:`recorder_inpu
 
 * the tree's path and every CMake file of the tree (``CMakeLists.txt``, ``*.cmake``: the
   recorder's own listing, the files its runs can include), each by its sha256;
-* the torch pin (from the tree's build requirements) and the whole environment: the
-  planner's (with the recipe's ``[build] env``: ``CMAKE_ARGS``, ``*_SRC_DIR``) and the
-  process's, which the runs inherit and the tree's CMake may read with ``$ENV{}``;
+* the torch pin (from the tree's build requirements) and the environment the runs can read:
+  every variable the tree's CMake names (``$ENV{NAME}``, ``ENV{NAME}``) and those CMake,
+  nvcc, torch and the build read themselves (:data:`BUILD_VARIABLES`,
+  :data:`BUILD_PREFIXES`), from the planner's environment (with the recipe's ``[build]
+  env``: ``CMAKE_ARGS``, ``*_SRC_DIR``) and from the process's.  Not the rest: a shell's
+  ``_``, a test runner's ``PYTEST_CURRENT_TEST`` or a terminal's variables change between
+  two runs of one build and would make every rebuild a miss (the example's
+  online-then-offline test showed it);
 * the recorder: its CMake scripts, the Python modules that drive it and read its
   output, the assumption sets, the cmake it runs (path, size, mtime), and the Python its
   ``run_python`` calls start (executable, version and every installed distribution);
@@ -33,6 +38,7 @@ import dataclasses
 import importlib.metadata
 import json
 import os
+import re
 import sys
 import sysconfig
 import time
@@ -57,8 +63,14 @@ if TYPE_CHECKING:
 
     from sparkbuild.store.cache import Cache
 
-SCHEMA = 1
+SCHEMA = 2
 NAMESPACE = "vendor-plans"
+BUILD_VARIABLES = frozenset({
+    "PATH", "LD_LIBRARY_PATH", "CPATH", "LIBRARY_PATH", "PKG_CONFIG_PATH", "CC", "CXX",
+    "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "CUDAFLAGS", "LDFLAGS", "MAX_JOBS"})
+"""Variables CMake, the compilers and vLLM's setup read whoever names them."""
+BUILD_PREFIXES = ("CMAKE", "CUDA", "NVCC", "TORCH", "VLLM", "SPARKBUILD", "PYTHON")
+_ENV_READ = re.compile(r"ENV\{(\w+)\}")
 
 
 def _file_hashes(paths: list[Path], root: Path) -> dict[str, str]:
@@ -91,15 +103,25 @@ def _recorder_identity() -> dict[str, Any]:
     }
 
 
+def _read_by_runs(env: Mapping[str, str], named: set[str]) -> list[tuple[str, str]]:
+    """The variables of ``env`` the recorder's runs can read (see the module docstring)."""
+    return sorted((name, value) for name, value in env.items()
+                  if name in named or name in BUILD_VARIABLES
+                  or name.startswith(BUILD_PREFIXES))
+
+
 def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None) -> dict[str, Any]:
     """Everything :func:`~sparkbuild.vendor.plan.record_sources` is computed from."""
+    files = cmake_recorder.cmake_files(tree)
+    named = {name for path in files
+             for name in _ENV_READ.findall(path.read_text(encoding="utf-8", errors="replace"))}
     return {
         "schema": SCHEMA,
         "tree": str(tree),
-        "cmake_files": _file_hashes(cmake_recorder.cmake_files(tree), tree),
+        "cmake_files": _file_hashes(files, tree),
         "torch": torch,
-        "environment": sorted(env.items()),
-        "process_environment": sorted(os.environ.items()),
+        "environment": _read_by_runs(env, named),
+        "process_environment": _read_by_runs(os.environ, named),
         "recorder": _recorder_identity(),
     }
 
