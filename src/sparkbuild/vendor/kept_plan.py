@@ -112,13 +112,16 @@ def _read_by_runs(env: Mapping[str, str], named: set[str]) -> list[tuple[str, st
 
 def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None) -> dict[str, Any]:
     """Everything :func:`~sparkbuild.vendor.plan.record_sources` is computed from."""
-    files = cmake_recorder.cmake_files(tree)
-    named = {name for path in files
-             for name in _ENV_READ.findall(path.read_text(encoding="utf-8", errors="replace"))}
+    hashes: dict[str, str] = {}
+    named: set[str] = set()
+    for path in cmake_recorder.cmake_files(tree):  # each read once: its hash, its $ENV{}s
+        data = path.read_bytes()
+        hashes[path.relative_to(tree).as_posix()] = sha256_bytes(data)
+        named.update(_ENV_READ.findall(data.decode("utf-8", errors="replace")))
     return {
         "schema": SCHEMA,
         "tree": str(tree),
-        "cmake_files": _file_hashes(files, tree),
+        "cmake_files": hashes,
         "torch": torch,
         "environment": _read_by_runs(env, named),
         "process_environment": _read_by_runs(os.environ, named),
