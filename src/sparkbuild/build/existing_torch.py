@@ -177,6 +177,7 @@ def _check_build_requirements(tree: Path) -> Check:
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
+    from sparkbuild.build.own_requirements import installed
     from sparkbuild.vendor.build_deps import plan_wheels
 
     wheels, _torch = plan_wheels(tree)
@@ -186,12 +187,10 @@ def _check_build_requirements(tree: Path) -> Check:
         requirement = Requirement(wheel.requirement)
         if requirement.name.lower().startswith("torch"):
             continue
-        try:
-            found = importlib.metadata.version(requirement.name)
-        except importlib.metadata.PackageNotFoundError:
+        found, met = installed(requirement)
+        if found is None:
             absent.setdefault(canonicalize_name(requirement.name), requirement)
-            continue
-        if not requirement.specifier.contains(found, prereleases=True):
+        elif not met:
             outside.append(f"{requirement} (found {found})")
     if absent:
         names = " ".join(f"'{r}'" for r in absent.values())

@@ -73,18 +73,27 @@ def _named(requirement: Requirement) -> str:
     return f"{requirement.name}{requirement.specifier}"
 
 
+def installed(requirement: Requirement) -> tuple[str | None, bool]:
+    """The installed version of ``requirement``'s project (None: not installed), and
+    whether it meets the requirement's range (doctor's checks of sparkbuild's own and of a
+    tree's build requirements)."""
+    try:
+        found = importlib.metadata.version(requirement.name)
+    except importlib.metadata.PackageNotFoundError:
+        return None, False
+    return found, requirement.specifier.contains(found, prereleases=True)
+
+
 def unmet_requirements(requires: list[str]) -> list[str]:
     """Each requirement (no extras asked for) that this interpreter does not meet."""
     applying, unmet = asked_for(requires)
     for requirement in applying:
-        try:
-            found = importlib.metadata.version(requirement.name)
-        except importlib.metadata.PackageNotFoundError:
+        found, met = installed(requirement)
+        if found is None:
             finder = TOOL_WHEELS.get(canonicalize_name(requirement.name))
             if finder is None or finder() is None:
                 unmet.append(f"{_named(requirement)} (not installed)")
-            continue
-        if not requirement.specifier.contains(found, prereleases=True):
+        elif not met:
             unmet.append(f"{_named(requirement)} (found {found})")
     return unmet
 
