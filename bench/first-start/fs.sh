@@ -58,6 +58,10 @@ PY
   python3 $D/first_start.py record --reference $P/reference.json --vllm $P/vllm.json \
     --evidence $P/evidence.json --model $P/model.json --out $P/RESULT.json
 }
+bring_back_prove() {  # the prove directory (less Triton's cache and the shim) and RESULT.json
+  tar -C $S --exclude prove/triton-cache --exclude prove/no-cuda -czf $OUT/prove.tar.gz prove
+  cp $S/prove/RESULT.json $OUT/ 2>/dev/null
+}
 case $1 in
 receive)
   for p in $D/parts/*; do n=$(basename $p)
@@ -98,8 +102,7 @@ watch)
   cat $S/chain.log 2>/dev/null
   cp $S/machine.txt $S/device-pip-list.txt $S/wheel.json $OUT/ 2>/dev/null
   tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt 2>/dev/null
-  if [ -d $S/prove ]; then tar -C $S --exclude prove/triton-cache --exclude prove/no-cuda \
-      -czf $OUT/prove.tar.gz prove; cp $S/prove/RESULT.json $OUT/ 2>/dev/null; fi
+  [ -d $S/prove ] && bring_back_prove
   tail -5 $S/wheel.err 2>/dev/null; tail -20 $S/prove/vllm.log 2>/dev/null ;;
 stage)  # the node's side before the wheelhouse exists: the node set's venv, the model, the reference
   V=$S/venv P=$S/prove; rm -rf $V $P $S/view; mkdir -p $P
@@ -136,6 +139,5 @@ rehearse)  # vLLM's own wheel from the index in the node set's venv, not the pro
     --no-deps $S/$2 > $P/upstream-install.txt 2>&1; echo "upstream install rc=$?"
   $V/bin/python -m pip check > $P/upstream-pip-check.txt 2>&1
   first_start ${3:-FLASH_ATTN}; cp $P/RESULT.json $P/RESULT-upstream.json 2>/dev/null
-  tar -C $S --exclude prove/triton-cache --exclude prove/no-cuda -czf $OUT/prove.tar.gz prove
-  cp $P/RESULT.json $OUT/ 2>/dev/null; tail -30 $P/vllm.log ;;
+  bring_back_prove; tail -30 $P/vllm.log ;;
 esac

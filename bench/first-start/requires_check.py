@@ -18,15 +18,17 @@ import argparse
 import email.parser
 import json
 import sys
-import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from missing_wheels import freeze_versions  # the script beside this one
+from missing_wheels import freeze_versions, requirements  # the script beside this one
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
+
+from sparkbuild.sources.requirements import read_requirements
 
 ENVIRONMENT = {"python_version": "3.12", "python_full_version": "3.12.3",
                "sys_platform": "linux", "platform_system": "Linux",
@@ -43,23 +45,10 @@ def wheel_requirements(wheel: Path) -> list[str]:
 
 
 def sdist_requirements(sdist: Path) -> list[str]:
-    """requirements/cuda.txt with what it includes (-r), as the built wheel declares them."""
-    with tarfile.open(sdist) as archive:
-        files = {Path(m.name).name: archive.extractfile(m).read().decode()  # type: ignore[union-attr]
-                 for m in archive.getmembers()
-                 if Path(m.name).parent.name == "requirements" and m.isfile()
-                 and Path(m.name).parent.parent.parent == Path()}
-    lines: list[str] = []
-
-    def read(name: str) -> None:
-        for raw in files[name].splitlines():
-            line = raw.split(" #")[0].strip()
-            if line.startswith("-r "):
-                read(line[3:].strip())
-            elif line and not line.startswith(("#", "-", "--")):
-                lines.append(line)
-    read("cuda.txt")
-    return lines
+    """requirements/cuda.txt with what it includes (-r), as the built wheel declares them:
+    the files ``missing_wheels.py`` resolves, read by sparkbuild's requirements reader."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return [line.text for line in read_requirements(requirements(sdist, Path(scratch)))]
 
 
 def unmet(requirer: str, lines: list[str], installed: dict[str, str]) -> list[dict[str, Any]]:
