@@ -29,6 +29,7 @@ first_start() {  # BACKEND: vLLM's first start in the venv with no JIT, network 
     # the shim (flashinfer's JIT would call $CUDA_HOME/bin/nvcc); Triton has the profile's ptxas
     PATH=$(echo "$PATH" | tr : '\n' | while read -r d; do [ -x "$d/nvcc" ] || printf '%s:' "$d"; done)
     export PYTHONPATH=$D/guard PATH=${PATH%:} CUDA_HOME=$P/no-cuda TRITON_CACHE_DIR=$P/triton-cache
+    export CUDA_CACHE_PATH=$P/driver-jit-cache  # the driver writes here what it JIT-compiles from PTX
     which nvcc > $P/which-nvcc.txt 2>&1
     mkdir -p $P/no-cuda/bin && ln -sf $D/shim/nvcc $P/no-cuda/bin/nvcc
     env | grep -E '^(FLASHINFER|TRITON|VLLM|CUDA_HOME)' | sort > $P/env.txt
@@ -48,6 +49,7 @@ json.dump({"flashinfer_workspace": str(ws),
            "outbound_connections": [l for l in lines if l["kind"] != "udp_connect"],
            "udp_route_probes": [l for l in lines if l["kind"] == "udp_connect"],
            "triton_cache_files": len(triton),
+           "driver_jit_cache_files": len([f for f in (p / "driver-jit-cache").rglob("*") if f.is_file()]) if (p / "driver-jit-cache").is_dir() else 0,
            "note": "Triton JIT-compiles vLLM's own Triton kernels (not flashinfer's); counted, not hidden"},
           open(p / "evidence.json", "w"), indent=2)
 PY

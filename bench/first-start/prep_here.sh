@@ -10,12 +10,14 @@ CACHE=$(realpath "$1"); D=$REPO/.devrun; PY=${PYTHON:-python3}
 rm -rf $D; mkdir -p $D/whl $D/parts $D/runtime
 cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/image_view.py $HERE/missing_wheels.py $HERE/fs.sh $HERE/guard $HERE/shim \
    $HERE/recipe.toml $REPO/bench/real-build/cudaroot.sh $D/
-# 0. the series for the H200 (9.0a): the Spark's series less cmake-sm121-archs, the edit that
-#    gives 12.1a native code and refuses a recipe without a 12.1 target; the other three
-#    patches apply as they do for the Spark.  Generated (the patches copied with ../csrc,
-#    which the E2M1 patch injects) and bundled: the device needs no series of its own.
+# 0. the series for the H200 (9.0a): the Spark's series with cmake-sm121-archs (the edit
+#    that gives 12.1a native code and refuses a recipe without a 12.1 target) replaced by
+#    its 9.0 twin, cmake-sm90-archs.toml (Marlin's "8.0+PTX" lists get 9.0a: without it
+#    verify refused 365 PTX-only kernels of _C, session 13); the other three patches apply
+#    as they do for the Spark.  Generated (the patches copied with ../csrc, which the E2M1
+#    patch injects) and bundled: the device needs no series of its own.
 . $REPO/bench/derived_series.sh
-derived_series $REPO/.devrun-prep $HERE/recipe.toml cmake-sm121-archs ""
+derived_series $REPO/.devrun-prep $HERE/recipe.toml cmake-sm121-archs $HERE/cmake-sm90-archs.toml
 RECIPE=$REPO/.devrun-prep/patches/recipe.toml
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
 #    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)

@@ -57,11 +57,13 @@ from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from sparkbuild.build.code_forecast import CodeForecast
     from sparkbuild.build.flashinfer_aot import AotResult
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
+    from sparkbuild.vendor.materialize import Materialized
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
@@ -104,6 +106,8 @@ class WheelResult:
     compile_cache: CompileCacheResult | None = None
     timeline: dict[str, Any] = field(default_factory=dict)
     """Every phase's seconds and the build's account (sparkbuild.build.timeline)."""
+    code_forecast: CodeForecast | None = None
+    """What the arch lists give each unit, read before the first compile."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -125,6 +129,7 @@ class WheelResult:
             "wheelhouse": self.wheelhouse.to_dict(),
             "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
             "timeline": self.timeline,
+            "code_forecast": self.code_forecast.to_dict() if self.code_forecast else None,
             "units": self.build.timeline.units_table() if self.build.timeline else [],
         }
 
@@ -222,6 +227,17 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
     return plan
 
 
+def _build_site(python: Path, existing_torch: bool) -> Path | None:
+    """The build environment's site-packages holding torch (None: the running
+    interpreter's, with ``existing_torch`` or when the venv has none)."""
+    if existing_torch:
+        return None
+    for site in sorted(python.parent.parent.glob("lib*/python*/site-packages")):
+        if any(importlib.metadata.distributions(name="torch", path=[str(site)])):
+            return site
+    return None
+
+
 def _build_torch(python: Path, existing_torch: bool) -> str | None:
     """The torch installed in the build environment: the one the extension is compiled
     against (read from its dist-info, not from a requirement), for the manifest and the
@@ -231,11 +247,26 @@ def _build_torch(python: Path, existing_torch: bool) -> str | None:
 
         running = running_torch()
         return running.version if running else None
-    venv = python.parent.parent
-    for site in sorted(venv.glob("lib*/python*/site-packages")):
-        for dist in importlib.metadata.distributions(name="torch", path=[str(site)]):
-            return str(dist.version)
+    site = _build_site(python, existing_torch)
+    for dist in importlib.metadata.distributions(name="torch", path=[str(site)] if site else []):
+        return str(dist.version)
     return None
+
+
+def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
+                   deps: Materialized) -> CodeForecast:
+    """Before the first compile: the units the arch lists give no native code, refused as
+    verify would refuse them (sparkbuild.build.code_forecast)."""
+    from sparkbuild.build.code_forecast import ForecastInputs, forecast_code, judge_forecast
+    from sparkbuild.build.ext_targets import ALWAYS_KEPT
+
+    forecast = forecast_code(ForecastInputs(
+        tree=tree, work=work / "forecast", python=python,
+        site=_build_site(python, options.use_existing_torch),
+        cmake_defines=deps.cmake_defines, env=deps.env,
+        targets=(*options.targets, ALWAYS_KEPT) if options.targets else ()), options.recipe)
+    judge_forecast(forecast, options.recipe)
+    return forecast
 
 
 def _refuse_contradicted_pins(options: WheelOptions, tree: Path) -> None:
@@ -527,6 +558,8 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
                                           root=root if spec else None)
+            with phase("code forecast"):
+                forecast = _code_forecast(options, tree, work, python, deps)
             with open_shared_cache(spec, label=_label(recipe, prepared),
                                    torch=_build_torch(python, options.use_existing_torch),
                                    work=work, cache_root=cache.root) as shared:
@@ -561,4 +594,5 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
                                      vendored, runtime, aot)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
-                       [s.name for s in missed], seconds, compile_cache)
+                       [s.name for s in missed], seconds, compile_cache,
+                       code_forecast=forecast)

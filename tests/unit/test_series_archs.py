@@ -14,6 +14,7 @@ from sparkbuild.toolchain.arch_eval import (
     conjuncts,
     next_minor,
     reads_version_only,
+    supported_value,
     version_conjuncts,
     version_thresholds,
 )
@@ -121,6 +122,15 @@ def test_insertions_append_when_the_family_has_no_12_0_entry() -> None:
     assert insert(text, insertions(arch_list, "12.1")).count('"9.0a;12.3;12.1"') == 1
 
 
+def test_insertions_append_the_target_to_a_list_without_its_major() -> None:
+    # the edit with target 9.0 (the H200's twin) met a supported list with no 9.x entry in
+    # vllm-flash-attn: it used to fail with a traceback (min() of nothing)
+    text = 'set(CUDA_SUPPORTED_ARCHS "8.0;8.6;10.0")\n'
+    arch_list = find_arch_lists(text)[0]
+    edited = insert(text, insertions(arch_list, "9.0"))
+    assert edited == 'set(CUDA_SUPPORTED_ARCHS "8.0;8.6;10.0;9.0")\n'
+
+
 # -- guards, appends, includes, the supported list ------------------------------------------
 
 GUARDED = """\
@@ -181,6 +191,30 @@ def test_lists_carry_the_if_branches_around_them() -> None:
 def test_the_supported_list_is_found_by_how_cuda_archs_is_cut() -> None:
     assert supported_variable(GUARDED) == "CUDA_SUPPORTED_ARCHS"
     assert supported_variable('cuda_archs_loose_intersection(A "${B}" "${C}")') is None
+
+
+FLASH_ATTN_SUPPORTED = """set(CUDA_SUPPORTED_ARCHS "8.0;8.6;8.9;9.0")
+if(${CMAKE_CUDA_COMPILER_VERSION} VERSION_GREATER_EQUAL 13.0)
+    list(APPEND CUDA_SUPPORTED_ARCHS "10.0" "11.0" "12.0")
+endif()
+set(CUDA_SUPPORTED_ARCHS "7.5")
+list(APPEND CUDA_SUPPORTED_ARCHS "8.0")
+cuda_archs_loose_intersection(CUDA_ARCHS "${CUDA_SUPPORTED_ARCHS}" "${CUDA_ARCHS}")
+"""
+
+
+def test_an_append_adds_to_the_supported_list_a_set_replaces_it(tmp_path: Path) -> None:
+    # vllm-flash-attn appends 10.0;11.0;12.0 at CUDA 13: the value is the union, so a 9.0a
+    # target is supported there (the append alone was taken for the value before)
+    (tmp_path / "CMakeLists.txt").write_text(FLASH_ATTN_SUPPORTED)
+    found = tree_arch_lists(tmp_path)
+    assert [(lst.values, lst.appended) for lst in found.lists] == [
+        (["8.0", "8.6", "8.9", "9.0"], False), (["10.0", "11.0", "12.0"], True),
+        (["7.5"], False), (["8.0"], True)]
+    assert supported_value(found, [0, 1]) == ["8.0", "8.6", "8.9", "9.0", "10.0", "11.0", "12.0"]
+    assert supported_value(found, [0]) == ["8.0", "8.6", "8.9", "9.0"]
+    assert supported_value(found, [0, 1, 2, 3]) == ["7.5", "8.0"]  # the last set() restarts it
+    assert supported_value(found, [1]) == ["10.0", "11.0", "12.0"]
 
 
 def test_included_files_are_followed_with_their_guards(tmp_path: Path) -> None:

@@ -127,9 +127,12 @@ class Recorder:
     archs: tuple[str, ...]
     nvcc_threads: int | None
 
-    def inputs(self, tree: Path, binary_dir: Path, *, generators: bool) -> RecordInputs:
-        torch_includes = tools.torch_include_dirs()
-        torch = tools.torch_version()
+    def inputs(self, tree: Path, binary_dir: Path, *, generators: bool,
+               python: Path | None = None, site: Path | None = None) -> RecordInputs:
+        """``python``/``site``: the build environment's interpreter and site-packages, whose
+        torch the build compiles against (default: this interpreter's)."""
+        torch_includes = tools.torch_include_dirs(site)
+        torch = tools.torch_version(site)
         if not torch_includes or torch is None:
             raise ToolchainError(
                 "torch is not installed, so its headers and its CUDA flags (torch's "
@@ -141,7 +144,8 @@ class Recorder:
         version = self.nvcc.version or tools.MIN_NVCC_FOR_SM121
         defines = {"NVCC_THREADS": str(self.nvcc_threads)} if self.nvcc_threads else {}
         return RecordInputs(
-            tree=tree, binary_dir=binary_dir, cmake=self.cmake, python=Path(sys.executable),
+            tree=tree, binary_dir=binary_dir, cmake=self.cmake,
+            python=python or Path(sys.executable),
             python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
             python_include=Path(sysconfig.get_paths()["include"]),
             cuda_version=f"{version.major}.{version.minor}", cuda_root=self.cuda_root,

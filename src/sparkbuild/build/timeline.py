@@ -261,9 +261,9 @@ def build_timeline(runs: list[NinjaRun], marks: BuildMarks, tree: Path,
 
 
 PHASE_ORDER = ("bundle verify", "bundle unpack", "bundle import", "tree copy", "prepare",
-               "pins", "vendor", "doctor", "build environment", "metadata", "configure",
-               "compile", "link", "install and package", "wheel rewrite", "machine code",
-               "verify", "wheelhouse")
+               "pins", "vendor", "doctor", "build environment", "code forecast", "metadata",
+               "configure", "compile", "link", "install and package", "wheel rewrite",
+               "machine code", "verify", "wheelhouse")
 
 
 def run_timeline(phases: Mapping[str, float], wall: float,

