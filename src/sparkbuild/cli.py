@@ -385,7 +385,8 @@ def _print_result(result: StageResult, as_json: bool) -> None:
 def _print_error(error: SparkbuildError, as_json: bool) -> None:
     console.print(error.render(), style="bold red", markup=False, highlight=False)
     if as_json:
-        sys.stdout.write(json.dumps({"error": error.to_dict()}, indent=2) + "\n")
+        sys.stdout.write(json.dumps({"error": error.to_dict(), **error.progress}, indent=2)
+                         + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

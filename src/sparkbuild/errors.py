@@ -27,6 +27,9 @@ class SparkbuildError(Exception):
         self.what = what
         self.where = where
         self.hint = hint
+        self.progress: dict[str, object] = {}
+        """What the run had done when it failed (``wheel``: its timeline and units), printed
+        beside the error by ``--json``."""
 
     def __str__(self) -> str:
         return self.what if self.where is None else f"{self.what} ({self.where})"

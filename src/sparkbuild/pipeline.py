@@ -41,7 +41,7 @@ from sparkbuild.build.compile_cache import (
 from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor, with_pools
 from sparkbuild.build.pools import write_plan_file
 from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.build.timeline import run_timeline, timeline_lines
+from sparkbuild.build.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.build.unit_memory import known_units, measured_for, remember
 from sparkbuild.console import info, step, warn
 from sparkbuild.errors import SparkbuildError
@@ -513,14 +513,23 @@ def _source_directory(options: WheelOptions) -> Path | None:
 
 
 def build_wheel(options: WheelOptions) -> WheelResult:
-    """The whole ``wheel`` command; see the module docstring."""
+    """The whole ``wheel`` command; see the module docstring.  A run that fails keeps its
+    timeline (and the build's units, once built) on the error: an hour's measurements are
+    not lost to a refusal at the end."""
+    built: list[BuildTimeline] = []
     with recording() as clock:
-        result = _build_wheel(options)
+        try:
+            result = _build_wheel(options, built)
+        except SparkbuildError as error:
+            timeline = run_timeline(clock.seconds, clock.wall(), built[0] if built else None)
+            error.progress.update(timeline=timeline,
+                                  units=built[0].units_table() if built else [])
+            raise
     result.timeline = run_timeline(clock.seconds, clock.wall(), result.build.timeline)
     return result
 
 
-def _build_wheel(options: WheelOptions) -> WheelResult:
+def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResult:
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
@@ -578,6 +587,8 @@ def _build_wheel(options: WheelOptions) -> WheelResult:
                     pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
                 )
                 outcome = build_tree(request, python)
+                if outcome.timeline is not None:
+                    built.append(outcome.timeline)
         if outcome.timeline is not None:
             remember(cache.root, recipe.target.torch_cuda_arch_list,
                      [unit.to_dict() | {"source": unit.source,

@@ -75,7 +75,9 @@ def test_a_ptx_only_kernel_fails_wheel_and_passes_with_allow_jit(
     cache = tmp_path / "cache"
     refused = _wheel(_recipe(project, tmp_path, allow_jit=False), cache, tmp_path / "refused")
     assert refused.returncode == VerifyError.exit_code, refused.stderr[-4000:]
-    error = json.loads(refused.stdout)["error"]
+    printed = json.loads(refused.stdout)
+    error = printed["error"]
+    assert "code forecast" in printed["timeline"]["phases"] and printed["units"] == []
     # named by the code forecast, before the first compile (verify would refuse the same
     # kernel after the build: the allowed wheelhouse below lists it as the one PTX-only)
     assert error["error"] == "VerifyError" and "nothing was compiled" in error["what"]
