@@ -254,13 +254,15 @@ def _build_torch(python: Path, existing_torch: bool) -> str | None:
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
-                   deps: Materialized) -> CodeForecast:
+                   deps: Materialized, cache: Cache) -> CodeForecast:
     """Before the first compile: the units the arch lists give no native code, refused as
-    verify would refuse them (sparkbuild.build.code_forecast)."""
-    from sparkbuild.build.code_forecast import ForecastInputs, forecast_code, judge_forecast
+    verify would refuse them (sparkbuild.build.code_forecast; kept while its inputs stand:
+    sparkbuild.build.kept_forecast)."""
+    from sparkbuild.build.code_forecast import ForecastInputs, judge_forecast
     from sparkbuild.build.ext_targets import ALWAYS_KEPT
+    from sparkbuild.build.kept_forecast import reusing_forecast
 
-    forecast = forecast_code(ForecastInputs(
+    forecast = reusing_forecast(cache, ForecastInputs(
         tree=tree, work=work / "forecast", python=python,
         site=_build_site(python, options.use_existing_torch),
         cmake_defines=deps.cmake_defines, env=deps.env,
@@ -568,7 +570,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
                                           root=root if spec else None)
             with phase("code forecast"):
-                forecast = _code_forecast(options, tree, work, python, deps)
+                forecast = _code_forecast(options, tree, work, python, deps, cache)
             with open_shared_cache(spec, label=_label(recipe, prepared),
                                    torch=_build_torch(python, options.use_existing_torch),
                                    work=work, cache_root=cache.root) as shared:

@@ -133,6 +133,11 @@ def test_online_then_offline_build(
     # the same tree, recipe and environment: the recorder's CMake runs were not repeated
     assert report["vendor"]["plan_reused_since"], offline.stderr[-4000:]
     assert "vendor plan reused: inputs unchanged since" in offline.stderr
+    # ... nor the code forecast's (its first run read every unit: clear at 12.1a)
+    assert report["code_forecast"]["status"] == "clear", report["code_forecast"]
+    assert report["code_forecast"]["reused_since"], offline.stderr[-4000:]
+    assert report["code_forecast"]["units"] >= 4
+    assert "code forecast" in report["timeline"]["phases"]
     assert report["build"]["compiled_units"] >= 4
     assert "-DFETCHCONTENT_FULLY_DISCONNECTED=ON" in report["build"]["env"]["CMAKE_ARGS"]
     archs = _extension_archs(_built_wheel(build_dirs["root"] / "offline"),

@@ -78,12 +78,17 @@ class CodeForecast:
     """Extension -> its units with no SASS for a target."""
     reason: str = ""
     seconds: float = 0.0
+    reused: str | None = None
+    """When the kept forecast this one is was made (sparkbuild.build.kept_forecast)."""
+    generators: list[str] = field(default_factory=list)
+    """The tree's configure-time generator scripts that ran, tree-relative."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "units": self.units, "reason": self.reason,
                 "seconds": round(self.seconds, 2),
                 "lacking": {target: [c.to_dict() for c in found]
-                            for target, found in self.lacking.items()}}
+                            for target, found in self.lacking.items()},
+                **({"reused_since": self.reused} if self.reused else {})}
 
     def describe(self) -> str:
         """One line per extension: how many units, of which kind, and the first few."""
@@ -137,14 +142,17 @@ def forecast_code(inputs: ForecastInputs, recipe: Recipe) -> CodeForecast:
                             seconds=time.monotonic() - started)
     finally:
         shutil.rmtree(inputs.work / "src", ignore_errors=True)
-    units, lacking = lacking_by_target(record, inputs.work / "src", recipe.target.cuda_archs,
+    scratch = inputs.work / "src"
+    units, lacking = lacking_by_target(record, scratch, recipe.target.cuda_archs,
                                        inputs.targets)
     seconds = time.monotonic() - started
     if units == 0:
         built = ", ".join(inputs.targets) or "any extension"
         return CodeForecast("unknown", reason=f"the recorded CMake gives {built} no CUDA unit",
                             seconds=seconds)
-    return CodeForecast("lacking" if lacking else "clear", units, lacking, seconds=seconds)
+    generators = [unit_key(script, scratch) for script in record.generators]
+    return CodeForecast("lacking" if lacking else "clear", units, lacking, seconds=seconds,
+                        generators=generators)
 
 
 def judge_forecast(forecast: CodeForecast, recipe: Recipe) -> None:
@@ -154,8 +162,10 @@ def judge_forecast(forecast: CodeForecast, recipe: Recipe) -> None:
              "after the build")
         return
     if forecast.status == "clear":
+        made = f"kept since {forecast.reused}" if forecast.reused else \
+            f"{forecast.seconds:.1f} s"
         info(f"code forecast: {forecast.units} CUDA unit(s), each with native code for "
-             f"{', '.join(recipe.target.cuda_archs)} ({forecast.seconds:.1f} s)")
+             f"{', '.join(recipe.target.cuda_archs)} ({made})")
         return
     if recipe.target.allow_jit:
         warn("code forecast: allow_jit: the driver will JIT-compile these at first use:\n  "

@@ -60,6 +60,7 @@ from sparkbuild.vendor.plan import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from types import ModuleType
 
     from sparkbuild.store.cache import Cache
 
@@ -87,10 +88,11 @@ def _cmake_identity() -> list[object] | None:
     return [str(path), st.st_size, st.st_mtime_ns]
 
 
-def _recorder_identity() -> dict[str, Any]:
-    """What the recorder is: its scripts, its Python code, its assumptions, its tools."""
+def _recorder_identity(modules: tuple[ModuleType, ...]) -> dict[str, Any]:
+    """What the recorder is: its scripts, the Python code that drives it and reads its
+    output (``modules``), its assumptions, its tools."""
     scripts = build_tools_dir()
-    code = [Path(module.__file__ or "") for module in (plan, sources, cmake_recorder)]
+    code = [Path(module.__file__ or "") for module in modules]
     return {
         "scripts": _file_hashes(sorted(scripts.glob("*.cmake")), scripts),
         "code": {path.name: sha256_file(path, progress=False) for path in code},
@@ -110,8 +112,12 @@ def _read_by_runs(env: Mapping[str, str], named: set[str]) -> list[tuple[str, st
                   or name.startswith(BUILD_PREFIXES))
 
 
-def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None) -> dict[str, Any]:
-    """Everything :func:`~sparkbuild.vendor.plan.record_sources` is computed from."""
+def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None,
+                    modules: tuple[ModuleType, ...] = (plan, sources, cmake_recorder)
+                    ) -> dict[str, Any]:
+    """Everything :func:`~sparkbuild.vendor.plan.record_sources` is computed from
+    (``modules``: the code that drives the recorder; another reader of its output, such as
+    the code forecast, names its own)."""
     hashes: dict[str, str] = {}
     named: set[str] = set()
     for path in cmake_recorder.cmake_files(tree):  # each read once: its hash, its $ENV{}s
@@ -125,7 +131,7 @@ def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None) -> di
         "torch": torch,
         "environment": _read_by_runs(env, named),
         "process_environment": _read_by_runs(os.environ, named),
-        "recorder": _recorder_identity(),
+        "recorder": _recorder_identity(modules),
     }
 
 
