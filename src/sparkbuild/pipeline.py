@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.metadata
 import os
 import shutil
 import time
@@ -49,6 +48,7 @@ from sparkbuild.recipe import check_jobs, require_spark_target
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase, recording
+from sparkbuild.toolchain import tools
 from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
 from sparkbuild.vendor.index import remember_missed
 from sparkbuild.vendor.materialize import materialize, require_complete
@@ -228,14 +228,13 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
 
 
 def _build_site(python: Path, existing_torch: bool) -> Path | None:
-    """The build environment's site-packages holding torch (None: the running
-    interpreter's, with ``existing_torch`` or when the venv has none)."""
+    """The build environment's site-packages, the one holding torch if any (None with
+    ``existing_torch``: the running interpreter's)."""
     if existing_torch:
         return None
-    for site in sorted(python.parent.parent.glob("lib*/python*/site-packages")):
-        if any(importlib.metadata.distributions(name="torch", path=[str(site)])):
-            return site
-    return None
+    sites = sorted(python.parent.parent.glob("lib*/python*/site-packages"))
+    return next((site for site in sites if tools.torch_version(site) is not None),
+                sites[0] if sites else None)
 
 
 def _build_torch(python: Path, existing_torch: bool) -> str | None:
@@ -248,9 +247,8 @@ def _build_torch(python: Path, existing_torch: bool) -> str | None:
         running = running_torch()
         return running.version if running else None
     site = _build_site(python, existing_torch)
-    for dist in importlib.metadata.distributions(name="torch", path=[str(site)] if site else []):
-        return str(dist.version)
-    return None
+    version = tools.torch_version(site) if site is not None else None
+    return str(version) if version is not None else None
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
@@ -259,14 +257,14 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     verify would refuse them (sparkbuild.build.code_forecast; kept while its inputs stand:
     sparkbuild.build.kept_forecast)."""
     from sparkbuild.build.code_forecast import ForecastInputs, judge_forecast
-    from sparkbuild.build.ext_targets import ALWAYS_KEPT
+    from sparkbuild.build.ext_targets import required_targets
     from sparkbuild.build.kept_forecast import reusing_forecast
 
     forecast = reusing_forecast(cache, ForecastInputs(
         tree=tree, work=work / "forecast", python=python,
         site=_build_site(python, options.use_existing_torch),
         cmake_defines=deps.cmake_defines, env=deps.env,
-        targets=(*options.targets, ALWAYS_KEPT) if options.targets else ()), options.recipe)
+        targets=required_targets(tree, options.targets)), options.recipe)
     judge_forecast(forecast, options.recipe)
     return forecast
 

@@ -59,15 +59,17 @@ def required_targets(tree: Path, targets: tuple[str, ...]) -> tuple[str, ...]:
     except OSError:
         return targets
     if f"third_party/{ALWAYS_KEPT}" in setup:
-        info(f"--targets: keeping {ALWAYS_KEPT} too (the tree's setup.py copies its output "
-             "in every build)")
         return (*targets, ALWAYS_KEPT)
     return targets
 
 
 def hook_environment(work: Path, tree: Path, targets: tuple[str, ...]) -> dict[str, str]:
     """The variables that make the build narrow its extensions to ``targets``."""
-    targets = required_targets(tree, targets)
+    required = required_targets(tree, targets)
+    if ALWAYS_KEPT in required and ALWAYS_KEPT not in targets:
+        info(f"--targets: keeping {ALWAYS_KEPT} too (the tree's setup.py copies its output "
+             "in every build)")
+    targets = required
     if not targets:
         return {}
     directory = work / "pythonpath"

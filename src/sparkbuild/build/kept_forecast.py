@@ -43,10 +43,9 @@ MODULES = (code_forecast, check_plan, compile_flags, cmake_recorder)
 
 
 def forecast_key(inputs: ForecastInputs, recipe: Recipe) -> str:
-    env = {**inputs.env, **{f"-D{k}": v for k, v in inputs.cmake_defines.items()}}
     keyed = {
         "schema": SCHEMA,
-        "recorder": recorder_inputs(inputs.tree, env, None, MODULES),
+        "recorder": recorder_inputs(inputs.tree, inputs.env, None, MODULES),
         "archs": list(recipe.target.cuda_archs),
         "allow_jit": recipe.target.allow_jit,
         "targets": list(inputs.targets),
