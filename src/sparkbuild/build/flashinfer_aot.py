@@ -153,6 +153,8 @@ class AotResult:
     seconds: float = 0.0
     size: int = 0
     log: Path | None = None
+    reused: str | None = None
+    """When the kept build this wheel was copied from was made (build/kept_aot.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel), "version": self.version,
@@ -160,11 +162,13 @@ class AotResult:
                 "flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs),
                 "aot_args": list(self.args), "modules": self.modules,
                 "seconds": round(self.seconds, 1), "size": self.size,
-                "log": str(self.log) if self.log else None}
+                "log": str(self.log) if self.log else None, "reused_since": self.reused}
 
     def summary(self) -> list[str]:
+        how = (f"reused from the cache (built {self.reused} in {self.seconds:.0f} s)"
+               if self.reused else f"in {self.seconds:.0f} s")
         return [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules built "
-                f"ahead for {flashinfer_arch_list(self.archs)} in {self.seconds:.0f} s",
+                f"ahead for {flashinfer_arch_list(self.archs)} {how}",
                 f"  {self.wheel} ({self.size / 2**20:.1f} MiB)",
                 *(f"  {name}" for name in self.modules)]
 
@@ -411,17 +415,27 @@ def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tu
 def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
                      work: Path, offline: bool, jobs: int | None = None,
                      cuda_home: Path | None = None) -> AotResult:
-    """``sparkbuild flashinfer-aot`` and the step of ``wheel``: the recipe's target and
-    ``[flashinfer] aot_args``, with the pinned wheel's builder."""
+    """``sparkbuild flashinfer-aot``: the recipe's target and ``[flashinfer] aot_args``,
+    with the pinned wheel's builder (``wheel`` reuses a kept build: build/kept_aot.py)."""
+    return build_jit_cache(request_for_recipe(
+        recipe, out=out, python=python, cache_root=cache_root, work=work, offline=offline,
+        jobs=jobs, cuda_home=cuda_home))
+
+
+def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
+                       work: Path, offline: bool, jobs: int | None = None,
+                       cuda_home: Path | None = None) -> AotRequest:
+    """The build the recipe asks for: its target, its ``aot_args``, the pinned wheel and
+    its builder's wheels (downloaded now when online and missing), and this nvcc."""
     from sparkbuild.toolchain.tools import cuda_root, find_nvcc
 
     pin = _pin_of(recipe)
     nvcc = find_nvcc()
     wheel, wheel_dir = aot_wheels(pin, python, cache_root, offline=offline)
     version = nvcc.version
-    return build_jit_cache(AotRequest(
+    return AotRequest(
         flashinfer_wheel=wheel, wheel_dir=wheel_dir, python=python,
         archs=recipe.target.cuda_archs, out=out, work=work,
         cuda_home=cuda_home or cuda_root(nvcc),
         cuda_version=f"{version.major}.{version.minor}" if version else "0.0",
-        args=recipe.flashinfer.aot_args, jobs=jobs, sha256=pin.sha256))
+        args=recipe.flashinfer.aot_args, jobs=jobs, sha256=pin.sha256)
