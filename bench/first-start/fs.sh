@@ -86,13 +86,17 @@ chain)
   source $D/cudaroot.sh >> $S/machine.txt
   # the bundle carries the recipe's pins and flashinfer's builder wheels: `wheel` imports
   # them into the cache, and names any one missing before it compiles
+  # the node's side needs no wheelhouse: staged beside the build once the runtime parts are
+  # here (a call's device time saved; the reference is on the GPU, which the build leaves idle)
+  ( until runtime_complete; do sleep 5; done
+    bash $D/fs.sh stage >> $S/stage.out 2>&1; log "staged: $(tr '\n' ' ' < $S/prove/stage.txt)"
+    touch $S/staged ) &
   log "wheel started"
   python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz --use-existing-torch \
     --targets _C --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc; log "wheel rc=$(cat $S/wheel.rc)"
   [ "$(cat $S/wheel.rc)" = 0 ] || { echo wheel > $S/chain.rc; exit 1; }
-  until runtime_complete; do sleep 5; done
-  bash $D/fs.sh stage >> $S/chain.out 2>&1; log "staged: $(tr '\n' ' ' < $S/prove/stage.txt)"
+  until [ -f $S/staged ]; do sleep 5; done
   bash $D/fs.sh prove >> $S/chain.out 2>&1; log "proved"
   # issue 18: the warm rebuild after one line, once its bundle (a part of a later call) is here
   for _ in $(seq 120); do [ -f $S/rebuild.bundle.tar.xz ] && break; sleep 5; done
