@@ -93,7 +93,7 @@ chain)
     touch $S/staged ) &
   log "wheel started"
   python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz --use-existing-torch \
-    --targets _C --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
+    --targets _C,_C_stable_libtorch --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc; log "wheel rc=$(cat $S/wheel.rc)"
   [ "$(cat $S/wheel.rc)" = 0 ] || { echo wheel > $S/chain.rc; exit 1; }
   until [ -f $S/staged ]; do sleep 5; done
@@ -106,7 +106,7 @@ rebuild)  # the same recipe with one line changed, in the chain's cache and ccac
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$S/ccache
   ccache -z > /dev/null 2>&1; t0=$(date +%s.%N)
   python3 -m sparkbuild wheel --offline --bundle $S/rebuild.bundle.tar.xz --use-existing-torch \
-    --targets _C --no-closure --cache $S/cache --out $S/wh-rebuild --json > $S/rebuild.json 2> $S/rebuild.err
+    --targets _C,_C_stable_libtorch --no-closure --cache $S/cache --out $S/wh-rebuild --json > $S/rebuild.json 2> $S/rebuild.err
   echo $? > $S/rebuild.rc
   echo "rebuild wall $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s rc $(cat $S/rebuild.rc)" > $S/rebuild-wall.txt
   ccache -s -v > $S/rebuild-ccache.txt 2>&1

@@ -57,7 +57,7 @@ bundle_of() {  # PART: the bundle the part builds from
 
 wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
   local targets=() closure=(--no-closure)
-  if [ "$2" != all ]; then targets=(--targets "$2"); else closure=(); fi
+  if [ "$2" != all ]; then targets=(--targets "$2" --allow-unstartable); else closure=(); fi
   printf '%s\n' python3 -m sparkbuild wheel --offline --bundle "$(bundle_of $1)" \
     --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/cache \
     --out $ROOT/$1/wh --json

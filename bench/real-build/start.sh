@@ -30,7 +30,7 @@ source $D/cudaroot.sh | tee -a $S/machine.txt; source $D/cudaroot.sh > /dev/null
 date +%s > $S/start
 setsid nohup python3 $D/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
 setsid nohup bash -c "python3 -m sparkbuild wheel --offline --bundle $D/vllm-0.20.0.bundle.tar.xz \
-  --use-existing-torch --jobs $JOBS --targets $TARGETS --no-closure --cache $S/cache \
+  --use-existing-torch --jobs $JOBS --targets $TARGETS --no-closure --allow-unstartable --cache $S/cache \
   --out $S/wh --json > $S/wheel.json 2> $S/wheel.err; echo \$? > $S/wheel.rc" \
   > /dev/null 2>&1 < /dev/null &
 bash $D/watch.sh $2

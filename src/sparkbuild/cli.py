@@ -96,6 +96,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         mirrors=tuple(args.mirror),
         closure=not args.no_closure,
         targets=tuple(t for t in (args.targets or "").split(",") if t),
+        allow_unstartable=args.allow_unstartable,
     )
     return build_wheel(options)
 
@@ -279,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave the runtime closure out of the wheelhouse")
     p.add_argument("--targets", metavar="A,B",
                    help="build only these extensions (e.g. _C,_moe_C); default: all")
+    p.add_argument("--allow-unstartable", action="store_true",
+                   help="let --targets leave out an extension the package imports at "
+                   "module level (a part of a build that no node installs)")
     _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)

@@ -90,6 +90,9 @@ class WheelOptions:
     """False: the wheelhouse holds the built wheels and pins, not the runtime closure."""
     targets: tuple[str, ...] = ()
     """Only these extensions of the tree (sparkbuild.build.ext_targets); () = all."""
+    allow_unstartable: bool = False
+    """``targets`` may leave out an extension the package imports at module level (a part
+    of a build, measured, never installed on a node): warned, not refused."""
 
 
 @dataclass
@@ -533,6 +536,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
 
 
 def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResult:
+    from sparkbuild.build.start_imports import refuse_left_out_at_start
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
@@ -550,6 +554,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
+        refuse_left_out_at_start(tree, options.targets,  # the first start, named now
+                                 allow=options.allow_unstartable)
         runtime = _bundle_runtime(options, cache)
         options = _with_bundle_runtime(options, runtime)
         with phase("pins"):

@@ -1,0 +1,97 @@
+"""``wheel --targets``: the extensions the package imports whatever runs, never left out.
+
+vLLM 0.20.0's ``vllm/platforms/cuda.py`` imports ``vllm._C`` and ``vllm._C_stable_libtorch``
+at module level, and every ``LLM`` or server start resolves the CUDA platform through it.
+A wheel built with ``--targets _C`` installs, imports (``import vllm`` does not reach the
+platform) and passes ``pip check``, then fails at the first start with ``No module named
+'vllm._C_stable_libtorch'`` (measured on the device machine, session 14, after a 859 s
+build).  So before anything compiles, the package's Python files are read (``ast``, no
+import): an extension of the tree's setup.py that some module imports unconditionally at
+its top level (not inside ``try``, ``if``, a function or a class) and that ``--targets``
+leaves out is refused, with the file and line that import it.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from sparkbuild.build.ext_targets import required_targets
+from sparkbuild.console import warn
+from sparkbuild.errors import UsageError
+
+_EXTENSION = re.compile(r"""CMakeExtension\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""")
+
+
+def setup_extensions(tree: Path) -> list[str]:
+    """The dotted names of the CMake extensions the tree's setup.py lists, in its order."""
+    try:
+        setup = (tree / "setup.py").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    return list(dict.fromkeys(_EXTENSION.findall(setup)))
+
+
+def _imported_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+    return []
+
+
+def module_level_imports(tree: Path, modules: list[str]) -> dict[str, list[str]]:
+    """For each dotted module name in ``modules``: where the package imports it at module
+    level, unconditionally (``path:line``, relative to ``tree``)."""
+    wanted = set(modules)
+    packages = sorted({name.split(".")[0] for name in modules})
+    lasts = {name.rsplit(".", 1)[-1].encode() for name in modules}
+    found: dict[str, list[str]] = {}
+    for package in packages:
+        for path in sorted((tree / package).rglob("*.py")):
+            try:
+                source = path.read_bytes()
+                if not any(last in source for last in lasts):
+                    continue  # cheap: most files name none of them
+                body = ast.parse(source, filename=str(path)).body
+            except (SyntaxError, ValueError, OSError):
+                continue
+            for node in body:
+                for name in _imported_names(node):
+                    if name in wanted:
+                        where = f"{path.relative_to(tree).as_posix()}:{node.lineno}"
+                        found.setdefault(name, []).append(where)
+    return found
+
+
+def left_out_at_start(tree: Path, targets: tuple[str, ...]) -> dict[str, list[str]]:
+    """The extensions ``targets`` leaves out that the package imports unconditionally,
+    each with where it is imported; {} when ``targets`` is empty (everything is built)."""
+    if not targets:
+        return {}
+    kept = set(required_targets(tree, targets))
+    left = [name for name in setup_extensions(tree) if name.rsplit(".", 1)[-1] not in kept]
+    return module_level_imports(tree, left)
+
+
+def refuse_left_out_at_start(tree: Path, targets: tuple[str, ...], *,
+                             allow: bool = False) -> None:
+    """Refuse ``--targets`` that would give a wheel the package cannot start from; with
+    ``allow`` (``--allow-unstartable``: a part of a build) say so and go on."""
+    left = left_out_at_start(tree, targets)
+    if not left:
+        return
+    names = [name.rsplit(".", 1)[-1] for name in left]
+    lines = [f"{name} (imported at {', '.join(where)})" for name, where in left.items()]
+    if allow:
+        warn("--allow-unstartable: this wheel cannot start (a part of a build): it leaves "
+             "out " + "; ".join(lines))
+        return
+    raise UsageError(
+        f"--targets leaves out {len(left)} extension(s) the package imports at module "
+        "level, so the wheel would install and then fail at its first start:\n  "
+        + "\n  ".join(lines),
+        where=str(tree / next(iter(left.values()))[0]),
+        hint=f"add them: --targets {','.join([*targets, *names])} (or, for a part of a "
+        "build that no node installs, --allow-unstartable)")
