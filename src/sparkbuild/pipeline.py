@@ -411,8 +411,8 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
                                                   recipe.node.drop, str(recipe.path))]
 
 
-def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Path,
-                    jobs: int) -> AotResult | None:
+def _flashinfer_aot(options: WheelOptions, python: Path, torch: str | None, cache: Cache,
+                    work: Path, jobs: int) -> AotResult | None:
     """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
     if not options.recipe.flashinfer.aot:
         return None
@@ -424,7 +424,7 @@ def _flashinfer_aot(options: WheelOptions, python: Path, cache: Cache, work: Pat
     request = request_for_recipe(options.recipe, out=dist, python=python,
                                  cache_root=cache.root, work=work / "flashinfer-aot",
                                  offline=options.offline, jobs=jobs)
-    return reusing_jit_cache(cache, request, _build_torch(python, options.use_existing_torch))
+    return reusing_jit_cache(cache, request, torch)
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
@@ -578,8 +578,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                                           root=root if spec else None)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, deps, cache)
-            with open_shared_cache(spec, label=_label(recipe, prepared),
-                                   torch=_build_torch(python, options.use_existing_torch),
+            torch = _build_torch(python, options.use_existing_torch)
+            with open_shared_cache(spec, label=_label(recipe, prepared), torch=torch,
                                    work=work, cache_root=cache.root) as shared:
                 if shared is not None and shared.launcher:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
@@ -604,7 +604,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                                         "peak_rss_bytes": unit.peak_rss_bytes}
                       for unit in outcome.timeline.units], outcome.timeline.killed_sources)
         with phase("flashinfer aot"):
-            aot = _flashinfer_aot(options, python, cache, work, plan.max_jobs)
+            aot = _flashinfer_aot(options, python, torch, cache, work, plan.max_jobs)
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -73,8 +72,7 @@ def aot_key(request: AotRequest, torch: str | None) -> str:
 def keep(cache: Cache, key: str, result: AotResult) -> None:
     """Store the built wheel as a blob and what the build gave under ``key``."""
     digest = cache.put_file(result.wheel, name=result.wheel.name)
-    cache.record(NAMESPACE, key, {
-        "schema": SCHEMA, "when": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime()),
+    cache.keep(NAMESPACE, key, SCHEMA, {
         "wheel": {"name": result.wheel.name, "sha256": digest},
         "version": result.version, "flashinfer_version": result.flashinfer_version,
         "modules": result.modules, "seconds": result.seconds, "size": result.size})
@@ -89,8 +87,8 @@ def _strings(value: object) -> list[str]:
 def kept(cache: Cache, key: str, request: AotRequest) -> AotResult | None:
     """The build kept under ``key``, its wheel copied into ``request.out``; None when there
     is none, or when it does not read back exactly."""
-    entry = cache.lookup(NAMESPACE, key)
-    if entry is None or entry.get("schema") != SCHEMA or not isinstance(entry.get("when"), str):
+    entry = cache.kept(NAMESPACE, key, SCHEMA)
+    if entry is None:
         return None
     try:
         wheel: dict[str, Any] = entry["wheel"]

@@ -21,7 +21,6 @@ never an error.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,9 +71,8 @@ def generator_files(tree: Path, scripts: list[str]) -> dict[str, str]:
 def keep(cache: Cache, key: str, forecast: CodeForecast, generators: dict[str, str]) -> None:
     if forecast.status == "unknown":
         return  # nothing read: the next run reads again
-    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
-    cache.record(NAMESPACE, key, {"schema": SCHEMA, "when": when, "generators": generators,
-                                  "forecast": forecast.to_dict()})
+    cache.keep(NAMESPACE, key, SCHEMA, {"generators": generators,
+                                        "forecast": forecast.to_dict()})
 
 
 def _coverage(item: dict[str, Any]) -> GencodeCoverage:
@@ -88,8 +86,8 @@ def _coverage(item: dict[str, Any]) -> GencodeCoverage:
 def kept(cache: Cache, key: str, tree: Path) -> CodeForecast | None:
     """The forecast kept under ``key``, if its generators' files stand and it reads back
     exactly; None otherwise."""
-    entry = cache.lookup(NAMESPACE, key)
-    if entry is None or entry.get("schema") != SCHEMA or not isinstance(entry.get("when"), str):
+    entry = cache.kept(NAMESPACE, key, SCHEMA)
+    if entry is None:
         return None
     try:
         generators = entry["generators"]

@@ -17,6 +17,7 @@ import os
 import re
 import secrets
 import shutil
+import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -259,6 +260,20 @@ class Cache:
         """Store a small JSON object under ``namespace``/``key`` (atomic replace)."""
         payload = json.dumps(data, indent=2, sort_keys=True).encode() + b"\n"
         self._atomic_write_bytes(self._index_path(namespace, key), payload)
+
+    def keep(self, namespace: str, key: str, schema: int, data: dict[str, Any]) -> None:
+        """:meth:`record` ``data`` as a kept result: stamped with its ``schema`` and when it
+        was made (``when``, local time), which :meth:`kept` checks on the way back."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
+        self.record(namespace, key, {"schema": schema, "when": when, **data})
+
+    def kept(self, namespace: str, key: str, schema: int) -> dict[str, Any] | None:
+        """The entry :meth:`keep` stored, only with this ``schema`` and a ``when``."""
+        entry = self.lookup(namespace, key)
+        if entry is None or entry.get("schema") != schema or not isinstance(entry.get("when"),
+                                                                            str):
+            return None
+        return entry
 
     def lookup(self, namespace: str, key: str) -> dict[str, Any] | None:
         """The object stored by :meth:`record`, or None (also for an unreadable entry)."""

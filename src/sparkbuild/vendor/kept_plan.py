@@ -41,7 +41,6 @@ import os
 import re
 import sys
 import sysconfig
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -149,8 +148,7 @@ def _payload(recorded: RecordedSources) -> dict[str, Any]:
 
 
 def keep(cache: Cache, key: str, recorded: RecordedSources) -> None:
-    when = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime())
-    cache.record(NAMESPACE, key, {"schema": SCHEMA, "when": when, **_payload(recorded)})
+    cache.keep(NAMESPACE, key, SCHEMA, _payload(recorded))
 
 
 def _words(value: object) -> bool:
@@ -175,8 +173,8 @@ def _well_formed(recorded: RecordedSources) -> bool:
 
 def kept(cache: Cache, key: str) -> RecordedSources | None:
     """The record kept under ``key``, only if it reads back to exactly what was stored."""
-    entry = cache.lookup(NAMESPACE, key)
-    if entry is None or entry.get("schema") != SCHEMA or not isinstance(entry.get("when"), str):
+    entry = cache.kept(NAMESPACE, key, SCHEMA)
+    if entry is None:
         return None
     try:
         found = RecordedSources(
