@@ -110,8 +110,7 @@ rebuild)  # the same recipe with one line changed, in the chain's cache and ccac
   echo $? > $S/rebuild.rc
   echo "rebuild wall $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s rc $(cat $S/rebuild.rc)" > $S/rebuild-wall.txt
   ccache -s -v > $S/rebuild-ccache.txt 2>&1
-  cp $S/rebuild.json $S/rebuild-wall.txt $S/rebuild-ccache.txt $OUT/ 2>/dev/null
-  tail -c 100000 $S/rebuild.err > $OUT/rebuild-err-tail.txt 2>/dev/null ;;
+  ;;
 watch)
   end=$(( $(date +%s) + $2 ))
   while [ ! -f $S/chain.rc ] && [ "$(date +%s)" -lt $end ]; do
@@ -119,9 +118,12 @@ watch)
     echo "$(( $(date +%s) - $(cat $S/start) )) s: $(grep -oE '\[[0-9]+/[0-9]+\]' "$l" 2>/dev/null | tail -1) $(tail -1 $S/chain.log 2>/dev/null)"
   done
   cat $S/chain.log 2>/dev/null
-  cp $S/machine.txt $S/device-pip-list.txt $S/wheel.json $S/rebuild.json $S/rebuild-wall.txt $S/rebuild-ccache.txt $OUT/ 2>/dev/null
-  [ -f $S/rebuild.err ] && tail -c 100000 $S/rebuild.err > $OUT/rebuild-err-tail.txt
-  tail -c 200000 $S/wheel.err > $OUT/wheel-err-tail.txt 2>/dev/null
+  # at most 8 files come back from $OUT: the small ones travel in one tarball
+  R=$S/results; rm -rf $R; mkdir -p $R
+  cp $S/chain.log $S/machine.txt $S/device-pip-list.txt $S/wheel.json $S/rebuild.json $S/rebuild-wall.txt $S/rebuild-ccache.txt $R/ 2>/dev/null
+  [ -f $S/rebuild.err ] && tail -c 100000 $S/rebuild.err > $R/rebuild-err-tail.txt
+  tail -c 200000 $S/wheel.err > $R/wheel-err-tail.txt 2>/dev/null
+  tar -C $S -czf $OUT/results.tar.gz results
   [ -d $S/prove ] && bring_back_prove
   tail -5 $S/wheel.err 2>/dev/null; tail -20 $S/prove/vllm.log 2>/dev/null ;;
 stage)  # the node's side before the wheelhouse exists: the node set's venv, the model, the reference

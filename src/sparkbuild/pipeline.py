@@ -465,6 +465,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "dependencies": dependency_records(vendored.plan, cache) if vendored else [],
         "flashinfer_aot": aot.to_dict() if aot else None,
         "node_profile": _node_profile(recipe),
+        "start_modules": list(recipe.node.start_modules),
     }
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),

@@ -134,10 +134,13 @@ class FlashinferSettings:
 
 @dataclass(frozen=True)
 class NodeSettings:
-    """``[node]``: the node profile's entries the recipe adds (``env``) or drops (``drop``)."""
+    """``[node]``: the node profile's entries the recipe adds (``env``) or drops (``drop``),
+    and the modules every start of the package imports (``start_modules``), from which
+    ``install`` follows the package's imports (sparkbuild.node.start_check)."""
 
     env: dict[str, str] = field(default_factory=dict)
     drop: tuple[str, ...] = ()
+    start_modules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
               "compile_cache": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
     "flashinfer": {"aot": bool, "aot_args": list},
-    "node": {"env": dict, "drop": list},
+    "node": {"env": dict, "drop": list, "start_modules": list},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
 _PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
@@ -570,7 +573,9 @@ def load_recipe(path: Path) -> Recipe:
                               table="flashinfer")),
         node=NodeSettings(
             env={str(k): str(v) for k, v in tables["node"].get("env", {}).items()},
-            drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node")),
+            drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node"),
+            start_modules=_strings(path, text, "start_modules",
+                                   tables["node"].get("start_modules", []), table="node")),
     )
 
 

@@ -13,13 +13,13 @@ leaves out is refused, with the file and line that import it.
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 from sparkbuild.build.ext_targets import required_targets
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
+from sparkbuild.sources.module_imports import top_level_imports
 
 _EXTENSION = re.compile(r"""CMakeExtension\(\s*(?:name\s*=\s*)?["']([\w.]+)["']""")
 
@@ -33,14 +33,6 @@ def setup_extensions(tree: Path) -> list[str]:
     return list(dict.fromkeys(_EXTENSION.findall(setup)))
 
 
-def _imported_names(node: ast.stmt) -> list[str]:
-    if isinstance(node, ast.Import):
-        return [alias.name for alias in node.names]
-    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-        return [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
-    return []
-
-
 def module_level_imports(tree: Path, modules: list[str]) -> dict[str, list[str]]:
     """For each dotted module name in ``modules``: where the package imports it at module
     level, unconditionally (``path:line``, relative to ``tree``)."""
@@ -52,16 +44,14 @@ def module_level_imports(tree: Path, modules: list[str]) -> dict[str, list[str]]
         for path in sorted((tree / package).rglob("*.py")):
             try:
                 source = path.read_bytes()
-                if not any(last in source for last in lasts):
-                    continue  # cheap: most files name none of them
-                body = ast.parse(source, filename=str(path)).body
-            except (SyntaxError, ValueError, OSError):
+            except OSError:
                 continue
-            for node in body:
-                for name in _imported_names(node):
-                    if name in wanted:
-                        where = f"{path.relative_to(tree).as_posix()}:{node.lineno}"
-                        found.setdefault(name, []).append(where)
+            if not any(last in source for last in lasts):
+                continue  # cheap: most files name none of them
+            for imported in top_level_imports(source, str(path)):
+                if imported.name in wanted:
+                    where = f"{path.relative_to(tree).as_posix()}:{imported.line}"
+                    found.setdefault(imported.name, []).append(where)
     return found
 
 

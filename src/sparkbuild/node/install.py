@@ -49,6 +49,7 @@ from sparkbuild.node.profile import (
     resolve_profile,
     write_profile,
 )
+from sparkbuild.node.start_check import refuse_unstartable, start_modules_of
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import venv_python
@@ -217,6 +218,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     for item in locked:
         check_known_bad(item.name, item.version, role="wheelhouse file",
                         where=str(directory / LOCK_NAME))
+    refuse_unstartable(built_wheels(directory, manifest), start_modules_of(manifest))
     existed, created = venv.exists(), False
     fresh = not existed or (venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir()))
     try:  # a venv this run made goes again if the install fails: no half-made venv stays
