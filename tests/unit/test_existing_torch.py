@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from packaging.version import Version
 
-from sparkbuild.build import existing_torch
+from sparkbuild.build import existing_torch, own_requirements
 from sparkbuild.build.doctor import Check
 from sparkbuild.build.existing_torch import (
     RunningTorch,
@@ -117,3 +118,16 @@ def test_a_build_requirement_outside_the_range_is_a_warning(tmp_path: Path) -> N
 def test_build_requirements_met(tmp_path: Path) -> None:
     check = _build_requirements(_requiring(tmp_path, "packaging"))
     assert check.ok
+
+
+def test_pip_is_a_build_requirement(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a venv made without pip: the build (`python -m pip wheel`) failed after the bundle
+    # import, the tree copy and doctor; now doctor names it
+    real = own_requirements.installed
+
+    def without_pip(requirement: Requirement) -> tuple[str | None, bool]:
+        return (None, False) if requirement.name == "pip" else real(requirement)
+
+    monkeypatch.setattr(own_requirements, "installed", without_pip)
+    check = _build_requirements(_requiring(tmp_path, "packaging"))
+    assert check.hard and not check.ok and "'pip'" in check.reason

@@ -171,8 +171,9 @@ def _check_build_requirements(tree: Path) -> Check:
 
     One that is not installed at all stops the build before anything runs: the tree's
     metadata step imports it (vLLM's setup.py imports setuptools_scm), so the build would
-    fail there.  One installed at a version outside the tree's range is a warning: the
-    user chose this environment, and the build may well go through.
+    fail there; so does pip, which runs the build.  One installed at a version outside the
+    tree's range is a warning: the user chose this environment, and the build may well go
+    through.
     """
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
@@ -183,8 +184,9 @@ def _check_build_requirements(tree: Path) -> Check:
     wheels, _torch = plan_wheels(tree)
     absent: dict[str, Requirement] = {}
     outside = []
-    for wheel in wheels:
-        requirement = Requirement(wheel.requirement)
+    # pip too: the build is `python -m pip wheel --no-build-isolation` in this environment
+    # (a venv made without pip failed there, after the bundle import, the copy and doctor)
+    for requirement in [*(Requirement(w.requirement) for w in wheels), Requirement("pip")]:
         if requirement.name.lower().startswith("torch"):
             continue
         found, met = installed(requirement)
@@ -204,4 +206,5 @@ def _check_build_requirements(tree: Path) -> Check:
         return Check("build requirements", False, f"{len(outside)} outside the range", (
             "a build on the existing torch uses this environment's packages: "
             + "; ".join(outside)))
-    return Check("build requirements", True, f"{len(wheels)} met", "all installed")
+    return Check("build requirements", True, f"{len(wheels) + 1} met",
+                 "all installed, pip included")
