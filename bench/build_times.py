@@ -18,6 +18,7 @@ load average before and after each run, and the date.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -64,7 +65,16 @@ def change_one_patch(series: Path) -> None:
         raise SystemExit(f"{CHANGED_PATCH}.toml no longer copies ../csrc/e2m1.cuh; "
                          "update the bench")
     header = series.parent.parent / CHANGED_FILE
+    old_sha = hashlib.sha256(header.read_bytes()).hexdigest()
     header.write_text(header.read_text(encoding="utf-8") + CHANGE_MARK, encoding="utf-8")
+    # the series pins the header in the edit and the edit in the series: a reviewed change
+    # moves both pins (patches/series says how)
+    edit_path = series.parent / f"{CHANGED_PATCH}.toml"
+    old_edit = hashlib.sha256(edit_path.read_bytes()).hexdigest()
+    edit_path.write_text(edit.replace(old_sha, hashlib.sha256(header.read_bytes()).hexdigest()),
+                         encoding="utf-8")
+    series.write_text(series.read_text(encoding="utf-8").replace(
+        old_edit, hashlib.sha256(edit_path.read_bytes()).hexdigest()), encoding="utf-8")
 
 
 def load_average() -> str:
@@ -81,7 +91,7 @@ spec = "{EXAMPLE}"
 [series]
 path = "{series}"
 [target]
-cuda_archs = ["12.1"]
+cuda_archs = ["12.1a"]
 [build]
 job_memory_gib = 2.0
 """,

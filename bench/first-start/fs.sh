@@ -104,6 +104,10 @@ chain)
   echo 0 > $S/chain.rc ;;
 rebuild)  # the same recipe with one line changed, in the chain's cache and ccache (issue 18)
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$S/ccache
+  # a newer sparkbuild carried beside the rebuild's bundle (sparkbuild-*.whl) builds it
+  for w in $S/sparkbuild-*.whl; do [ -f "$w" ] || continue
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site "$w" &&
+      echo "sparkbuild for the rebuild: $(basename $w) $(sha256sum < $w | cut -c1-16)" > $S/rebuild-sparkbuild.txt; done
   ccache -z > /dev/null 2>&1; t0=$(date +%s.%N)
   python3 -m sparkbuild wheel --offline --bundle $S/rebuild.bundle.tar.xz --use-existing-torch \
     --targets _C,_C_stable_libtorch --no-closure --cache $S/cache --out $S/wh-rebuild --json > $S/rebuild.json 2> $S/rebuild.err
@@ -120,7 +124,7 @@ watch)
   cat $S/chain.log 2>/dev/null
   # at most 8 files come back from $OUT: the small ones travel in one tarball
   R=$S/results; rm -rf $R; mkdir -p $R
-  cp $S/chain.log $S/machine.txt $S/device-pip-list.txt $S/wheel.json $S/rebuild.json $S/rebuild-wall.txt $S/rebuild-ccache.txt $R/ 2>/dev/null
+  cp $S/chain.log $S/machine.txt $S/device-pip-list.txt $S/wheel.json $S/rebuild.json $S/rebuild-wall.txt $S/rebuild-ccache.txt $S/rebuild-sparkbuild.txt $R/ 2>/dev/null
   [ -f $S/rebuild.err ] && tail -c 100000 $S/rebuild.err > $R/rebuild-err-tail.txt
   tail -c 200000 $S/wheel.err > $R/wheel-err-tail.txt 2>/dev/null
   tar -C $S -czf $OUT/results.tar.gz results

@@ -41,9 +41,11 @@ def _jobs() -> tuple[int, int | None]:
 
 
 def _cmake() -> str:
-    # Prefer the cmake of the build environment (the `cmake` build requirement).
+    # The cmake on PATH first, as vLLM's setup.py runs it (a build puts its environment's
+    # scripts, and sparkbuild its cmake wrapper, first on PATH); else the build
+    # environment's own (the `cmake` build requirement).
     scripts = Path(sys.executable).parent
-    for candidate in (scripts / "cmake", shutil.which("cmake")):
+    for candidate in (shutil.which("cmake"), scripts / "cmake"):
         if candidate and Path(candidate).is_file():
             return str(candidate)
     raise RuntimeError("cmake not found: install the `cmake` build requirement")

@@ -316,15 +316,26 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
             step(f"imported from the bundle into the cache: {', '.join(imported)}")
         with phase("tree copy"):
             return prepared_from_bundle(unpacked, recipe, work / "tree")
-    tree = work / "tree"
-    shutil.rmtree(tree, ignore_errors=True)
+    from sparkbuild.bundle.read import forget_bundle_tree
+    from sparkbuild.store.tree_sync import sync_tree
+
+    tree, fresh = work / "tree", work / "tree.prepared"
+    shutil.rmtree(fresh, ignore_errors=True)
     # The spec as written: fetch_source takes the recipe's own relative path from the
     # recipe's directory and applies its sha256 pin and lock; --source is the cwd's.
-    prepared = prepare_tree(options.source or recipe.source.spec, tree, recipe,
+    prepared = prepare_tree(options.source or recipe.source.spec, fresh, recipe,
                             update_lock=options.update_lock, context=context)
     if prepared.error is not None:
+        shutil.rmtree(fresh, ignore_errors=True)
         raise prepared.error
-    return prepared
+    # brought into the work tree file by file: a warm rebuild keeps its build directory
+    # and ninja sees only the files the change touched (sparkbuild.store.tree_sync)
+    forget_bundle_tree(tree)
+    with phase("tree copy"):
+        synced = sync_tree(fresh, tree, work / "tree.files.json")
+    shutil.rmtree(fresh, ignore_errors=True)
+    info(f"the prepared tree: {synced.describe()}")
+    return prepared.placed_at(tree)
 
 
 def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.build.cmake_shim import REAL_VARIABLE as CMAKE_REAL_VARIABLE
 from sparkbuild.build.ext_targets import hook_environment
 from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VARIABLE, write_wrapper
 from sparkbuild.build.pools import DEPTH_VARIABLE
@@ -206,6 +207,19 @@ def _write_ninja_wrapper(work: Path, env: dict[str, str]) -> None:
     write_wrapper(ninja_wrapper(work), sys.executable, package_parent)
 
 
+def _write_cmake_wrapper(work: Path, env: dict[str, str]) -> None:
+    """sparkbuild's cmake (sparkbuild.build.cmake_shim), first on the build's PATH: a
+    configure that would repeat the last one is skipped."""
+    real = shutil.which("cmake", path=env.get("PATH"))
+    if real is None:
+        return  # the tree's own build says what is missing
+    env[CMAKE_REAL_VARIABLE] = real
+    shim = work / "cmake-shim"
+    write_wrapper(shim / "cmake", sys.executable, Path(__file__).resolve().parents[2],
+                  module="sparkbuild.build.cmake_shim")
+    env["PATH"] = os.pathsep.join([str(shim), env["PATH"]])
+
+
 def _is_sccache(launcher: str | None) -> bool:
     return launcher is not None and Path(launcher).name == "sccache"
 
@@ -303,6 +317,7 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
         path.append(str(Path(request.launcher).parent))  # vLLM's setup.py looks on PATH
     env["PATH"] = os.pathsep.join([*path, os.environ.get("PATH", "")])
     _write_ninja_wrapper(request.work, env)
+    _write_cmake_wrapper(request.work, env)
     nvcc = cuda_compiler_for(env)
     for cache, compiler in drop_stale_caches(request.tree, nvcc):
         info(f"removed {cache}: configured with {compiler}, this build uses {nvcc}")

@@ -214,11 +214,13 @@ def main(argv: list[str]) -> int:
     return returncode
 
 
-def write_wrapper(path: Path, python: str, package_parent: Path) -> Path:
-    """The script CMake runs as ninja: this module, with sparkbuild importable."""
+def write_wrapper(path: Path, python: str, package_parent: Path,
+                  module: str = "sparkbuild.build.ninja_shim") -> Path:
+    """The script CMake runs as ninja (or the build finds as cmake: ``module``
+    :mod:`sparkbuild.build.cmake_shim`): ``module``'s ``main``, with sparkbuild importable."""
     path.parent.mkdir(parents=True, exist_ok=True)
     code = (f"import sys; sys.path.insert(0, {str(package_parent)!r}); "
-            "from sparkbuild.build.ninja_shim import main; sys.exit(main(sys.argv[1:]))")
+            f"from {module} import main; sys.exit(main(sys.argv[1:]))")
     path.write_text(f"#!/bin/sh\nexec '{python}' -c \"{code}\" \"$@\"\n", encoding="utf-8")
     path.chmod(0o755)
     return path

@@ -36,6 +36,7 @@ from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
+from sparkbuild.store.tree_sync import sync_tree
 from sparkbuild.vendor.fetch import store_tree_tarball
 from sparkbuild.vendor.index import record_source, record_wheelset, source_entry_by_key
 
@@ -214,15 +215,28 @@ def bundled_runtime(bundle: Path, cache_root: Path) -> dict[str, Any] | None:
     return runtime if isinstance(runtime, dict) else None
 
 
+def _bundle_marker(dest: Path) -> Path:
+    return dest.with_name(dest.name + ".bundle")
+
+
+def forget_bundle_tree(dest: Path) -> None:
+    """``dest`` is about to hold a tree that no bundle gave (``wheel`` without
+    ``--bundle``): the next bundle build must not take it for its own."""
+    _bundle_marker(dest).unlink(missing_ok=True)
+
+
 def _copy_tree(unpacked: UnpackedBundle, dest: Path) -> None:
-    """``dest`` holds the bundle's tree: kept when it came from this bundle, else copied."""
-    marker = dest.with_name(dest.name + ".bundle")
+    """``dest`` holds the bundle's tree: kept when it came from this bundle, else brought
+    up to it file by file (:func:`sparkbuild.store.tree_sync.sync_tree`: a bundle with one
+    more patch rewrites only the files that patch changed, and the build directory inside
+    the tree stays for a warm rebuild)."""
+    marker = _bundle_marker(dest)
     if dest.is_dir() and marker.is_file() and marker.read_text(encoding="utf-8") == unpacked.sha256:
         return
-    step(f"copying the bundle's tree to {dest}")
+    step(f"bringing {dest} up to the bundle's tree")
     marker.unlink(missing_ok=True)
-    shutil.rmtree(dest, ignore_errors=True)
-    shutil.copytree(unpacked.tree, dest, symlinks=True)
+    synced = sync_tree(unpacked.tree, dest, dest.with_name(dest.name + ".files.json"))
+    info(f"the bundle's tree: {synced.describe()}")
     marker.write_text(unpacked.sha256, encoding="utf-8")
 
 

@@ -17,7 +17,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,14 @@ class PrepareResult:
             f"  patches: {applied} of {len(self.series.patches)} in place",
         ]
         return lines + self.series.summary()[1:]
+
+    def placed_at(self, tree: Path) -> PrepareResult:
+        """This result for the same tree brought to ``tree`` (``wheel``'s sync of a tree
+        prepared anew into its work directory: sparkbuild.store.tree_sync)."""
+        source = SourceResult(**{**self.source.__dict__, "tree": tree})
+        self.series.tree = tree
+        self.series.source = source.to_dict()
+        return replace(self, tree=tree, source=source)
 
     @property
     def error(self) -> SparkbuildError | None:
