@@ -166,20 +166,21 @@ def report(numbers: dict[str, Any]) -> str:
         "## mini-vllm build times (`bench/build_times.py`)",
         "",
         f"Run {time.strftime('%Y-%m-%d %H:%M')}. Machine: {os.cpu_count()} cores; nvcc for "
-        f"TORCH_CUDA_ARCH_LIST=12.1; {numbers['ccache']} as the compiler launcher (chosen "
+        f"TORCH_CUDA_ARCH_LIST=12.1a; {numbers['ccache']} as the compiler launcher (chosen "
         "by doctor).",
         f"Load average (1, 5, 15 min) before the cold run: {loads[0]}; after it: {loads[1]}; "
         f"after the warm run: {loads[2]}.",
         "",
-        "| run | total s | prepare s | vendor s | build s (venv + compile) | compile s | "
-        "units through the compiler | ccache misses (compiled) | ccache hits |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| run | total s | prepare s | vendor s | build s (venv + compile) | configure s | "
+        "compile s | units through the compiler | ccache misses (compiled) | ccache hits |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for (label, total, data), stats in zip(rows, (cold_stats, warm_stats), strict=True):
         seconds = data["seconds"]
         lines.append(
             f"| {label} | {total:.0f} | {seconds.get('prepare', 0):.0f} | "
             f"{seconds.get('vendor', 0):.0f} | {seconds.get('build', 0):.0f} | "
+            f"{data['timeline']['phases'].get('configure', 0):.1f} | "
             f"{data['build']['seconds']:.0f} | {data['build']['compiled_units']} | "
             f"{_misses(stats)} | {_hits(stats)} |"
         )
@@ -189,10 +190,14 @@ def report(numbers: dict[str, Any]) -> str:
         f"`{CHANGED_FILE}`, "
         "the header its structured edit copies beside `nvfp4_utils.cuh`, which one unit "
         "includes: `csrc/quantization/fp4/nvfp4_quant_kernels.cu`). The warm run prepares the tree "
-        "again from scratch, so ninja sends every unit to the compiler; ccache answers the "
-        "unchanged ones, and its misses count the units that really recompiled. ccache also "
-        "sees CMake's try_compile probes (pybind11 checks compiler flags), which is why the "
-        "cold run has more misses than units.",
+        "anew and brings the work tree up to it file by file (`store/tree_sync.py`): the "
+        "build directory inside it stays and only the changed header gets a new mtime, so "
+        "ninja sends only the unit that includes it to the compiler; sparkbuild's cmake "
+        "(`build/cmake_shim.py`) skips the configure, whose arguments, environment and "
+        "non-code tree files are those of the cold run (the configure column is then the "
+        "setup.py's own time up to ninja). ccache's misses count the units that really "
+        "recompiled; it also sees CMake's try_compile probes (pybind11 checks compiler "
+        "flags), which is why the cold run has more misses than units.",
         "",
     ]
     return "\n".join(lines)
