@@ -135,9 +135,12 @@ def test_example_wheel_timeline_units_and_pool(tmp_path: Path) -> None:
                                      tail=f'[build.env]\nCMAKE_ARGS = "{cmake_args}"\n'),
                       encoding="utf-8")
     cache = tmp_path / "cache"
+    # an empty ccache: a warm one (a ccache on PATH is the launcher) answers every unit in
+    # milliseconds, and there would be no compiler's memory to measure
     result = subprocess.run([sys.executable, "-m", "sparkbuild", "wheel", "--recipe", recipe,
                              "--cache", cache, "--out", tmp_path / "out", "--json"],
-                            capture_output=True, text=True, timeout=1800, check=False)
+                            capture_output=True, text=True, timeout=1800, check=False,
+                            env={**os.environ, "CCACHE_DIR": str(tmp_path / "ccache")})
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout)
     timeline = report["timeline"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -203,3 +204,36 @@ version = "25.0"
     assert "Building CUDA object" not in result.stderr
     assert not list(cache.glob("work/*/logs/build.log"))
     assert not (root / "out-lacking").exists()
+
+
+def test_a_bundle_with_one_line_changed_rebuilds_one_unit(made: dict[str, Path | str]) -> None:
+    """Issue 18's warm rebuild: the same recipe from a second bundle whose tree differs in
+    one line of one unit, in the cache and work directory of a build of the first: the work
+    tree is brought up to the new one file by file (its build directory stays), the
+    configure is skipped, and ninja compiles that one unit."""
+    root = Path(made["root"])
+    cache = root / "cache-warm"
+    first = _sparkbuild("wheel", "--bundle", str(made["bundle"]), "--use-existing-torch",
+                        "--cache", str(cache), "--out", str(root / "out-warm-1"), cwd=root)
+    assert first.returncode == 0, first.stderr[-4000:]
+    changed = root / "changed-example"
+    shutil.copytree(EXAMPLE, changed, ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    unit = changed / "csrc" / "activation_kernels.cu"
+    unit.write_text(unit.read_text() + "\nstatic_assert(sizeof(int) == 4, \"one line\");\n")
+    recipe = root / "recipe-changed.toml"
+    recipe.write_text((root / "recipe.toml").read_text().replace(str(EXAMPLE), str(changed)),
+                      encoding="utf-8")
+    second_bundle = root / "changed.bundle.tar.xz"
+    written = _sparkbuild("bundle", "--recipe", str(recipe), "--cache", str(root / "cache"),
+                          "--out", str(second_bundle), "--without-wheels", "--offline",
+                          cwd=root)
+    assert written.returncode == 0, written.stderr[-4000:]
+    second = _sparkbuild("wheel", "--bundle", str(second_bundle), "--use-existing-torch",
+                         "--cache", str(cache), "--out", str(root / "out-warm-2"), cwd=root)
+    assert second.returncode == 0, second.stderr[-4000:]
+    (synced,) = [line for line in second.stderr.splitlines() if "the bundle's tree:" in line]
+    assert "csrc/activation_kernels.cu" in synced, synced
+    report = json.loads(second.stdout)
+    assert report["build"]["compiled_units"] == 1, second.stderr[-4000:]
+    (log,) = cache.glob("work/*/logs/build.log")
+    assert "sparkbuild: configure skipped" in log.read_text()
