@@ -93,7 +93,7 @@ chain)
     touch $S/staged ) &
   log "wheel started"
   python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz --use-existing-torch \
-    --targets _C,_C_stable_libtorch --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
+    --targets _C,_C_stable_libtorch,_vllm_fa2_C --no-closure --cache $S/cache --out $S/wh --json > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc; log "wheel rc=$(cat $S/wheel.rc)"
   [ "$(cat $S/wheel.rc)" = 0 ] || { echo wheel > $S/chain.rc; exit 1; }
   until [ -f $S/staged ]; do sleep 5; done
@@ -110,7 +110,7 @@ rebuild)  # the same recipe with one line changed, in the chain's cache and ccac
       echo "sparkbuild for the rebuild: $(basename $w) $(sha256sum < $w | cut -c1-16)" > $S/rebuild-sparkbuild.txt; done
   ccache -z > /dev/null 2>&1; t0=$(date +%s.%N)
   python3 -m sparkbuild wheel --offline --bundle $S/rebuild.bundle.tar.xz --use-existing-torch \
-    --targets _C,_C_stable_libtorch --no-closure --cache $S/cache --out $S/wh-rebuild --json > $S/rebuild.json 2> $S/rebuild.err
+    --targets _C,_C_stable_libtorch,_vllm_fa2_C --no-closure --cache $S/cache --out $S/wh-rebuild --json > $S/rebuild.json 2> $S/rebuild.err
   echo $? > $S/rebuild.rc
   echo "rebuild wall $(python3 -c "print(round($(date +%s.%N) - $t0, 1))") s rc $(cat $S/rebuild.rc)" > $S/rebuild-wall.txt
   ccache -s -v > $S/rebuild-ccache.txt 2>&1
@@ -143,6 +143,10 @@ stage)  # the node's side before the wheelhouse exists: the node set's venv, the
   $V/bin/python -m pip install -q --no-index --no-deps $S/runtime/*.whl > $P/runtime-install.txt 2>&1
   echo "runtime install rc=$?" | tee -a $P/stage.txt
   $V/bin/python -m pip check > $P/stage-pip-check.txt 2>&1
+  # session 15: vLLM's first start failed on `import setuptools` (torch.utils.cpp_extension,
+  # from vllm's pynccl_allocator) although the node set carries setuptools 80.10.2: say
+  # where the venv's setuptools comes from, here and again before the first start
+  $V/bin/python -c 'import setuptools; print("setuptools", setuptools.__version__, setuptools.__file__)' 2>&1 | tail -1 | tee -a $P/stage.txt
   $V/bin/python -c 'import torch, numpy; print("venv: torch", torch.__version__, "cuda", torch.cuda.is_available(), "numpy", numpy.__version__, torch.__file__)' 2>&1 | tail -1 | tee -a $P/stage.txt
   env -u PYTHONPATH python3 $D/first_start.py write-model $S/model --out $P/model.json > /dev/null &&
   env -u PYTHONPATH python3 $D/first_start.py reference $S/model --out $P/reference.json --device cuda
@@ -155,6 +159,8 @@ prove)
   python3 -m sparkbuild install $S/wh --venv $V --json > $P/install.json 2> $P/install.err
   echo "install rc=$?"; tail -5 $P/install.err
   python3 -m sparkbuild doctor --node --venv $V --json > $P/doctor-node.json 2>&1
+  $V/bin/python -c 'import setuptools; print("setuptools", setuptools.__version__, setuptools.__file__)' > $P/setuptools-before-start.txt 2>&1
+  ls $V/lib/python3.12/site-packages | grep -i setuptools >> $P/setuptools-before-start.txt
   first_start FLASHINFER
   tail -40 $P/vllm.log ;;
 rehearse)  # vLLM's own wheel from the index in the node set's venv, not the proof: what the

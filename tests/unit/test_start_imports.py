@@ -90,3 +90,38 @@ def test_allow_unstartable_warns_and_goes_on(tree: Path,
     refuse_left_out_at_start(tree, ("_moe_C",), allow=True)
     err = capsys.readouterr().err
     assert "cannot start" in err and "vllm._C (imported at vllm/platforms/cuda.py:4)" in err
+
+
+FLASH_ATTN_INIT = '''
+from vllm.vllm_flash_attn.interface import FA2_AVAILABLE, FA3_AVAILABLE
+
+if not (FA2_AVAILABLE or FA3_AVAILABLE):
+    raise ImportError(
+        "vllm.vllm_flash_attn requires the CUDA flash attention extensions "
+        "(_vllm_fa2_C or _vllm_fa3_C). On ROCm, use upstream flash_attn."
+    )
+
+def later():
+    raise ImportError("_moe_C: only if called")
+'''
+
+
+def test_a_module_that_refuses_to_import_without_an_extension_is_named(tree: Path) -> None:
+    # session 15, on the device: --targets _C,_C_stable_libtorch installed, then the model's
+    # import failed in vllm/vllm_flash_attn/__init__.py, which raises unless fa2 or fa3 is there
+    setup = tree / "setup.py"
+    fa3 = 'CMakeExtension(name="vllm.vllm_flash_attn._vllm_fa3_C")\n'
+    setup.write_text(setup.read_text() + fa3)
+    package = tree / "vllm" / "vllm_flash_attn"
+    package.mkdir()
+    (package / "__init__.py").write_text(FLASH_ATTN_INIT, encoding="utf-8")
+    label = "one of vllm.vllm_flash_attn._vllm_fa2_C, vllm.vllm_flash_attn._vllm_fa3_C"
+    assert left_out_at_start(tree, ("_C", "_C_stable_libtorch")) == {
+        label: ["vllm/vllm_flash_attn/__init__.py:5"]}
+    assert left_out_at_start(tree, ("_C", "_C_stable_libtorch", "_vllm_fa3_C")) == {}
+    with pytest.raises(UsageError) as caught:
+        refuse_left_out_at_start(tree, ("_C", "_C_stable_libtorch"))
+    assert caught.value.hint is not None
+    assert "--targets _C,_C_stable_libtorch,_vllm_fa2_C" in caught.value.hint
+    assert f"{label} (refused without it at vllm/vllm_flash_attn/__init__.py:5)" in (
+        caught.value.what)

@@ -61,3 +61,37 @@ def top_level_imports(source: bytes, filename: str,
             found += [TopLevelImport(f"{base}.{alias.name}", node.lineno, False)
                       for alias in node.names if alias.name != "*"]
     return found
+
+
+_REFUSALS = frozenset({"ImportError", "ModuleNotFoundError"})
+
+
+def _raised_name(node: ast.Raise) -> str | None:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    return exc.id if isinstance(exc, ast.Name) else None
+
+
+def _statements_under_ifs(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements of ``body`` and, recursively, of its ``if``/``else`` branches (not
+    of ``try``, functions or classes: a refusal there is caught, or runs only if called)."""
+    found: list[ast.stmt] = []
+    for node in body:
+        found.append(node)
+        if isinstance(node, ast.If):
+            found += _statements_under_ifs([*node.body, *node.orelse])
+    return found
+
+
+def import_refusals(source: bytes, filename: str) -> list[tuple[int, str]]:
+    """Where a file refuses to be imported: ``raise ImportError(...)`` (or
+    ModuleNotFoundError) in its module body or an ``if`` there, with the text of its
+    message (every string constant in it) -- vLLM 0.20.0's ``vllm/vllm_flash_attn/__init__.py``
+    raises one unless ``_vllm_fa2_C`` or ``_vllm_fa3_C`` was built."""
+    try:
+        body = ast.parse(source, filename=filename).body
+    except (SyntaxError, ValueError):
+        return []
+    return [(node.lineno, " ".join(c.value for c in ast.walk(node)
+                                   if isinstance(c, ast.Constant) and isinstance(c.value, str)))
+            for node in _statements_under_ifs(body)
+            if isinstance(node, ast.Raise) and _raised_name(node) in _REFUSALS]
