@@ -162,6 +162,22 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     with zipfile.ZipFile(built) as archive:
         assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
+    # the caller's PYTHONPATH holds six already (session 15 on the device: sparkbuild's own
+    # site held setuptools): the venv still gets its own copy, and pip check judges the venv
+    shadow = tmp_path / "shadow"
+    (six_wheel,) = one.glob("six-*.whl")
+    with zipfile.ZipFile(six_wheel) as archive:
+        archive.extractall(shadow)
+    shadowed_venv = tmp_path / "venv-shadowed"
+    installed = run(["unshare", "-n", sys.executable, "-m", "sparkbuild", "install", one,
+                     "--venv", shadowed_venv, "--json"], check=False, timeout=600,
+                    env={"PYTHONPATH": str(shadow)})
+    assert installed.returncode == 0, installed.output
+    assert list(shadowed_venv.glob("lib/python*/site-packages/six.py"))
+    probe = run([shadowed_venv / "bin" / "python", "-c", "import six; print(six.__file__)"],
+                cwd=tmp_path, env={"PYTHONPATH": ""})
+    assert str(shadowed_venv) in probe.output
+
 
 @pytest.mark.network
 @pytest.mark.network

@@ -62,7 +62,13 @@ if TYPE_CHECKING:
     from sparkbuild.wheelhouse.verify import CheckedFiles
 
 PIP_TIMEOUT = 3600.0
-_ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+_ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+             "PYTHONPATH": "", "PYTHONNOUSERSITE": "1"}
+"""The venv's pip, pip check and import see the venv alone: with the caller's PYTHONPATH
+(session 15 on the device: sparkbuild's own site, holding setuptools 80.10.2), pip took
+setuptools for installed and left it out of the venv, pip check passed on it, and vLLM's
+first start, without that PYTHONPATH, failed on ``import setuptools``.  An empty
+PYTHONPATH is an unset one for Python."""
 INSTALL_FROM = {"lock": LOCK_NAME, "pylock": PYLOCK_NAME}
 """``install --from``: the file each choice installs from."""
 
@@ -175,7 +181,8 @@ def _uv_pylock(python: Path, pylock: Path) -> None:
     """``uv pip install --offline -r pylock.toml``: the lock's files by path, hashes checked."""
     run([find_uv(), "pip", "install", "--offline", "--no-cache", "--no-config",
          "--preview-features", "pylock", "--python", python, "-r", pylock],
-        env={"UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"}, timeout=PIP_TIMEOUT)
+        env={**_ISOLATED, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
+        timeout=PIP_TIMEOUT)
 
 
 def verified_wheelhouse(directory: Path) -> CheckedFiles:
@@ -247,7 +254,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
         if modules:
             with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
                 run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
-                    timeout=PIP_TIMEOUT)
+                    env=_ISOLATED, timeout=PIP_TIMEOUT)
         profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
         step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
     except BaseException:
