@@ -66,8 +66,10 @@ def test_the_same_configure_again_is_skipped(tree: Path) -> None:
     assert why_configure(build, _key(tree)) == "no earlier configure here"
     _configured(build, _key(tree))
     (tree / "build" / "temp" / "objects.o").write_text("the build's own files do not count")
+    # another shell, another terminal: the same configure
     assert why_configure(build, _key(tree, {"TORCH_CUDA_ARCH_LIST": "12.1a",
-                                            "PWD": "/elsewhere"})) is None
+                                            "PWD": "/elsewhere", "SSH_CLIENT": "10.0.0.2",
+                                            "TERM": "screen"})) is None
 
 
 def test_a_changed_cuda_file_leaves_the_configure_as_it_was(tree: Path) -> None:

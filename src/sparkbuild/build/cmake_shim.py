@@ -34,8 +34,13 @@ REAL_VARIABLE = "SPARKBUILD_REAL_CMAKE"
 FETCH_LOG_VARIABLE = "SPARKBUILD_FETCH_LOG"
 STAMP = ".sparkbuild-configure.json"
 FETCH_COPY = ".sparkbuild-configure-fetch.tsv"
-VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_REQ_TRACKER"})
-"""Variables that differ between two identical builds and that no CMake file reads."""
+VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_REQ_TRACKER",
+                      "DISPLAY", "COLUMNS", "LINES", "COLORTERM", "LS_COLORS", "WINDOWID",
+                      "TMUX", "TMUX_PANE", "STY", "MAIL", "LESS", "PAGER", "EDITOR",
+                      "SPARKBUILD_QUIET"})
+"""Variables that differ between two identical builds (the shell's session, the terminal,
+pip's per-build tracker) and that no CMake file of a build reads."""
+VOLATILE_PREFIXES = ("SSH_", "XDG_", "TERM", "DBUS_", "GPG_", "KRB5")
 _NOT_CONFIGURE = ("--build", "--install", "--open", "-E", "-P", "--version", "--help",
                   "--system-information", "--find-package", "--workflow")
 
@@ -103,7 +108,8 @@ def configure_key(args: list[str], cwd: Path, real: str, env: dict[str, str]) ->
             if source is not None and source.is_dir() else "")
     return {"args": args, "cwd": str(cwd), "cmake": real, "tree": tree,
             "env": {key: hashlib.sha256(value.encode()).hexdigest()[:16]
-                    for key, value in sorted(env.items()) if key not in VOLATILE}}
+                    for key, value in sorted(env.items())
+                    if key not in VOLATILE and not key.startswith(VOLATILE_PREFIXES)}}
 
 
 def why_configure(build_dir: Path, key: dict[str, Any]) -> str | None:
