@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -54,6 +55,10 @@ def _wheel(team: dict[str, Path], machine: str, url: str,
     """Start ``sparkbuild wheel --json`` as ``machine``: its own cwd, cache and output."""
     home = team["root"] / f"machine-{machine}"
     home.mkdir(exist_ok=True)
+    # another machine: the stable build root is the same path, not the same disk, so the
+    # tree and its build directory that the machine before left there are not its own
+    # (kept, the file-by-file sync would leave ninja nothing to compile)
+    shutil.rmtree(team["stable"] / "work" / RECIPE_NAME / "tree", ignore_errors=True)
     env = {**os.environ, "SPARKBUILD_BUILD_ROOT": str(team["stable"])}
     command = [sys.executable, "-m", "sparkbuild", "wheel", "--recipe", str(team["recipe"]),
                "--cache", str(home / "cache"), "--out", str(home / "wheelhouse"),
