@@ -6,15 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from corpus.builders import write_tree
 from sparkbuild.store.tree_sync import sync_tree, tree_listing
-
-
-def _tree(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root
 
 
 def _old(path: Path) -> None:
@@ -23,7 +16,7 @@ def _old(path: Path) -> None:
 
 def test_the_first_sync_copies_whole_and_the_second_only_what_differs(tmp_path: Path) -> None:
     dest, listing = tmp_path / "tree", tmp_path / "tree.files.json"
-    first = _tree(tmp_path / "a", {"CMakeLists.txt": "project(x)\n", "csrc/k.cu": "k1\n",
+    first = write_tree(tmp_path / "a", {"CMakeLists.txt": "project(x)\n", "csrc/k.cu": "k1\n",
                                    "csrc/gone.cu": "g\n", "empty/.keep": ""})
     (first / "link").symlink_to("csrc/k.cu")
     synced = sync_tree(first, dest, listing)
@@ -33,7 +26,7 @@ def test_the_first_sync_copies_whole_and_the_second_only_what_differs(tmp_path: 
             _old(path)
     (dest / "build").mkdir()
     (dest / "build" / "k.o").write_text("object")  # the build's own output
-    second = _tree(tmp_path / "b", {"CMakeLists.txt": "project(x)\n", "csrc/k.cu": "k2\n",
+    second = write_tree(tmp_path / "b", {"CMakeLists.txt": "project(x)\n", "csrc/k.cu": "k2\n",
                                     "csrc/new.cu": "n\n", "empty/.keep": ""})
     (second / "link").symlink_to("csrc/new.cu")
     synced = sync_tree(second, dest, listing)
@@ -53,7 +46,7 @@ def test_the_first_sync_copies_whole_and_the_second_only_what_differs(tmp_path: 
 
 def test_a_tracked_file_the_build_rewrote_is_put_back(tmp_path: Path) -> None:
     dest, listing = tmp_path / "tree", tmp_path / "tree.files.json"
-    source = _tree(tmp_path / "a", {"pkg/_version.py": "v = '1'\n"})
+    source = write_tree(tmp_path / "a", {"pkg/_version.py": "v = '1'\n"})
     sync_tree(source, dest, listing)
     (dest / "pkg" / "_version.py").write_text("v = 'local'\n")
     synced = sync_tree(source, dest, listing)
@@ -63,7 +56,7 @@ def test_a_tracked_file_the_build_rewrote_is_put_back(tmp_path: Path) -> None:
 
 def test_no_listing_means_a_whole_copy(tmp_path: Path) -> None:
     dest, listing = tmp_path / "tree", tmp_path / "tree.files.json"
-    _tree(dest, {"stale.txt": "from somewhere else"})
-    synced = sync_tree(_tree(tmp_path / "a", {"f.txt": "f"}), dest, listing)
+    write_tree(dest, {"stale.txt": "from somewhere else"})
+    synced = sync_tree(write_tree(tmp_path / "a", {"f.txt": "f"}), dest, listing)
     assert synced.whole and not (dest / "stale.txt").exists()
     assert "copied whole (1 files)" in synced.describe()
