@@ -22,6 +22,8 @@ names extensions of setup.py, is read as "this module needs one of them".
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild.build.ext_targets import required_targets
@@ -41,83 +43,79 @@ def setup_extensions(tree: Path) -> list[str]:
     return list(dict.fromkeys(_EXTENSION.findall(setup)))
 
 
-def module_level_imports(tree: Path, modules: list[str]) -> dict[str, list[str]]:
-    """For each dotted module name in ``modules``: where the package imports it at module
-    level, unconditionally (``path:line``, relative to ``tree``)."""
-    wanted = set(modules)
-    packages = sorted({name.split(".")[0] for name in modules})
-    lasts = {name.rsplit(".", 1)[-1].encode() for name in modules}
-    found: dict[str, list[str]] = {}
-    for package in packages:
-        for path in sorted((tree / package).rglob("*.py")):
-            try:
-                source = path.read_bytes()
-            except OSError:
-                continue
-            if not any(last in source for last in lasts):
-                continue  # cheap: most files name none of them
-            for imported in top_level_imports(source, str(path)):
-                if imported.name in wanted:
-                    where = f"{path.relative_to(tree).as_posix()}:{imported.line}"
-                    found.setdefault(imported.name, []).append(where)
-    return found
+@dataclass(frozen=True)
+class LeftOut:
+    """What ``--targets`` leaves out that a start needs, and where the package says so."""
+
+    names: tuple[str, ...]
+    """One extension imported at module level, or every extension a refusal names."""
+    refused: bool
+    """True for a module's own ``raise ImportError`` (it needs one of ``names``)."""
+    where: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.names[0] if len(self.names) == 1 else f"one of {', '.join(self.names)}"
 
 
-def refusals_without(tree: Path, extensions: list[str]) -> dict[str, list[str]]:
-    """Modules of the package that refuse to be imported (``raise ImportError`` at module
-    level, under ``if`` or not) with a message naming some of ``extensions`` by their last
-    part: ``"one of A, B"`` -> where (``path:line``)."""
-    lasts = {name.rsplit(".", 1)[-1]: name for name in extensions}
-    found: dict[str, list[str]] = {}
-    for package in sorted({name.split(".")[0] for name in extensions}):
+def _package_sources(tree: Path, packages: set[str]) -> Iterator[tuple[str, bytes]]:
+    """(tree-relative path, bytes) of every ``.py`` file of ``packages``."""
+    for package in sorted(packages):
         for path in sorted((tree / package).rglob("*.py")):
             try:
-                source = path.read_bytes()
+                yield path.relative_to(tree).as_posix(), path.read_bytes()
             except OSError:
                 continue
-            if b"ImportError" not in source or not any(k.encode() in source for k in lasts):
-                continue
-            where = path.relative_to(tree).as_posix()
-            for line, message in import_refusals(source, str(path)):
-                named = [lasts[last] for last in lasts if re.search(rf"\b{last}\b", message)]
-                if named:
-                    label = named[0] if len(named) == 1 else f"one of {', '.join(named)}"
-                    found.setdefault(label, []).append(f"{where}:{line}")
-    return found
+
+
+def _left_out(tree: Path, targets: tuple[str, ...]) -> list[LeftOut]:
+    """One reading of the package's files: the extensions ``targets`` leaves out that
+    some module imports unconditionally at module level, and the refusals (a module-level
+    ``raise ImportError`` whose message names extensions) of which it leaves out all."""
+    if not targets:
+        return []
+    kept = set(required_targets(tree, targets))
+    every = setup_extensions(tree)
+    left = {name for name in every if name.rsplit(".", 1)[-1] not in kept}
+    lasts = {name.rsplit(".", 1)[-1]: name for name in every}
+    left_lasts = [name.rsplit(".", 1)[-1].encode() for name in left]
+    imports: dict[str, LeftOut] = {}
+    refusals: dict[tuple[str, ...], LeftOut] = {}
+    for relative, source in _package_sources(tree, {name.split(".")[0] for name in every}):
+        # cheap: most files name none of the left-out extensions, and raise no ImportError
+        if any(last in source for last in left_lasts):
+            for imported in top_level_imports(source, relative):
+                if imported.name in left:
+                    imports.setdefault(imported.name, LeftOut((imported.name,), refused=False)
+                                       ).where.append(f"{relative}:{imported.line}")
+        if b"ImportError" not in source or not any(last in source for last in left_lasts):
+            continue  # a refusal counts only when it names a left-out extension
+        for line, message in import_refusals(source, relative):
+            named = tuple(name for last, name in lasts.items()
+                          if re.search(rf"\b{last}\b", message))
+            if named and all(name in left for name in named):
+                refusals.setdefault(named, LeftOut(named, refused=True)
+                                    ).where.append(f"{relative}:{line}")
+    return [*imports.values(), *refusals.values()]
 
 
 def left_out_at_start(tree: Path, targets: tuple[str, ...]) -> dict[str, list[str]]:
     """What ``targets`` leaves out that the package needs whatever runs, each with where:
     an extension imported unconditionally at module level, or every extension a module's
     own import refusal names (``one of A, B``); {} when ``targets`` is empty."""
-    if not targets:
-        return {}
-    kept = set(required_targets(tree, targets))
-    every = setup_extensions(tree)
-    left = [name for name in every if name.rsplit(".", 1)[-1] not in kept]
-    found = module_level_imports(tree, left)
-    refused = refusals_without(tree, every)
-    for label, where in refused.items():
-        names = label.removeprefix("one of ").split(", ")
-        if all(name in left for name in names):
-            found[label] = where
-    return found
-
-
-def _first_name(label: str) -> str:
-    return label.removeprefix("one of ").split(", ")[0].rsplit(".", 1)[-1]
+    return {found.label: found.where for found in _left_out(tree, targets)}
 
 
 def refuse_left_out_at_start(tree: Path, targets: tuple[str, ...], *,
                              allow: bool = False) -> None:
     """Refuse ``--targets`` that would give a wheel the package cannot start from; with
     ``allow`` (``--allow-unstartable``: a part of a build) say so and go on."""
-    left = left_out_at_start(tree, targets)
+    left = _left_out(tree, targets)
     if not left:
         return
-    names = [_first_name(label) for label in left]
-    lines = [f"{name} ({'refused without it' if name.startswith('one of ') else 'imported'} "
-             f"at {', '.join(where)})" for name, where in left.items()]
+    names = [found.names[0].rsplit(".", 1)[-1] for found in left]
+    lines = [f"{found.label} ({'refused without it' if found.refused else 'imported'} at "
+             f"{', '.join(found.where)})" for found in left]
     if allow:
         warn("--allow-unstartable: this wheel cannot start (a part of a build): it leaves "
              "out " + "; ".join(lines))
@@ -126,6 +124,6 @@ def refuse_left_out_at_start(tree: Path, targets: tuple[str, ...], *,
         f"--targets leaves out {len(left)} extension(s) the package imports at module "
         "level, so the wheel would install and then fail at its first start:\n  "
         + "\n  ".join(lines),
-        where=str(tree / next(iter(left.values()))[0]),
+        where=str(tree / left[0].where[0]),
         hint=f"add them: --targets {','.join([*targets, *names])} (or, for a part of a "
         "build that no node installs, --allow-unstartable)")
