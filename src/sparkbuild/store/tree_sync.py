@@ -14,7 +14,6 @@ or the link's target) of what the last sync placed is kept beside the directory.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild.store.files import write_text_atomic
+from sparkbuild.store.hashing import sha256_file
 
 _LINK = "link:"
 
@@ -47,13 +47,7 @@ class TreeSync:
 def _digest(path: Path) -> str | None:
     if path.is_symlink():
         return _LINK + str(path.readlink())
-    if not path.is_file():
-        return None
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return sha256_file(path, progress=False) if path.is_file() else None
 
 
 def tree_listing(root: Path) -> dict[str, str]:
