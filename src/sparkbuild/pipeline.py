@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.build.aot_alongside import alongside_jobs, aot_alongside, reserved_bytes
 from sparkbuild.build.compile import (
     BuildOutcome,
     BuildRequest,
@@ -209,6 +211,8 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
     if report.error is not None:
         raise report.error
     total, available = read_memory()
+    builder = reserved_bytes(os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
+    available = max(0, int(available - builder))  # flashinfer's builder runs alongside
     launcher = report.tools.get("launcher")
     plan = plan_build(
         total_memory_bytes=total, available_memory_bytes=available,
@@ -225,6 +229,10 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
                       requested_jobs=options.jobs or recipe.build.jobs,
                       known=known_units(cache.root, recipe.target.torch_cuda_arch_list)
                       if cache else None)
+    if builder:
+        plan = dataclasses.replace(plan, reasons=(
+            *plan.reasons, f"flashinfer's builder runs alongside the compile: "
+            f"{builder / 2**30:.1f} GiB of the available memory kept for it"))
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
@@ -591,8 +599,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, deps, cache)
             torch = _build_torch(python, options.use_existing_torch)
-            with open_shared_cache(spec, label=_label(recipe, prepared), torch=torch,
-                                   work=work, cache_root=cache.root) as shared:
+            builder = (functools.partial(_flashinfer_aot, options, python, torch, cache, work,
+                                         alongside_jobs(plan.max_jobs))
+                       if recipe.flashinfer.aot else None)
+            with aot_alongside(builder) as aot_run, open_shared_cache(
+                    spec, label=_label(recipe, prepared), torch=torch, work=work,
+                    cache_root=cache.root) as shared:
                 if shared is not None and shared.launcher:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
                         *plan.reasons, f"compiler launcher: sccache, shared cache "
@@ -615,8 +627,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                      [unit.to_dict() | {"source": unit.source,
                                         "peak_rss_bytes": unit.peak_rss_bytes}
                       for unit in outcome.timeline.units], outcome.timeline.killed_sources)
-        with phase("flashinfer aot"):
-            aot = _flashinfer_aot(options, python, torch, cache, work, plan.max_jobs)
+        with phase("flashinfer aot"):  # what the wheel waits for it after the compile
+            aot = aot_run.result()
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
