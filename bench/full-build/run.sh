@@ -18,6 +18,10 @@
 # given.  A part with a bundle of its own in .devrun (PART.bundle.tar.xz) builds from it: the
 # warm rebuild after a one-line change to a patched file (issue 18) is such a part, built in
 # the cache the part before it left (prep_here.sh writes rebuild.bundle.tar.xz).
+# A part whose name starts with "today" is built with today's job plan (one MAX_JOBS for
+# every unit, SPARKBUILD_JOB_PLAN=single) in cold caches of its own (sparkbuild's and
+# ccache's): the back-to-back comparison of the two plans (issue 18), e.g.
+#   run.sh start 540 pools _moe_C rebuild _moe_C today _moe_C
 # What comes back: $OUT/PART.tgz (at most 8 files come back a call, so one archive a part):
 # machine.txt, doctor.json, progress.txt, mem.json, wheel.json (timeline, units),
 # wheel-err-tail.txt, build-log-tail.txt, ninja_log, unit-memory.json, verify.json,
@@ -59,30 +63,47 @@ wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
   local targets=() closure=(--no-closure)
   if [ "$2" != all ]; then targets=(--targets "$2" --allow-unstartable); else closure=(); fi
   printf '%s\n' python3 -m sparkbuild wheel --offline --bundle "$(bundle_of $1)" \
-    --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/cache \
+    --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/$(cache_of $1) \
     --out $ROOT/$1/wh --json
+}
+
+cache_of() {  # PART: its sparkbuild cache under ROOT (a "today" part: a cold one of its own)
+  case $1 in today*) echo cache-today ;; *) echo cache ;; esac
+}
+
+plan_env() {  # PART: the job plan and ccache the part builds with
+  case $1 in today*) echo SPARKBUILD_JOB_PLAN=single CCACHE_DIR=$ROOT/ccache-today ;;
+    *) echo CCACHE_DIR=$ROOT/ccache ;; esac
 }
 
 build_part() {  # PART TARGETS: one part, start to verify, in the foreground (run detached)
   local S=$ROOT/$1 cmdline
   mapfile -t cmdline < <(wheel_command "$1" "$2")
-  mkdir -p $S; ccache -z > /dev/null 2>&1; date +%s > $S/start
+  local env_=($(plan_env $1))
+  mkdir -p $S; env "${env_[@]}" ccache -z > /dev/null 2>&1; date +%s > $S/start
+  echo "${env_[*]}" > $S/plan-env.txt
   python3 $ROOT/bin/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
-  "${cmdline[@]}" > $S/wheel.json 2> $S/wheel.err
+  env "${env_[@]}" "${cmdline[@]}" > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc.tmp
-  ccache -s -v > $S/ccache.txt 2>&1
+  env "${env_[@]}" ccache -s -v > $S/ccache.txt 2>&1
   keep_logs $1  # the next part re-prepares the same work directory
+  case $1 in today*) ;; *) [ -d $S/wh ] && verify_part $1 ;; esac  # wheel itself verified it
+  mv $S/wheel.rc.tmp $S/wheel.rc
+}
+
+verify_part() {  # PART: sparkbuild verify of the part's wheelhouse once more, on its own (the
+  # coverage table); a "today" part is built for its compile wall and skips it
+  local S=$ROOT/$1
   if [ -d $S/wh ]; then
     python3 -m sparkbuild verify $S/wh --json > $S/verify.json 2> $S/verify.err
     echo "verify rc=$?" > $S/verify.rc
   fi
-  mv $S/wheel.rc.tmp $S/wheel.rc
 }
 
 start_parts() {  # PART TARGETS [PART TARGETS ...]
   if [ -n "${DRY:-}" ]; then
     while [ $# -ge 2 ]; do
-      mkdir -p $ROOT/$1; echo "would run: $(wheel_command "$1" "$2" | tr '\n' ' ')"
+      mkdir -p $ROOT/$1; echo "would run: env $(plan_env $1) $(wheel_command "$1" "$2" | tr '\n' ' ')"
       date +%s > $ROOT/$1/start; echo 0 > $ROOT/$1/wheel.rc; shift 2
     done
     return
@@ -97,8 +118,8 @@ chain() {  # the detached side of start_parts
   while [ $# -ge 2 ]; do build_part "$1" "$2"; shift 2; done
 }
 
-build_log() {  # the newest build log of the cache's work directories
-  ls -t $ROOT/cache/work/*/logs/build.log 2>/dev/null | head -1
+build_log() {  # the newest build log of the caches' work directories
+  ls -t $ROOT/cache*/work/*/logs/build.log 2>/dev/null | head -1
 }
 
 watch() {  # SECONDS PART
@@ -117,9 +138,9 @@ keep_logs() {  # PART: the live build log and .ninja_log, copied beside the part
   local S=$ROOT/$1 log ninja_log
   log=$(build_log)
   [ -n "$log" ] && tail -c 3000000 "$log" > $S/build-log-tail.txt
-  ninja_log=$(ls -t $(find $ROOT/cache/work -name .ninja_log 2>/dev/null) 2>/dev/null | head -1)
+  ninja_log=$(ls -t $(find $ROOT/$(cache_of $1)/work -name .ninja_log 2>/dev/null) 2>/dev/null | head -1)
   [ -n "$ninja_log" ] && cp "$ninja_log" $S/ninja_log
-  cp $ROOT/cache/units/memory.json $S/unit-memory.json 2>/dev/null
+  cp $ROOT/$(cache_of $1)/units/memory.json $S/unit-memory.json 2>/dev/null
   return 0
 }
 
@@ -145,7 +166,7 @@ PY
   [ -f $S/wheel.err ] && tail -c 300000 $S/wheel.err > $S/wheel-err-tail.txt
   tar -czf $OUT/$1.tgz -C $S --ignore-failed-read machine.txt doctor.json progress.txt \
     mem.json wheel.json wheel-err-tail.txt build-log-tail.txt ninja_log unit-memory.json \
-    verify.json verify.rc coverage.txt ccache.txt start wheel.rc 2>/dev/null
+    verify.json verify.rc coverage.txt ccache.txt start wheel.rc plan-env.txt 2>/dev/null
   cp $S/coverage.txt $OUT/$1-coverage.txt
   head -40 $S/coverage.txt; tail -3 $S/wheel.err 2>/dev/null
   return 0
