@@ -403,8 +403,9 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
 
 
 def _flashinfer_builder_gaps(options: WheelOptions, cache: Cache) -> list[str]:
-    """``[flashinfer] aot`` runs after vLLM's build: its pin and its builder's wheels are
-    checked (offline) or downloaded (online) before it, so that they fail first."""
+    """``[flashinfer] aot`` runs alongside vLLM's compile (build/aot_alongside.py): its pin
+    and its builder's wheels are checked (offline) or downloaded (online) before anything
+    compiles, so that they fail first."""
     from sparkbuild.build.flashinfer_aot import ready_builder
 
     return ready_builder(options.recipe, cache.root, offline=options.offline)

@@ -69,3 +69,12 @@ def test_a_part_with_a_bundle_of_its_own_builds_from_it(tmp_path: Path) -> None:
     assert f"--bundle {tmp_path}/root/bin/rebuild.bundle.tar.xz " in warm
     # the rebuild is warm: the cache the part before it left
     assert f"--cache {tmp_path}/root/cache " in warm
+
+
+def test_a_today_part_gets_todays_plan_in_cold_caches_of_its_own(tmp_path: Path) -> None:
+    pools, today = _dry(tmp_path, "pools", "_moe_C", "today", "_moe_C")
+    assert "SPARKBUILD_JOB_PLAN" not in pools and f"CCACHE_DIR={tmp_path}/root/ccache " in pools
+    assert f"--cache {tmp_path}/root/cache " in pools
+    assert "SPARKBUILD_JOB_PLAN=single" in today
+    assert f"CCACHE_DIR={tmp_path}/root/ccache-today " in today
+    assert f"--cache {tmp_path}/root/cache-today " in today
