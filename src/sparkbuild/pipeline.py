@@ -39,7 +39,14 @@ from sparkbuild.build.compile_cache import (
     cache_spec,
     units_by_language,
 )
-from sparkbuild.build.doctor import BuildPlan, plan_build, read_memory, run_doctor, with_pools
+from sparkbuild.build.doctor import (
+    GIB,
+    BuildPlan,
+    plan_build,
+    read_memory,
+    run_doctor,
+    with_pools,
+)
 from sparkbuild.build.pools import write_plan_file
 from sparkbuild.build.sccache_server import open_shared_cache
 from sparkbuild.build.timeline import BuildTimeline, run_timeline, timeline_lines
@@ -232,7 +239,7 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -
     if builder:
         plan = dataclasses.replace(plan, reasons=(
             *plan.reasons, f"flashinfer's builder runs alongside the compile: "
-            f"{builder / 2**30:.1f} GiB of the available memory kept for it"))
+            f"{builder / GIB:.1f} GiB of the available memory kept for it"))
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan

@@ -11,11 +11,11 @@ import pytest
 
 from sparkbuild.build.aot_alongside import (
     BUILDER_JOB_GIB,
-    GIB,
     alongside_jobs,
     aot_alongside,
     reserved_bytes,
 )
+from sparkbuild.build.doctor import GIB
 from sparkbuild.build.flashinfer_aot import AotResult
 from sparkbuild.errors import CommandFailed
 
@@ -39,7 +39,6 @@ def test_the_builder_runs_while_the_compile_runs() -> None:
         assert builder_saw_it.wait(timeout=10)
     got = running.result()
     assert got is not None and got.modules == ["m"]
-    assert running.waited >= 0.0
 
 
 def test_the_block_ends_without_waiting_for_the_builder() -> None:

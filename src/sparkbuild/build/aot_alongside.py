@@ -27,12 +27,12 @@ of its own, and the wheel waits for it once the compile is done.
 
 from __future__ import annotations
 
-import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sparkbuild.build.doctor import GIB
 from sparkbuild.console import step
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ ALONGSIDE_SHARE = 4
 """The builder runs one job per this many of the compile's (at least one)."""
 BUILDER_JOB_GIB = 4.5
 """Memory kept out of the compile's plan per builder job (the module docstring)."""
-GIB = 1024**3
 
 
 def alongside_jobs(compile_jobs: int) -> int:
@@ -63,20 +62,14 @@ class AotAlongside:
     """The builder's run beside the compile: :meth:`result` waits for it."""
 
     future: Future[AotResult | None] | None
-    started: float
-    waited: float = 0.0
 
     def result(self) -> AotResult | None:
         """The builder's result; its failure is raised here."""
         if self.future is None:
             return None
-        began = time.monotonic()
         if not self.future.done():
             step("waiting for flashinfer's builder, started alongside the compile")
-        try:
-            return self.future.result()
-        finally:
-            self.waited = time.monotonic() - began
+        return self.future.result()
 
 
 @contextmanager
@@ -85,14 +78,14 @@ def aot_alongside(build: Callable[[], AotResult | None] | None) -> Iterator[AotA
     until :meth:`AotAlongside.result`.  When the block raises, the builder is waited for and
     its own outcome dropped."""
     if build is None:
-        yield AotAlongside(None, time.monotonic())
+        yield AotAlongside(None)
         return
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashinfer-aot")
-    running = AotAlongside(pool.submit(build), time.monotonic())
+    future = pool.submit(build)
     try:
-        yield running
+        yield AotAlongside(future)
     except BaseException:
-        if running.future is not None and not running.future.done():
+        if not future.done():
             step("the build failed: waiting for flashinfer's builder to end first")
         pool.shutdown(wait=True)  # the build's own failure is the one raised
         raise

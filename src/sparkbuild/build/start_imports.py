@@ -82,13 +82,13 @@ def _left_out(tree: Path, targets: tuple[str, ...]) -> list[LeftOut]:
     imports: dict[str, LeftOut] = {}
     refusals: dict[tuple[str, ...], LeftOut] = {}
     for relative, source in _package_sources(tree, {name.split(".")[0] for name in every}):
-        # cheap: most files name none of the left-out extensions, and raise no ImportError
-        if any(last in source for last in left_lasts):
-            for imported in top_level_imports(source, relative):
-                if imported.name in left:
-                    imports.setdefault(imported.name, LeftOut((imported.name,), refused=False)
-                                       ).where.append(f"{relative}:{imported.line}")
-        if b"ImportError" not in source or not any(last in source for last in left_lasts):
+        if not any(last in source for last in left_lasts):
+            continue  # cheap: most files name none of the left-out extensions
+        for imported in top_level_imports(source, relative):
+            if imported.name in left:
+                imports.setdefault(imported.name, LeftOut((imported.name,), refused=False)
+                                   ).where.append(f"{relative}:{imported.line}")
+        if b"ImportError" not in source:
             continue  # a refusal counts only when it names a left-out extension
         for line, message in import_refusals(source, relative):
             named = tuple(name for last, name in lasts.items()
