@@ -626,6 +626,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                     recipe_env={**recipe.build.env, **(shared.build_env if shared else {})},
                     launcher=plan.launcher, targets=options.targets,
                     pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
+                    code_targets=recipe.target.cuda_archs, allow_jit=recipe.target.allow_jit,
                 )
                 outcome = build_tree(request, python)
                 if outcome.timeline is not None:

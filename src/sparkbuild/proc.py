@@ -35,6 +35,8 @@ from sparkbuild.errors import CommandFailed, ToolchainError, disk_full_as_error,
 TAIL_LINES = 40
 GRACE_SECONDS = 3.0
 """How long a stopped child's group may take to exit after SIGINT or SIGTERM."""
+STOP_POLL_SECONDS = 0.5
+"""How often a run's ``stop`` event is looked at."""
 _POLL_SECONDS = 0.02
 
 
@@ -172,12 +174,15 @@ def run(
     check: bool = True,
     echo: bool = True,
     stdin_data: str | None = None,
+    stop: threading.Event | None = None,
 ) -> ProcResult:
     """Run ``cmd``; ``env`` holds overrides on top of ``os.environ``.
 
     Raises :class:`ToolchainError` when the program does not exist and
     :class:`CommandFailed` (with the log tail) when it fails or times out and ``check``.
     On Ctrl-C the child's process group is stopped and ``KeyboardInterrupt`` re-raised.
+    ``stop``: once it is set (by a thread watching the output), the group is stopped as
+    at the deadline and the run fails.
     """
     argv = [os.fspath(part) for part in cmd]
     changes = env_changes(env)
@@ -219,6 +224,8 @@ def run(
                 with _stop_signals_blocked():  # the helper threads never take Ctrl-C
                     reader.start()
                     timer = _deadline(group, timeout, timed_out)
+                    if stop is not None:
+                        _stopper(group, stop)
                 if stdin_data is not None:
                     assert child.stdin is not None
                     with contextlib.suppress(BrokenPipeError):
@@ -243,6 +250,8 @@ def run(
             reader.join()
             if timed_out.is_set():
                 raise _failed(argv, lines, log, f"timed out after {timeout:.0f} s")
+            if stop is not None and stop.is_set():
+                raise _failed(argv, lines, log, "stopped by its output's watcher")
     finally:
         if log_file is not None:
             _close_log(log_file, failure)
@@ -283,14 +292,31 @@ def _deadline(
 
     def stop() -> None:
         timed_out.set()
-        group.send(signal.SIGTERM)
-        if not group.exited.wait(GRACE_SECONDS):
-            group.send(signal.SIGKILL)
+        _stop_group(group)
 
     timer = threading.Timer(timeout, stop)
     timer.daemon = True
     timer.start()
     return timer
+
+
+def _stop_group(group: _Group) -> None:
+    """SIGTERM, then SIGKILL after the grace period."""
+    group.send(signal.SIGTERM)
+    if not group.exited.wait(GRACE_SECONDS):
+        group.send(signal.SIGKILL)
+
+
+def _stopper(group: _Group, stop: threading.Event) -> None:
+    """A thread that stops ``group`` once ``stop`` is set, and ends when the group does."""
+
+    def watch() -> None:
+        while not group.exited.wait(STOP_POLL_SECONDS):
+            if stop.is_set():
+                _stop_group(group)
+                return
+
+    threading.Thread(target=watch, daemon=True, name="sparkbuild-stop").start()
 
 
 def _close_log(log_file: IO[str], failure: list[BaseException]) -> None:

@@ -162,3 +162,23 @@ def test_signal_to_the_foreground_group_reaches_the_children(sig: signal.Signals
     assert driver.returncode == 130 and "interrupted" in out
     assert gone(grandchild), f"{sig.name} left the grandchild running"
 
+
+
+def test_a_set_stop_event_stops_the_run() -> None:
+    """The unit watch's lever: a watcher of the output sets ``stop`` and the run ends at
+    once (not at the child's own end), as a failure."""
+    stop = threading.Event()
+
+    def seen(line: str) -> None:
+        if line == "ready":
+            stop.set()
+
+    began = time.monotonic()
+    with pytest.raises(CommandFailed, match="stopped by its output's watcher"):
+        run(["sh", "-c", "echo ready; sleep 30"], progress=seen, stop=stop, echo=False)
+    assert time.monotonic() - began < 10
+
+
+def test_an_unset_stop_event_changes_nothing() -> None:
+    result = run(["sh", "-c", "echo done"], stop=threading.Event(), echo=False)
+    assert result.returncode == 0 and result.output == "done\n"

@@ -38,9 +38,10 @@ from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VAR
 from sparkbuild.build.pools import DEPTH_VARIABLE
 from sparkbuild.build.stale_cmake import cuda_compiler_for, drop_stale_caches
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
+from sparkbuild.build.unit_code_watch import ObjectRefusal, UnitCodeWatch
 from sparkbuild.build.unit_memory import MemorySampler
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.errors import CommandFailed, DiskFullError, UsageError, is_disk_full
+from sparkbuild.errors import CommandFailed, DiskFullError, UsageError, VerifyError, is_disk_full
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.store.files import venv_python
@@ -102,6 +103,10 @@ class BuildRequest:
     pool_plan: Path | None = None
     """The heavy units' pool plan file (sparkbuild.build.pools); None: no pool."""
     pool_depth: int | None = None
+    code_targets: tuple[str, ...] = ()
+    """The recipe's cuda_archs: each CUDA object's machine code is read for them as ninja
+    finishes it (sparkbuild.build.unit_code_watch); empty: not read until verify."""
+    allow_jit: bool = False
 
 
 @dataclass
@@ -114,6 +119,8 @@ class BuildOutcome:
     fetch_log: Path
     python: Path
     timeline: BuildTimeline | None = None
+    unit_code: dict[str, Any] | None = None
+    """What the unit watch read (UnitCodeWatch.to_dict)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -122,6 +129,7 @@ class BuildOutcome:
             "seconds": round(self.seconds, 1),
             "compiled_units": len(self.compiled_units),
             "env": self.env,
+            "unit_code": self.unit_code,
         }
 
 
@@ -332,17 +340,22 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
          f"with MAX_JOBS={request.jobs} (log: {log})")
     started = time.monotonic()
     marks = BuildMarks()
-    with count_progress("compiling") as update, MemorySampler() as sampler:
+    with count_progress("compiling") as update, MemorySampler() as sampler, \
+            UnitCodeWatch(request.code_targets, request.allow_jit) as watch:
         progress = NinjaProgress(update)
 
         def reader(line: str) -> None:
             progress(line)
             marks(line)
+            watch(line)
 
         try:
             run(command, cwd=request.tree, env=env, log=log, progress=reader,
-                timeout=BUILD_TIMEOUT)
+                timeout=BUILD_TIMEOUT, stop=watch.stop)
         except CommandFailed as failure:
+            if watch.refusal is not None:
+                raise refused_while_compiling(watch.refusal, request.code_targets,
+                                              time.monotonic() - started) from failure
             raise CommandFailed(
                 f"the build of {request.tree} failed after "
                 f"{time.monotonic() - started:.0f} s\n{failure.what}",
@@ -358,9 +371,24 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
         credit(name, phase_seconds)
     info(f"built {', '.join(w.name for w in wheels)} in {seconds:.0f} s "
          f"({len(progress.units)} compiled units)")
+    if request.code_targets:
+        info(watch.line())
     changed = {k: v for k, v in env.items() if k != "PATH"}
     return BuildOutcome(wheels, log, seconds, progress.units, changed, fetch_log, python,
-                        timeline)
+                        timeline, watch.to_dict() if request.code_targets else None)
+
+
+def refused_while_compiling(refusal: ObjectRefusal, targets: tuple[str, ...],
+                            seconds: float) -> VerifyError:
+    """The error for a build the unit watch stopped: what verify would have said, now."""
+    return VerifyError(
+        f"the build was stopped {seconds:.0f} s into the compile: {refusal.output} "
+        f"holds code verify would refuse for {', '.join(targets)}: {refusal.reason}",
+        where=str(refusal.path),
+        hint="the tree's arch lists or feature guards compile this unit into code the "
+             "target cannot run; fix the series or the recipe's cuda_archs "
+             "(`sparkbuild check --tree TREE --unit SOURCE` reads one unit's code in "
+             "minutes); nothing was written")
 
 
 def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:

@@ -32,6 +32,8 @@ REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
 RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
 PLAN_VARIABLE = "SPARKBUILD_POOL_PLAN"
 MAX_ATTEMPTS = 3
+ANNOUNCE = "sparkbuild: ninja builds in "
+"""How this ninja names its build directory on the build's output."""
 _KILLED = re.compile(r"\bKilled\b|signal 9|Kill signal|code=137|status 137|SIGKILL|"
                      r"Out of memory|out of memory", re.IGNORECASE)
 _STATUS = re.compile(r"^\[\d+/\d+\]")
@@ -175,9 +177,17 @@ def _record(entry: dict[str, Any]) -> None:
             record.write(json.dumps(entry) + "\n")
 
 
+def _announce(build_dir: Path) -> None:
+    """Name the build directory on the build's output: the unit watch finds the objects
+    ninja reports under it (sparkbuild.build.unit_code_watch)."""
+    print(f"{ANNOUNCE}{build_dir}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     real = os.environ.get(REAL_VARIABLE) or "ninja"
     plan_path = os.environ.get(PLAN_VARIABLE)
+    if not _not_a_build(argv):
+        _announce(_build_dir(argv))
     if _not_a_build(argv) or not plan_path or not Path(plan_path).is_file():
         if not _not_a_build(argv) and os.environ.get(RECORD_VARIABLE):
             started = time.time()

@@ -30,7 +30,7 @@ from sparkbuild.errors import CommandFailed, ToolchainError
 from sparkbuild.proc import run
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator
+    from collections.abc import Iterable, Iterator, Sequence
 
 FP64_OPCODES = frozenset({"DADD", "DMUL", "DFMA", "DSETP", "DSET", "DMNMX", "DMMA"})
 """Opcodes that are FP64 arithmetic by themselves."""
@@ -395,6 +395,20 @@ def list_ptx_archs(binary: Path) -> list[str]:
 
 def functions_named(functions: Iterable[SassFunction], name: str) -> list[SassFunction]:
     return [function for function in functions if function.name == name]
+
+
+def machine_code(functions: Sequence[FunctionFacts], targets: Sequence[str]
+                 ) -> tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]]:
+    """(SASS archs read, block-scaled MMA count, trap-only kernels, guard stubs) of the
+    code among ``functions`` that a GPU of any of ``targets`` would load: what verify
+    reads of a built library and the compile's unit watch of each object."""
+    chosen = sorted({f.arch for f in functions
+                     if f.arch and any(runs_on(f.arch, t) for t in targets)})
+    summaries = [summarize(functions, arch) for arch in chosen]
+    traps = sorted({name for s in summaries for name in s.trap_only_kernels})
+    stubs = sorted({name for s in summaries for name in s.guard_stub_kernels})
+    return (tuple(chosen), sum(s.block_scaled_mma for s in summaries), tuple(traps),
+            tuple(stubs))
 
 
 # -- coverage per kernel -----------------------------------------------------------------

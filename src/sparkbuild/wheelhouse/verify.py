@@ -47,8 +47,7 @@ from sparkbuild.toolchain.sass import (
     arch_digits,
     as_facts,
     coverage,
-    runs_on,
-    summarize,
+    machine_code,
     target_name,
 )
 from sparkbuild.toolchain.sass_cache import LibraryCode
@@ -355,19 +354,6 @@ def merged(problems: Sequence[Mismatch]) -> list[Mismatch]:
 def _is_shared_library(name: str) -> bool:
     base = name.rsplit("/", 1)[-1]
     return base.endswith(".so") or ".so." in base
-
-
-def machine_code(functions: Sequence[FunctionFacts], targets: Sequence[str]
-                 ) -> tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]]:
-    """(SASS archs read, block-scaled MMA count, trap-only kernels, guard stubs) of the
-    code among ``functions`` that a GPU of any of ``targets`` would load."""
-    chosen = sorted({f.arch for f in functions
-                     if f.arch and any(runs_on(f.arch, t) for t in targets)})
-    summaries = [summarize(functions, arch) for arch in chosen]
-    traps = sorted({name for s in summaries for name in s.trap_only_kernels})
-    stubs = sorted({name for s in summaries for name in s.guard_stub_kernels})
-    return (tuple(chosen), sum(s.block_scaled_mma for s in summaries), tuple(traps),
-            tuple(stubs))
 
 
 @dataclass(frozen=True)

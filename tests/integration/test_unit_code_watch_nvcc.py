@@ -1,0 +1,55 @@
+"""The unit watch on objects nvcc compiles here (no GPU), read by cuobjdump: a feature
+guard that compiles a kernel away at 9.0a (as vLLM's scaled_mm_c2x does for its sm89
+kernels, session 17) is refused as its object lands; the same kernel built where the guard
+opens is not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.build.ninja_shim import ANNOUNCE
+from sparkbuild.build.unit_code_watch import ObjectReaders, UnitCodeWatch, object_refusal
+from sparkbuild.proc import run
+from sparkbuild.toolchain.tools import find_nvcc
+
+pytestmark = pytest.mark.nvcc
+
+GUARDED = r"""
+#include <cstdio>
+__global__ void sm89_only_k(float* x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && __CUDA_ARCH__ < 900
+  x[threadIdx.x] *= 2.0f;
+#elif defined(__CUDA_ARCH__)
+  printf("this kernel is for sm89 only\n");
+  __trap();
+#endif
+}
+"""
+
+
+def _object(root: Path, name: str, gencode: str) -> Path:
+    (root / "guarded.cu").write_text(GUARDED, encoding="utf-8")
+    obj = root / "CMakeFiles" / "_C.dir" / name
+    obj.parent.mkdir(parents=True, exist_ok=True)
+    run([str(find_nvcc().path), "-c", root / "guarded.cu", "-o", obj, "-gencode", gencode],
+        cwd=root, timeout=300, echo=False)
+    return obj
+
+
+def test_a_guard_compiled_away_is_refused_as_the_object_lands(tmp_path: Path) -> None:
+    _object(tmp_path, "guarded.cu.o", "arch=compute_90a,code=sm_90a")
+    with UnitCodeWatch(("9.0a",)) as watch:
+        watch(f"{ANNOUNCE}{tmp_path}")
+        watch("[7/40] Building CUDA object CMakeFiles/_C.dir/guarded.cu.o")
+        assert watch.stop.wait(120), watch.unread
+    assert watch.refusal is not None
+    assert "sm89_only_k" in watch.refusal.reason and "trap" in watch.refusal.reason
+
+
+def test_the_same_kernel_where_its_guard_opens_passes(tmp_path: Path) -> None:
+    obj = _object(tmp_path, "guarded.cu.o", "arch=compute_89,code=sm_89")
+    assert object_refusal(obj, ("8.9",), False, ObjectReaders()) is None
+    found = object_refusal(obj, ("9.0a",), False, ObjectReaders())
+    assert found is not None and "no code for 9.0a" in found
