@@ -70,9 +70,36 @@ def test_the_cached_read_gives_the_fresh_read_s_facts(library: Path, tmp_path: P
     fresh, _ = gpu_libraries([wheel], targets)
     first, second = CodeCache(Cache(tmp_path / "cache")), CodeCache(Cache(tmp_path / "cache"))
     assert gpu_libraries([wheel], targets, code_cache=first)[0] == fresh
-    assert first.reads().to_dict() == {"libraries": 1, "read": 1, "from_cache": 0}
+    cubins = first.cubins_read  # one per ELF of the library
+    assert cubins >= 4
+    assert first.reads().to_dict() == {"libraries": 1, "read": 1, "from_cache": 0,
+                                       "cubins_read": cubins, "cubins_from_cache": 0}
     assert gpu_libraries([wheel], targets, code_cache=second)[0] == fresh
-    assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1}
+    assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1,
+                                        "cubins_read": 0, "cubins_from_cache": 0}
     (lib,) = fresh
     assert lib.trap_only_kernels == ("_Z6trap_kPf",) and set(lib.sass_archs) == {
         "sm_120f", "sm_121a"}
+
+
+def test_a_library_with_one_unit_changed_disassembles_that_cubin_only(
+        library: Path, tmp_path: Path) -> None:
+    """A warm rebuild's library: other bytes (a library-level miss), one changed unit.  Its
+    cubins whose bytes were read before come from the cache, the changed one is read, and
+    the facts are the fresh read's."""
+    cache = Cache(tmp_path / "cache")
+    cold = CodeCache(cache)
+    read_library_facts(library, kept=cold)
+    assert cold.cubins_from_cache == 0
+    root = library.parent
+    (root / "copy2.cu").write_text(SOURCES["copy.cu"][0].replace("y[0]", "y[1]"),
+                                   encoding="utf-8")
+    nvcc = str(find_nvcc().path)
+    run([nvcc, "-Xcompiler", "-fPIC", "-c", root / "copy2.cu", "-o", root / "copy2.cu.o",
+         "-gencode", SOURCES["copy.cu"][1][0]], cwd=root, timeout=300, echo=False)
+    changed = tmp_path / "libchanged.so"
+    run([nvcc, "-shared", root / "scale.cu.o", root / "guard.cu.o", root / "copy2.cu.o",
+         "-o", changed], cwd=root, timeout=300, echo=False)
+    warm = CodeCache(cache)
+    assert read_library_facts(changed, kept=warm) == read_library_facts(changed)
+    assert (warm.cubins_read, warm.cubins_from_cache) == (1, cold.cubins_read - 1)

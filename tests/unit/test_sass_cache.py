@@ -72,7 +72,8 @@ def test_a_hit_gives_the_same_facts_without_reading(tmp_path: Path) -> None:
     second = code_cache(tmp_path)  # the next wheel run
     assert second.library_code(path, reader, scope="all") == CODE
     assert (len(reader.calls), second.read, second.from_cache) == (1, 0, 1)
-    assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1}
+    assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1,
+                                        "cubins_read": 0, "cubins_from_cache": 0}
     (entry,) = entries(tmp_path)
     stored = json.loads(entry.read_text())
     assert stored["schema"] == FACTS_SCHEMA and stored["code"] == CODE.to_dict()
@@ -199,8 +200,10 @@ def test_wheel_reads_each_unchanged_library_once_and_says_so(tmp_path: Path) -> 
     warm = write(tmp_path, tmp_path / "two", readers, code_cache(tmp_path))
     assert readers.read == ["_C.so", "_moe_C.so"]  # the warm run read nothing
     assert warm.libraries == cold.libraries
-    assert cold.to_dict()["machine_code"] == {"libraries": 2, "read": 2, "from_cache": 0}
-    assert warm.to_dict()["machine_code"] == {"libraries": 2, "read": 0, "from_cache": 2}
+    assert cold.to_dict()["machine_code"] == {"libraries": 2, "read": 2, "from_cache": 0,
+                                                  "cubins_read": 0, "cubins_from_cache": 0}
+    assert warm.to_dict()["machine_code"] == {"libraries": 2, "read": 0, "from_cache": 2,
+                                                  "cubins_read": 0, "cubins_from_cache": 0}
     assert "  machine code: 2 libraries, 0 read with cuobjdump, 2 from the cache" in (
         warm.summary())
     assert json.loads((tmp_path / "one" / "manifest.json").read_text())["libraries"] == (
@@ -211,7 +214,8 @@ def test_wheel_without_a_cache_reads_every_library(tmp_path: Path) -> None:
     readers = Readers()
     result = write(tmp_path, tmp_path / "one", readers, None)
     assert readers.read == ["_C.so", "_moe_C.so"]
-    assert result.to_dict()["machine_code"] == {"libraries": 2, "read": 2, "from_cache": 0}
+    assert result.to_dict()["machine_code"] == {"libraries": 2, "read": 2, "from_cache": 0,
+                                                  "cubins_read": 0, "cubins_from_cache": 0}
     assert entries(tmp_path) == []
 
 
@@ -232,3 +236,29 @@ def test_verify_never_consults_the_cache(tmp_path: Path, monkeypatch: pytest.Mon
     assert result.error is None, result.summary()
     assert readers.read == ["_C.so", "_moe_C.so"]  # read afresh
     assert "code_cache" not in inspect.signature(verify_wheelhouse).parameters
+
+
+def test_a_cubin_s_facts_are_kept_by_its_bytes_arch_and_tools(tmp_path: Path) -> None:
+    facts = [FunctionFacts(KERNEL, "sm_121a", 12, 1, False, False),
+             FunctionFacts("trap_k", "sm_121a", 4, 0, True, True)]
+    cold = code_cache(tmp_path)
+    assert cold.cubin_facts("ab" * 32, "sm_121a") is None
+    cold.keep_cubin("ab" * 32, "sm_121a", facts)
+    warm = code_cache(tmp_path)
+    assert warm.cubin_facts("ab" * 32, "sm_121a") == facts
+    assert warm.cubin_facts("ab" * 32, "sm_120f") is None  # the header's arch is in the key
+    assert warm.cubin_facts("cd" * 32, "sm_121a") is None
+    assert code_cache(tmp_path, tools="cuobjdump 13.1").cubin_facts("ab" * 32, "sm_121a") is None
+    assert (cold.cubins_read, cold.cubins_from_cache) == (1, 0)
+    assert (warm.cubins_read, warm.cubins_from_cache) == (2, 1)
+    assert "their cubins: 2 disassembled, 1 from the cache" in warm.reads().line()
+
+
+def test_a_damaged_cubin_entry_is_a_miss(tmp_path: Path) -> None:
+    cache = code_cache(tmp_path)
+    cache.keep_cubin("ab" * 32, "sm_121a", [FunctionFacts(KERNEL, "sm_121a", 1, 0, False, False)])
+    (entry,) = (tmp_path / "cache" / "index" / "machine-code-cubins").glob("*")
+    data = json.loads(entry.read_text())
+    data["facts"] = [{"name": 3}]
+    entry.write_text(json.dumps(data))
+    assert code_cache(tmp_path).cubin_facts("ab" * 32, "sm_121a") is None

@@ -26,8 +26,10 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Protocol
 
 from sparkbuild.proc import run
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import (
     FunctionFacts,
     arch_digits,
@@ -74,8 +76,33 @@ def paired_cubins(directory: Path, headers: list[str]) -> list[tuple[Path, str]]
     return [(path, header) for (_index, _arch, path), header in zip(found, headers, strict=True)]
 
 
-def read_library_facts(binary: Path, *, jobs: int | None = None) -> list[FunctionFacts]:
-    """The facts of every function in ``binary``, its ELFs read in parallel."""
+class KeptCubins(Protocol):
+    """Facts of extracted cubins by their bytes (:class:`~sparkbuild.toolchain.sass_cache.
+    CodeCache`): a library rebuilt after a one-line change differs in one cubin, and only
+    that one is disassembled again."""
+
+    def cubin_facts(self, digest: str, arch: str) -> list[FunctionFacts] | None: ...
+
+    def keep_cubin(self, digest: str, arch: str, facts: list[FunctionFacts]) -> None: ...
+
+
+def _facts_of(cubin: Path, arch: str, kept: KeptCubins | None) -> list[FunctionFacts]:
+    if kept is None:
+        return _read_in_worker(cubin, arch)
+    digest = sha256_file(cubin, progress=False)
+    found = kept.cubin_facts(digest, arch)
+    if found is not None:
+        cubin.unlink()
+        return found
+    found = _read_in_worker(cubin, arch)
+    kept.keep_cubin(digest, arch, found)
+    return found
+
+
+def read_library_facts(binary: Path, *, jobs: int | None = None,
+                       kept: KeptCubins | None = None) -> list[FunctionFacts]:
+    """The facts of every function in ``binary``, its ELFs read in parallel; with ``kept``,
+    a cubin whose bytes were read before is not read again."""
     headers = elf_header_archs(dump_listing(binary, "-symbols"))
     if len(headers) < 2:
         return [f.facts() for f in read_sass(binary)]
@@ -86,7 +113,7 @@ def read_library_facts(binary: Path, *, jobs: int | None = None) -> list[Functio
             return [f.facts() for f in read_sass(binary)]
         workers = max(1, min(jobs or available_cores(), len(pairs)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            parts = list(pool.map(lambda pair: _read_in_worker(*pair), pairs))
+            parts = list(pool.map(lambda pair: _facts_of(pair[0], pair[1], kept), pairs))
     return [fact for part in parts for fact in part]
 
 

@@ -428,9 +428,10 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
     notes: list[str] = []
     for wheel in built:
         try:
-            libraries += library_archs(wheel, targets, list_archs or _default_lister,
-                                       read_functions or _default_reader, read_kernels,
-                                       code_cache)
+            libraries += library_archs(
+                wheel, targets, list_archs or _default_lister,
+                read_functions or (code_cache.read_functions if code_cache else _default_reader),
+                read_kernels, code_cache)
         except zipfile.BadZipFile:
             notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
     return libraries, notes
