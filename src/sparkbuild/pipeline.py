@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
+    from sparkbuild.toolchain.sass_library import KeptCubins
     from sparkbuild.vendor.materialize import Materialized
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
@@ -454,6 +455,14 @@ def _flashinfer_aot(options: WheelOptions, python: Path, torch: str | None, cach
     return reusing_jit_cache(cache, request, torch)
 
 
+def _kept_cubins(cache: Cache) -> KeptCubins:
+    """Where the compile's unit watch keeps each object's cubin facts, which the
+    wheelhouse's read of the built libraries then finds (sparkbuild.toolchain.sass_cache)."""
+    from sparkbuild.toolchain.sass_cache import CodeCache
+
+    return CodeCache(cache)
+
+
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 outcome: BuildOutcome, cache: Cache,
                 compile_cache: CompileCacheResult | None = None,
@@ -627,6 +636,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                     launcher=plan.launcher, targets=options.targets,
                     pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
                     code_targets=recipe.target.cuda_archs, allow_jit=recipe.target.allow_jit,
+                    kept_code=_kept_cubins(cache),
                 )
                 outcome = build_tree(request, python)
                 if outcome.timeline is not None:

@@ -112,6 +112,9 @@ def test_online_then_offline_build(
     watched = report["build"]["unit_code"]
     assert watched["refused"] is None and watched["read"] >= 4, watched
     assert "CUDA object(s) read as they were compiled, none refused" in online.stderr
+    # ... and kept their cubins' facts: reading the linked library disassembled none of them
+    code = report["wheelhouse"]["machine_code"]
+    assert code["read"] == 1 and code["cubins_from_cache"] >= 4, code
     verified = subprocess.run([sys.executable, "-m", "sparkbuild", "verify",
                                str(build_dirs["root"] / "online"), "--json"],
                               capture_output=True, text=True, timeout=600, check=False)

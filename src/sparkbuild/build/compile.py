@@ -38,7 +38,7 @@ from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VAR
 from sparkbuild.build.pools import DEPTH_VARIABLE
 from sparkbuild.build.stale_cmake import cuda_compiler_for, drop_stale_caches
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
-from sparkbuild.build.unit_code_watch import ObjectRefusal, UnitCodeWatch
+from sparkbuild.build.unit_code_watch import ObjectRefusal, UnitCodeWatch, object_readers
 from sparkbuild.build.unit_memory import MemorySampler
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import CommandFailed, DiskFullError, UsageError, VerifyError, is_disk_full
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from sparkbuild.build.timeline import BuildTimeline
     from sparkbuild.store.cache import Cache
+    from sparkbuild.toolchain.sass_library import KeptCubins
     from sparkbuild.vendor.materialize import Materialized
 
 PROVIDER = build_tools_dir() / "sparkbuild_provider.cmake"
@@ -107,6 +108,9 @@ class BuildRequest:
     """The recipe's cuda_archs: each CUDA object's machine code is read for them as ninja
     finishes it (sparkbuild.build.unit_code_watch); empty: not read until verify."""
     allow_jit: bool = False
+    kept_code: KeptCubins | None = None
+    """Where the unit watch keeps each object's cubin facts: verify's read of the built
+    libraries then finds them (sparkbuild.toolchain.sass_cache)."""
 
 
 @dataclass
@@ -341,7 +345,8 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     started = time.monotonic()
     marks = BuildMarks()
     with count_progress("compiling") as update, MemorySampler() as sampler, \
-            UnitCodeWatch(request.code_targets, request.allow_jit) as watch:
+            UnitCodeWatch(request.code_targets, request.allow_jit,
+                          object_readers(request.kept_code)) as watch:
         progress = NinjaProgress(update)
 
         def reader(line: str) -> None:

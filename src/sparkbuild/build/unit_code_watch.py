@@ -21,6 +21,7 @@ thread reads the objects in the order they finish, beside the compile's jobs.
 
 from __future__ import annotations
 
+import functools
 import queue
 import re
 import threading
@@ -33,6 +34,7 @@ from sparkbuild.build.check import coverage_failure, short_names
 from sparkbuild.build.ninja_shim import ANNOUNCE
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.toolchain import sass
+from sparkbuild.toolchain.sass_library import KeptCubins, read_library_facts
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -55,6 +57,14 @@ class ObjectReaders:
     functions: Callable[[Path], Sequence[sass.SassFunction | sass.FunctionFacts]] = (
         _read_functions)
     kernels: Callable[[Path], Sequence[sass.KernelCode]] = _read_kernels
+
+
+def object_readers(kept: KeptCubins | None) -> ObjectReaders:
+    """cuobjdump's readers; with ``kept``, each object's cubins are extracted and their
+    facts kept, so that reading the library they are linked into finds them."""
+    if kept is None:
+        return ObjectReaders()
+    return ObjectReaders(functools.partial(read_library_facts, kept=kept))
 
 
 def object_refusal(obj: Path, targets: Sequence[str], allow_jit: bool,

@@ -19,6 +19,8 @@ sha256, its fatbin header's arch and the same tools' identity): only the cubins 
 units that changed are disassembled (:func:`~sparkbuild.toolchain.sass_library.
 read_library_facts` with ``kept``).  vLLM 0.20.0's upstream ``_moe_C`` (95 cubins): 204 s
 with every cubin disassembled, 1.2 s with every one kept (2 cores, ``bench/cubin_cache.py``).
+The compile's unit watch (:mod:`sparkbuild.build.unit_code_watch`) keeps each object's
+cubins as it reads them, so even a first build's libraries are mostly read from here.
 
 Only ``wheel`` uses it, and only for the wheelhouse it has just built: a :class:`CodeCache`
 is an explicit argument (``code_cache``) that :mod:`sparkbuild.pipeline` alone passes, to

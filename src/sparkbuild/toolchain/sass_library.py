@@ -102,9 +102,11 @@ def _facts_of(cubin: Path, arch: str, kept: KeptCubins | None) -> list[FunctionF
 def read_library_facts(binary: Path, *, jobs: int | None = None,
                        kept: KeptCubins | None = None) -> list[FunctionFacts]:
     """The facts of every function in ``binary``, its ELFs read in parallel; with ``kept``,
-    a cubin whose bytes were read before is not read again."""
+    a cubin whose bytes were read before is not read again (and even a single ELF, such as
+    an object file's, is extracted, so that its cubin is kept for the library it goes into:
+    the host link copies the cubins byte for byte)."""
     headers = elf_header_archs(dump_listing(binary, "-symbols"))
-    if len(headers) < 2:
+    if len(headers) < (1 if kept is not None else 2):
         return [f.facts() for f in read_sass(binary)]
     with tempfile.TemporaryDirectory(prefix="sparkbuild-sass-") as scratch:
         run([find_cuobjdump(), "-xelf", "all", binary.resolve()], cwd=scratch, echo=False)
