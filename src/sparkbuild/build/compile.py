@@ -387,7 +387,7 @@ def refused_while_compiling(refusal: ObjectRefusal, targets: tuple[str, ...],
                             seconds: float) -> VerifyError:
     """The error for a build the unit watch stopped: what verify would have said, now."""
     return VerifyError(
-        f"the build was stopped {seconds:.0f} s into the compile: {refusal.output} "
+        f"the build was stopped {seconds:.0f} s in: {refusal.output} "
         f"holds code verify would refuse for {', '.join(targets)}: {refusal.reason}",
         where=str(refusal.path),
         hint="the tree's arch lists or feature guards compile this unit into code the "
