@@ -186,10 +186,11 @@ def _announce(build_dir: Path) -> None:
 def main(argv: list[str]) -> int:
     real = os.environ.get(REAL_VARIABLE) or "ninja"
     plan_path = os.environ.get(PLAN_VARIABLE)
-    if not _not_a_build(argv):
+    building = not _not_a_build(argv)
+    if building:
         _announce(_build_dir(argv))
-    if _not_a_build(argv) or not plan_path or not Path(plan_path).is_file():
-        if not _not_a_build(argv) and os.environ.get(RECORD_VARIABLE):
+    if not building or not plan_path or not Path(plan_path).is_file():
+        if building and os.environ.get(RECORD_VARIABLE):
             started = time.time()
             returncode, _ = _run_ninja(real, argv)
             _record({"dir": str(_build_dir(argv)), "start": started, "end": time.time(),

@@ -42,21 +42,13 @@ if TYPE_CHECKING:
 _FINISHED_CUDA_OBJECT = re.compile(r"^\[\d+/\d+\] Building CUDA object (\S+)\s*$")
 
 
-def _read_functions(path: Path) -> Sequence[sass.SassFunction | sass.FunctionFacts]:
-    return sass.read_sass(path)
-
-
-def _read_kernels(path: Path) -> Sequence[sass.KernelCode]:
-    return sass.read_kernels(path)
-
-
 @dataclass(frozen=True)
 class ObjectReaders:
     """How an object's machine code is read: cuobjdump unless a test passes its own."""
 
     functions: Callable[[Path], Sequence[sass.SassFunction | sass.FunctionFacts]] = (
-        _read_functions)
-    kernels: Callable[[Path], Sequence[sass.KernelCode]] = _read_kernels
+        sass.read_sass)
+    kernels: Callable[[Path], Sequence[sass.KernelCode]] = sass.read_kernels
 
 
 def object_readers(kept: KeptCubins | None) -> ObjectReaders:

@@ -196,7 +196,7 @@ class CodeCache:
             return kept
         code = read(path)
         self.read += 1
-        self._keep(path, key, {**material, "code": code.to_dict()})
+        self._record(NAMESPACE, key, {**material, "code": code.to_dict()}, path.name)
         return code
 
     def reads(self) -> CodeReads:
@@ -210,9 +210,9 @@ class CodeCache:
 
     def cubin_facts(self, digest: str, arch: str) -> list[FunctionFacts] | None:
         key, material = self._cubin_key(digest, arch)
-        entry = self.cache.lookup(CUBIN_NAMESPACE, key)
+        entry = self._entry(CUBIN_NAMESPACE, key, material)
         found: list[FunctionFacts] | None = None
-        if entry is not None and all(entry.get(k) == v for k, v in material.items()):
+        if entry is not None:
             try:
                 found = [_function(f) for f in _list(entry.get("facts"))]
             except (TypeError, ValueError):
@@ -226,41 +226,48 @@ class CodeCache:
 
     def keep_cubin(self, digest: str, arch: str, facts: list[FunctionFacts]) -> None:
         key, material = self._cubin_key(digest, arch)
-        try:
-            self.cache.record(CUBIN_NAMESPACE, key, {
-                **material, "facts": [dataclasses.asdict(f) for f in facts]})
-        except (OSError, DiskFullError) as exc:  # a speed-up only
-            warn(f"the machine code facts of a cubin were not kept in the cache: {exc}")
+        self._record(CUBIN_NAMESPACE, key, {
+            **material, "facts": [dataclasses.asdict(f) for f in facts]}, "a cubin")
 
-    def _cubin_key(self, digest: str, arch: str) -> tuple[str, dict[str, Any]]:
+    def _tool_identity(self) -> str:
+        """:attr:`identify`'s answer, asked once (library reads and cubin workers share it)."""
         with self._lock:
             if self._tools is None:
                 self._tools = self.identify()
-        material = {"schema": FACTS_SCHEMA, "cubin": digest, "arch": arch,
-                    "tools": self._tools}
+            return self._tools
+
+    def _keyed(self, digest: str, fields: dict[str, str]) -> tuple[str, dict[str, Any]]:
+        """The entry's key (``digest`` and a hash of what else decides it) and that material."""
+        material = {"schema": FACTS_SCHEMA, **fields, "tools": self._tool_identity()}
         rest = sha256_bytes(json.dumps(material, sort_keys=True).encode())[:16]
         return f"{digest}-{rest}", material
 
+    def _cubin_key(self, digest: str, arch: str) -> tuple[str, dict[str, Any]]:
+        return self._keyed(digest, {"cubin": digest, "arch": arch})
+
     def _key(self, path: Path, scope: str) -> tuple[str, dict[str, Any]]:
-        if self._tools is None:
-            self._tools = self.identify()
         library = sha256_file(path)
-        material = {"schema": FACTS_SCHEMA, "library": library, "tools": self._tools,
-                    "scope": scope}
-        rest = sha256_bytes(json.dumps(material, sort_keys=True).encode())[:16]
-        return f"{library}-{rest}", material
+        return self._keyed(library, {"library": library, "scope": scope})
+
+    def _entry(self, namespace: str, key: str, material: dict[str, Any]
+               ) -> dict[str, Any] | None:
+        """The kept entry under ``key`` when it was made of ``material``; else None."""
+        entry = self.cache.lookup(namespace, key)
+        if entry is None or any(entry.get(name) != value for name, value in material.items()):
+            return None
+        return entry
 
     def _kept(self, key: str, material: dict[str, Any]) -> LibraryCode | None:
-        entry = self.cache.lookup(NAMESPACE, key)
-        if entry is None or any(entry.get(name) != value for name, value in material.items()):
+        entry = self._entry(NAMESPACE, key, material)
+        if entry is None:
             return None
         try:
             return LibraryCode.from_dict(entry.get("code"))
         except (TypeError, ValueError):
             return None
 
-    def _keep(self, path: Path, key: str, entry: dict[str, Any]) -> None:
+    def _record(self, namespace: str, key: str, entry: dict[str, Any], what: str) -> None:
         try:
-            self.cache.record(NAMESPACE, key, entry)
+            self.cache.record(namespace, key, entry)
         except (OSError, DiskFullError) as exc:  # a speed-up only: never fail a build for it
-            warn(f"the machine code facts of {path.name} were not kept in the cache: {exc}")
+            warn(f"the machine code facts of {what} were not kept in the cache: {exc}")
