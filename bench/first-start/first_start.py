@@ -184,10 +184,36 @@ def record(reference_json: Path, vllm_json: Path, evidence_json: Path | None,
         result["model"] = json.loads(model_json.read_text())
     evidence = json.loads(evidence_json.read_text()) if evidence_json else {}
     result["evidence"] = evidence
+    result["flashinfer_workspace_files"] = workspace_kinds(evidence.get("flashinfer_jit_files", []))
     result["nothing_compiled_or_downloaded"] = bool(evidence) and all(
-        evidence.get(key) in ([], 0, False) for key in
-        ("flashinfer_jit_files", "nvcc_calls", "outbound_connections"))
+        evidence.get(key, 0) in ([], 0) for key in
+        ("nvcc_calls", "outbound_connections", "driver_jit_cache_files")
+    ) and not result["flashinfer_workspace_files"]["build_products"]
     return result
+
+
+# what flashinfer's JIT leaves when it compiles (ninja's files, objects, libraries); a
+# module's spec writes its generated sources into the workspace before flashinfer looks for
+# the prebuilt library (jit/attention/modules.py, then JitSpec.build_and_load: is_aot), and
+# its logger writes flashinfer_jit.log there: neither is a compile
+BUILD_PRODUCT_SUFFIXES = (".so", ".o", ".a", ".cubin", ".fatbin", ".ptx", ".ninja", ".lock")
+BUILD_PRODUCT_NAMES = ("build.ninja", ".ninja_log", ".ninja_deps")
+GENERATED_SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".h", ".inc")
+
+
+def workspace_kinds(files: list[str]) -> dict[str, list[str]]:
+    """flashinfer's workspace after the start, by kind: build products, generated sources,
+    the rest (its log)."""
+    kinds: dict[str, list[str]] = {"build_products": [], "generated_sources": [], "other": []}
+    for path in files:
+        name = Path(path).name
+        if name in BUILD_PRODUCT_NAMES or name.endswith(BUILD_PRODUCT_SUFFIXES):
+            kinds["build_products"].append(path)
+        elif name.endswith(GENERATED_SOURCE_SUFFIXES):
+            kinds["generated_sources"].append(path)
+        else:
+            kinds["other"].append(path)
+    return kinds
 
 
 def main(argv: list[str] | None = None) -> int:

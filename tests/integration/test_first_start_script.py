@@ -1,7 +1,7 @@
 """bench/first-start/first_start.py on CPU: a tiny random model, its greedy reference twice
 (the same tokens), and the record's comparison, which must also catch a changed token.
 
-vLLM itself runs on the device (bench/first-start/run_device.sh); here its JSON is stood in
+vLLM itself runs on the device (bench/first-start/fs.sh); here its JSON is stood in
 for by a second reference run, so only transformers (and torch) are needed.
 """
 
@@ -11,6 +11,7 @@ import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,42 @@ def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
     assert result["equal"] is False and result["first_difference"] == 3
     assert result["reference_margin_there"] == ref["margins"][3]
     assert result["nothing_compiled_or_downloaded"] is False
+
+
+def test_the_record_tells_flashinfer_generated_sources_from_a_compile(tmp_path: Path) -> None:
+    """flashinfer writes a module's generated sources and its log into the workspace before it
+    loads the prebuilt library (as the device's session 19 run showed): not a compile.  A
+    library or ninja's file there is one; so are an nvcc call and driver-JIT-compiled PTX."""
+    fs = _script()
+    (tmp_path / "ref.json").write_text(json.dumps({"tokens": [5, 6, 7], "margins": [1, 1, 1]}))
+    (tmp_path / "vllm.json").write_text(json.dumps(
+        {"tokens": [5, 6, 7], "seconds": {"time_to_first_token": 2.0}}))
+    gen = "/ws/.cache/flashinfer/0.6.8.post1/90a/generated/batch_prefill_x"
+    written = [f"{gen}/batch_prefill.cu", f"{gen}/batch_prefill_config.inc",
+               "/ws/.cache/flashinfer/0.6.8.post1/90a/flashinfer_jit.log"]
+    built = "/ws/.cache/flashinfer/0.6.8.post1/90a/cached_ops/batch_prefill_x"
+    args = ["record", "--reference", str(tmp_path / "ref.json"), "--vllm",
+            str(tmp_path / "vllm.json"), "--evidence", str(tmp_path / "evidence.json"),
+            "--out", str(tmp_path / "result.json")]
+
+    def judged(files: list[str], nvcc_calls: int = 0, driver_jit: int = 0) -> dict[str, Any]:
+        (tmp_path / "evidence.json").write_text(json.dumps(
+            {"flashinfer_jit_files": files, "nvcc_calls": nvcc_calls,
+             "outbound_connections": [], "driver_jit_cache_files": driver_jit}))
+        assert fs.main(args) == 0  # the tokens are equal in every case
+        result: dict[str, Any] = json.loads((tmp_path / "result.json").read_text())
+        return result
+
+    clean = judged(written)
+    assert clean["nothing_compiled_or_downloaded"] is True
+    assert clean["flashinfer_workspace_files"]["generated_sources"] == written[:2]
+    assert clean["flashinfer_workspace_files"]["other"] == written[2:]
+    for product in (f"{built}/batch_prefill_x.so", f"{built}/build.ninja", f"{built}/x.cuda.o"):
+        result = judged([*written, product])
+        assert result["nothing_compiled_or_downloaded"] is False
+        assert result["flashinfer_workspace_files"]["build_products"] == [product]
+    assert judged(written, nvcc_calls=1)["nothing_compiled_or_downloaded"] is False
+    assert judged(written, driver_jit=3)["nothing_compiled_or_downloaded"] is False
 
 
 def test_the_network_guard_refuses_outbound_tcp_and_logs_it(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from sparkbuild.build.cmake_shim import (
     source_dir,
     why_configure,
 )
+from sparkbuild.build.ninja_shim import DEPTH_VARIABLE
 
 ARGS = ["/tree", "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release"]
 
@@ -99,3 +100,21 @@ def test_anything_else_configures_again(tree: Path, change: str, says: str) -> N
     else:
         (build / STAMP).write_text("not json")
     assert why_configure(build, key) == says
+
+
+def test_a_search_path_listing_an_entry_again_leaves_the_configure(tree: Path) -> None:
+    build = tree / "build" / "temp"
+    _configured(build, _key(tree, {"PATH": "/site/bin:/usr/bin"}))
+    assert why_configure(build, _key(tree, {"PATH": "/site/bin:/site/bin:/usr/bin"})) is None
+    assert why_configure(build, _key(tree, {"PATH": "/usr/bin:/site/bin"})) == (
+        "the environment changed: PATH")
+
+
+def test_the_pool_depth_counts_by_presence_only(tree: Path) -> None:
+    # doctor's depth after a measured build (13 by the rule, then 16): the ninja shim writes
+    # the plan's depth into the manifest on every build, so the configure stands
+    build = tree / "build" / "temp"
+    _configured(build, _key(tree, {DEPTH_VARIABLE: "13"}))
+    assert why_configure(build, _key(tree, {DEPTH_VARIABLE: "16"})) is None
+    assert why_configure(build, _key(tree, {"PWD": "/here"})) == (
+        f"the environment changed: {DEPTH_VARIABLE}")

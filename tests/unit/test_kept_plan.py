@@ -126,6 +126,21 @@ def test_a_variable_nothing_reads_is_no_miss(tree: Path, cache: Cache,
     assert fake.calls == 1 and plan.reused
 
 
+def test_a_search_path_listing_an_entry_again_is_no_miss(tree: Path, cache: Cache,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # the device's rebuild prepended /tmp/site/bin to a PATH that had it (session 19): the
+    # same lookups, the same plan; a new directory in front of the others is a miss
+    fake = FakeRecorder()
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/lib:/usr/lib")
+    plan_tree(tree, env={**ENV, "PATH": "/site/bin:/usr/bin"}, sources_of=reusing(cache, fake))
+    monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/lib:/usr/lib:/opt/lib")
+    plan = plan_tree(tree, env={**ENV, "PATH": "/site/bin:/site/bin:/usr/bin:/site/bin"},
+                     sources_of=reusing(cache, fake))
+    assert fake.calls == 1 and plan.reused
+    plan_tree(tree, env={**ENV, "PATH": "/usr/bin:/site/bin"}, sources_of=reusing(cache, fake))
+    assert fake.calls == 2
+
+
 def test_a_changed_recorder_is_a_miss(tree: Path, cache: Cache,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     before = recorder_key(tree, ENV, "2.9.0")

@@ -7,7 +7,9 @@ first on the build's ``PATH`` as ``cmake``.  A configure (``cmake SOURCE ...``, 
 ``--build``, ``--install``, ``-E``, ``-P`` or ``--version``) is skipped when the build
 directory holds ``CMakeCache.txt`` and ``build.ninja`` from a configure that succeeded
 with the same arguments, the same source and build directories, the same real cmake and
-the same environment, and the same content of every file of the source tree that is not
+the same environment (a search path's repeated entries dropped:
+:mod:`sparkbuild.store.env_key`; the pool depth by presence: :data:`SET_AT_BUILD`), and the
+same content of every file of the source tree that is not
 C, C++ or CUDA code (recorded in ``.sparkbuild-configure.json`` there).  Those files are
 what a configure reads: CMake files, and the Python scripts vLLM's CMake runs to generate
 kernels (``execute_process``, which CMake does not track); a change to a CMake file would
@@ -30,6 +32,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.build.ninja_shim import DEPTH_VARIABLE
+from sparkbuild.store.env_key import key_value
+
 REAL_VARIABLE = "SPARKBUILD_REAL_CMAKE"
 FETCH_LOG_VARIABLE = "SPARKBUILD_FETCH_LOG"
 STAMP = ".sparkbuild-configure.json"
@@ -41,6 +46,12 @@ VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_R
 """Variables that differ between two identical builds (the shell's session, the terminal,
 pip's per-build tracker) and that no CMake file of a build reads."""
 VOLATILE_PREFIXES = ("SSH_", "XDG_", "TERM", "DBUS_", "GPG_", "KRB5")
+SET_AT_BUILD = frozenset({DEPTH_VARIABLE})
+"""Variables a configure reads whose value the build's ninja sets again on every build:
+the heavy pool's depth, which :mod:`sparkbuild.build.ninja_shim` writes into the manifest
+from the plan file.  Keyed by presence only: doctor's new depth after a first build
+measured its units (13 by the rule, then 16 on the device, session 19) leaves the configure
+as it was; a build with no pool plan at all still configures afresh."""
 _NOT_CONFIGURE = ("--build", "--install", "--open", "-E", "-P", "--version", "--help",
                   "--system-information", "--find-package", "--workflow")
 
@@ -107,9 +118,14 @@ def configure_key(args: list[str], cwd: Path, real: str, env: dict[str, str]) ->
     tree = (tree_inputs(source, build_dir(args, cwd))
             if source is not None and source.is_dir() else "")
     return {"args": args, "cwd": str(cwd), "cmake": real, "tree": tree,
-            "env": {key: hashlib.sha256(value.encode()).hexdigest()[:16]
-                    for key, value in sorted(env.items())
+            "env": {key: _env_digest(key, value) for key, value in sorted(env.items())
                     if key not in VOLATILE and not key.startswith(VOLATILE_PREFIXES)}}
+
+
+def _env_digest(key: str, value: str) -> str:
+    if key in SET_AT_BUILD:
+        return "set"
+    return hashlib.sha256(key_value(key, value).encode()).hexdigest()[:16]
 
 
 def why_configure(build_dir: Path, key: dict[str, Any]) -> str | None:

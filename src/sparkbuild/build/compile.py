@@ -34,9 +34,15 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.build.cmake_shim import REAL_VARIABLE as CMAKE_REAL_VARIABLE
 from sparkbuild.build.ext_targets import hook_environment
-from sparkbuild.build.ninja_shim import PLAN_VARIABLE, REAL_VARIABLE, RECORD_VARIABLE, write_wrapper
-from sparkbuild.build.pools import DEPTH_VARIABLE
+from sparkbuild.build.ninja_shim import (
+    DEPTH_VARIABLE,
+    PLAN_VARIABLE,
+    REAL_VARIABLE,
+    RECORD_VARIABLE,
+    write_wrapper,
+)
 from sparkbuild.build.stale_cmake import cuda_compiler_for, drop_stale_caches
+from sparkbuild.build.stored_wheel import stored_wheel_environment
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.build.unit_code_watch import ObjectRefusal, UnitCodeWatch, object_readers
 from sparkbuild.build.unit_memory import MemorySampler
@@ -187,6 +193,7 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
     if request.offline:
         env["SPARKBUILD_OFFLINE"] = "1"
     env.update(hook_environment(request.work, request.tree, request.targets))
+    env.update(stored_wheel_environment(request.work, env))
     env[RECORD_VARIABLE] = str(request.work / "logs" / "ninja-runs.jsonl")
     if request.pool_plan is not None:
         env[PLAN_VARIABLE] = str(request.pool_plan)

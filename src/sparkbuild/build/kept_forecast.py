@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.build import check_plan, code_forecast
 from sparkbuild.build.check_plan import GencodeCoverage
 from sparkbuild.build.code_forecast import CodeForecast
+from sparkbuild.store.env_key import key_items
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain import cmake_recorder, compile_flags
 from sparkbuild.vendor.kept_plan import recorder_inputs
@@ -51,7 +52,7 @@ def forecast_key(inputs: ForecastInputs, recipe: Recipe) -> str:
         "python": str(inputs.python),
         "site": str(inputs.site) if inputs.site else None,
         "defines": sorted(inputs.cmake_defines.items()),
-        "env": sorted(inputs.env.items()),
+        "env": key_items(inputs.env),
     }
     return sha256_bytes(json.dumps(keyed, sort_keys=True).encode())
 

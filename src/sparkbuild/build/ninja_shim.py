@@ -31,6 +31,9 @@ from sparkbuild.build.ninja_graph import Edge, logical_lines, read_graph, read_n
 REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
 RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
 PLAN_VARIABLE = "SPARKBUILD_POOL_PLAN"
+DEPTH_VARIABLE = "SPARKBUILD_HEAVY_POOL_DEPTH"
+"""The heavy pool's depth for the configure (the top-level include declares the pool with
+it); the plan file's depth, which this ninja writes into the manifest, rules the build."""
 MAX_ATTEMPTS = 3
 ANNOUNCE = "sparkbuild: ninja builds in "
 """How this ninja names its build directory on the build's output."""

@@ -31,7 +31,6 @@ from sparkbuild.store.files import write_text_atomic
 
 GIB = 1024**3
 HEAVY_POOL = "sparkbuild_heavy"
-DEPTH_VARIABLE = "SPARKBUILD_HEAVY_POOL_DEPTH"
 SWITCH_VARIABLE = "SPARKBUILD_JOB_PLAN"
 """``single``: today's plan (one MAX_JOBS for every unit, no pool); else the pool plan."""
 

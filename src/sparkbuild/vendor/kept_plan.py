@@ -18,7 +18,8 @@ sha256 of everything the recorder's runs are computed from (:func:`recorder_inpu
   env``: ``CMAKE_ARGS``, ``*_SRC_DIR``) and from the process's.  Not the rest: a shell's
   ``_``, a test runner's ``PYTEST_CURRENT_TEST`` or a terminal's variables change between
   two runs of one build and would make every rebuild a miss (the example's
-  online-then-offline test showed it);
+  online-then-offline test showed it); a search path's repeated entries are dropped
+  (:mod:`sparkbuild.store.env_key`);
 * the recorder: its CMake scripts, the Python modules that drive it and read its
   output, the assumption sets, the cmake it runs (path, size, mtime), and the Python its
   ``run_python`` calls start (executable, version and every installed distribution);
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import step
 from sparkbuild.resources import build_tools_dir
+from sparkbuild.store.env_key import key_items
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain import cmake_recorder, tools
 from sparkbuild.vendor import plan, sources
@@ -106,9 +108,9 @@ def _recorder_identity(modules: tuple[ModuleType, ...]) -> dict[str, Any]:
 
 def _read_by_runs(env: Mapping[str, str], named: set[str]) -> list[tuple[str, str]]:
     """The variables of ``env`` the recorder's runs can read (see the module docstring)."""
-    return sorted((name, value) for name, value in env.items()
-                  if name in named or name in BUILD_VARIABLES
-                  or name.startswith(BUILD_PREFIXES))
+    return key_items({name: value for name, value in env.items()
+                      if name in named or name in BUILD_VARIABLES
+                      or name.startswith(BUILD_PREFIXES)})
 
 
 def recorder_inputs(tree: Path, env: Mapping[str, str], torch: str | None,
