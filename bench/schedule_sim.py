@@ -1,17 +1,22 @@
 """The makespan of today's job plan and of the pool plan, on a unit table.
 
-    python bench/schedule_sim.py UNITS.json [--json]
+    python bench/schedule_sim.py UNITS.json [--today-order TODAY.json] [--json]
 
 UNITS.json: ``wheel --json`` output (its ``units``) or ``{"units": [...]}``; each unit has
 ``path``, ``seconds`` and ``peak_rss_gib`` (a unit without a peak counts 2.9 GiB).
-Every plan is list scheduling in the table's order (ninja's order), by the planner's own
-simulator (sparkbuild.build.schedule): a free slot takes the next unit that may start.
-  * today's: MAX_JOBS = min(cores, usable / 8.7 GiB), one budget for every unit;
+Every plan is list scheduling by the planner's own simulator (sparkbuild.build.schedule):
+a free slot takes the next unit that may start.
+  * today's: MAX_JOBS = min(cores, usable / 8.7 GiB), one budget for every unit, the units
+    in the table's order (CMake's, as the earlier build started them);
   * the pool plan (sparkbuild.build.pools.plan_pools, given the table as the cache would
     hold it: seconds and peaks): MAX_JOBS = cores, the heavy units in a pool, the
-    threshold and depth it chooses by simulating its candidates;
+    threshold and depth it chooses by simulating its candidates, the units started
+    longest first (sparkbuild.build.unit_order) unless that is predicted slower;
   * the first build's plan (nothing known: the path rule, each heavy unit 8.7 GiB).
 Each is reported with its peak memory in flight (the sum of running units' peaks).
+A table from a build that started its units longest first lists them in that order; with
+``--today-order TODAY.json`` (a build with today's plan of the same units) the units are
+put in TODAY's start order first, CMake's, which today's plan would start them in.
 Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine.
 """
 
@@ -27,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkbuild.build.doctor import usable_memory
 from sparkbuild.build.pools import heavy_indices, plan_pools, today_jobs
 from sparkbuild.build.schedule import KnownUnit, simulate
+from sparkbuild.build.unit_order import longest_first
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
@@ -52,13 +58,15 @@ def plans(units: list[dict[str, Any]], cores: int, total: int) -> dict[str, Any]
                           known=table)
     rule = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB)
     unmeasured = [KnownUnit(u.source, u.flags, u.seconds, None) for u in table]
+    order = (longest_first(seconds) if measured.seconds else list(range(len(table))))
     result: dict[str, Any] = {
         "today": _row(today, 0, set(), seconds, peaks),
-        "pools": _row(measured.jobs, measured.depth, heavy_indices(measured, table),
-                      seconds, peaks),
+        "pools": _row(measured.jobs, measured.depth,
+                      heavy_indices(measured, [table[i] for i in order]),
+                      [seconds[i] for i in order], [peaks[i] for i in order]),
         "first_build_rule": _row(rule.jobs, rule.depth, heavy_indices(rule, unmeasured),
                                  seconds, peaks),
-        "usable_gib": round(usable / GIB, 1)}
+        "usable_gib": round(usable / GIB, 1), "longest_first": bool(measured.seconds)}
     assert result["pools"]["makespan_s"] == round(measured.predicted_seconds or 0.0, 1)
     for name in ("pools", "first_build_rule"):
         result[name]["ratio"] = round(result[name]["makespan_s"]
@@ -67,12 +75,17 @@ def plans(units: list[dict[str, Any]], cores: int, total: int) -> dict[str, Any]
     return result
 
 
-def load(path: Path) -> list[dict[str, Any]]:
+def load(path: Path, today_order: Path | None = None) -> list[dict[str, Any]]:
     data = json.loads(path.read_text(encoding="utf-8"))
-    units = data["units"] if isinstance(data, dict) else data
+    units = list(data["units"] if isinstance(data, dict) else data)
     for unit in units:
         unit["peak_rss_gib"] = float(unit.get("peak_rss_gib") or 2.9)
-    return list(units)
+    if today_order is not None:
+        started = sorted(load(today_order), key=lambda u: (float(u.get("start") or 0.0),
+                                                           str(u["path"])))
+        rank = {str(u["path"]): index for index, u in enumerate(started)}
+        units.sort(key=lambda u: rank.get(str(u["path"]), len(rank)))
+    return units
 
 
 def _describe(row: dict[str, Any]) -> str:
@@ -85,9 +98,11 @@ def _describe(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path)
+    parser.add_argument("--today-order", type=Path, default=None,
+                        help="a build with today's plan: its start order is today's")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    units = load(args.table)
+    units = load(args.table, args.today_order)
     report = {name: plans(units, cores, total) for name, (cores, total) in MACHINES.items()}
     if args.json:
         print(json.dumps(report, indent=1))
@@ -95,7 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(units)} units, {sum(u['seconds'] for u in units):.0f} unit-seconds")
     for name, result in report.items():
         print(f"{name} ({result['usable_gib']} GiB usable): today {_describe(result['today'])}"
-              f"; pools {_describe(result['pools'])}, ratio {result['pools']['ratio']}; "
+              f"; pools {_describe(result['pools'])}"
+              f"{' longest first' if result['longest_first'] else ''}, ratio "
+              f"{result['pools']['ratio']}; "
               f"first build (rule) {_describe(result['first_build_rule'])}, ratio "
               f"{result['first_build_rule']['ratio']}")
     return 0

@@ -20,8 +20,13 @@
 # the cache the part before it left (prep_here.sh writes rebuild.bundle.tar.xz).
 # A part whose name starts with "today" is built with today's job plan (one MAX_JOBS for
 # every unit, SPARKBUILD_JOB_PLAN=single) in cold caches of its own (sparkbuild's and
-# ccache's): the back-to-back comparison of the two plans (issue 18), e.g.
-#   run.sh start 540 pools _moe_C rebuild _moe_C today _moe_C
+# ccache's): the back-to-back comparison of the two plans (issue 18).  A part whose name
+# starts with "pools" built after it starts from the unit table today's build measured (its
+# cache's units/memory.json; the pool plan's claim: a node's first build measures, the
+# builds after it plan from the measurements), in a cold ccache of its own, e.g.
+#   run.sh start 560 today _moe_C pools _moe_C rebuild _moe_C
+# (without a "today" part before it, from .devrun/units-seed.json when that is there: a
+# unit table measured on the device, e.g. bench/full-build/session-20-today/unit-memory.json)
 # What comes back: $OUT/PART.tgz (at most 8 files come back a call, so one archive a part):
 # machine.txt, doctor.json, progress.txt, mem.json, wheel.json (timeline, units),
 # wheel-err-tail.txt, build-log-tail.txt, ninja_log, unit-memory.json, verify.json,
@@ -82,6 +87,7 @@ build_part() {  # PART TARGETS: one part, start to verify, in the foreground (ru
   local env_=($(plan_env $1))
   mkdir -p $S; env "${env_[@]}" ccache -z > /dev/null 2>&1; date +%s > $S/start
   echo "${env_[*]}" > $S/plan-env.txt
+  seed_units $1
   python3 $ROOT/bin/monitor.py $S/mem.json $S/wheel.rc > /dev/null 2>&1 < /dev/null &
   env "${env_[@]}" "${cmdline[@]}" > $S/wheel.json 2> $S/wheel.err
   echo $? > $S/wheel.rc.tmp
@@ -89,6 +95,16 @@ build_part() {  # PART TARGETS: one part, start to verify, in the foreground (ru
   keep_logs $1  # the next part re-prepares the same work directory
   case $1 in today*) ;; *) verify_part $1 ;; esac  # wheel itself verified it
   mv $S/wheel.rc.tmp $S/wheel.rc
+}
+
+seed_units() {  # PART: a "pools" part plans from the unit table of a "today" part before
+  # it, else from .devrun/units-seed.json (a table a device build measured) when carried
+  local table=$ROOT/cache-today/units/memory.json
+  case $1 in pools*) ;; *) return 0 ;; esac
+  [ -f $table ] || table=$ROOT/bin/units-seed.json
+  [ -f $table ] && [ ! -e $ROOT/cache/units/memory.json ] || return 0
+  mkdir -p $ROOT/cache/units && cp $table $ROOT/cache/units/memory.json
+  echo "unit table: $table, $(grep -c '"seconds"' $table) units" >> $ROOT/$1/plan-env.txt
 }
 
 verify_part() {  # PART: sparkbuild verify of the part's wheelhouse once more, on its own (the
@@ -110,7 +126,7 @@ start_parts() {  # PART TARGETS [PART TARGETS ...]
   fi
   # the chain runs from copies: the next call re-sends the working tree under it
   mkdir -p $ROOT/bin; cp $0 $ROOT/bin/run.sh; cp $REPO/bench/real-build/monitor.py $ROOT/bin/
-  cp $D/*.bundle.tar.xz $ROOT/bin/
+  cp $D/*.bundle.tar.xz $ROOT/bin/; cp $D/units-seed.json $ROOT/bin/ 2>/dev/null
   setsid nohup bash $ROOT/bin/run.sh _chain "$@" > $ROOT/chain.log 2>&1 < /dev/null &
 }
 

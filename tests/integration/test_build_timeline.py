@@ -24,6 +24,7 @@ from sparkbuild.build.compile import PROVIDER
 from sparkbuild.build.ninja_graph import read_graph
 from sparkbuild.build.ninja_shim import write_wrapper
 from sparkbuild.build.pools import HEAVY_POOL, plan_pools, write_plan_file
+from sparkbuild.build.schedule import KnownUnit
 from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
 from support import example_recipe, pybind11_bare_repo
 
@@ -55,11 +56,12 @@ def _project(root: Path) -> Path:
     return src
 
 
-def _build(root: Path, *, kill: bool) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
+def _build(root: Path, *, kill: bool, known: list[KnownUnit] | None = None, jobs: int = 2
+           ) -> tuple[subprocess.CompletedProcess[str], Path, Path]:
     cmake, ninja = _tools()
     src = _project(root)
     build = root / "build"
-    plan = plan_pools(cores=2, usable_bytes=8 * 1024**3, job_memory_gib=4.0)
+    plan = plan_pools(cores=2, usable_bytes=8 * 1024**3, job_memory_gib=4.0, known=known)
     plan_file = write_plan_file(plan, root / "plan.json", src)
     wrapper = write_wrapper(root / "bin" / "ninja", sys.executable, REPO / "src")
     launcher = root / "launcher.sh"
@@ -75,7 +77,7 @@ def _build(root: Path, *, kill: bool) -> tuple[subprocess.CompletedProcess[str],
                     "-DCMAKE_JOB_POOL_COMPILE:STRING=compile", "-DCMAKE_JOB_POOLS:STRING=compile=2",
                     f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}"],
                    check=True, env=env, capture_output=True, text=True, timeout=300)
-    built = subprocess.run([cmake, "--build", build, "-j2"], env=env, capture_output=True,
+    built = subprocess.run([cmake, "--build", build, f"-j{jobs}"], env=env, capture_output=True,
                            text=True, timeout=300, check=False)
     return built, build, record
 
@@ -103,6 +105,18 @@ def test_heavy_unit_goes_into_the_pool_declared_by_the_include(tmp_path: Path) -
     assert HEAVY_POOL in pools and pools["compile"] == 2
     pooled = {Path(e.source).name: e.variables.get("pool") for e in edges if e.is_compile}
     assert pooled == {"a.cpp": "compile", "b.cpp": "compile", "gemm_kernel.cpp": HEAVY_POOL}
+
+
+def test_ninja_starts_the_units_longest_first_by_their_measured_seconds(tmp_path: Path) -> None:
+    known = [KnownUnit("a.cpp", "", 1.0, 2**28, 0.0), KnownUnit("b.cpp", "", 9.0, 2**28, 1.0),
+             KnownUnit("gemm_kernel.cpp", "", 3.0, 2**28, 2.0)]
+    built, build, _ = _build(tmp_path, kill=False, known=known, jobs=1)
+    assert built.returncode == 0, built.stdout + built.stderr
+    log = [line.split("\t") for line in
+           (build / ".ninja_log").read_text(encoding="utf-8").splitlines()[1:]]
+    started = [Path(out).name for _, _, _, out, _ in sorted(
+        (entry for entry in log if entry[3].endswith(".o")), key=lambda e: int(e[0]))]
+    assert started == ["b.cpp.o", "gemm_kernel.cpp.o", "a.cpp.o"]  # CMake lists a, b, gemm
 
 
 def test_a_unit_killed_for_memory_is_retried_in_the_pool(tmp_path: Path) -> None:

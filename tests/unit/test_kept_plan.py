@@ -226,3 +226,17 @@ def test_a_changed_vendor_setting_changes_the_reused_plan(tree: Path, cache: Cac
     narrowed = dataclasses.replace(recipe, vendor=VendorSettings(submodules={"cutlass": ()}))
     again = vendor_for_recipe(tree, cache, narrowed, offline=True, wheels=False, reuse=True)
     assert again.plan.sources[0].submodules == () and not again.plan.wheels
+
+
+def test_what_a_configure_writes_into_the_tree_is_no_miss(tree: Path, cache: Cache) -> None:
+    """vLLM's configure writes its dependencies' binary directories into the tree's .deps
+    (FETCHCONTENT_BASE_DIR): CMake files, but not the tree's."""
+    fake = FakeRecorder()
+    plan_tree(tree, env=ENV, sources_of=reusing(cache, fake))
+    for name in (".deps/cutlass-build/cmake_install.cmake",
+                 ".deps/cutlass-build/CMakeFiles/Export/NvidiaCutlassTargets.cmake",
+                 "csrc/CMakeFiles/generated.cmake"):
+        (tree / name).parent.mkdir(parents=True, exist_ok=True)
+        (tree / name).write_text("set(GENERATED 1)\n", encoding="utf-8")
+    plan_tree(tree, env=ENV, sources_of=reusing(cache, fake))
+    assert fake.calls == 1

@@ -96,13 +96,14 @@ def test_a_pool_declared_by_the_include_gets_its_depth_there(tmp_path: Path) -> 
     assert read_graph(build)[1][HEAVY_POOL] == 2
 
 
-def test_the_wrapper_imports_the_standard_library_and_ninja_graph_alone() -> None:
+def test_the_wrapper_imports_the_standard_library_ninja_graph_and_unit_order_alone() -> None:
     """CMake runs the wrapper in the build's environment: nothing of sparkbuild's console
-    (rich) or store, only ninja_graph, which imports the standard library alone."""
+    (rich) or store, only ninja_graph and unit_order, which import the standard library
+    alone."""
     import ast
     import sys
 
-    from sparkbuild.build import ninja_graph, ninja_shim
+    from sparkbuild.build import ninja_graph, ninja_shim, unit_order
 
     def imported(module: object) -> set[str]:
         tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text(encoding="utf-8"))
@@ -110,7 +111,9 @@ def test_the_wrapper_imports_the_standard_library_and_ninja_graph_alone() -> Non
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         return {name for name in names if name.split(".")[0] not in sys.stdlib_module_names}
 
-    assert imported(ninja_shim) == {"sparkbuild.build.ninja_graph"}
+    assert imported(ninja_shim) == {"sparkbuild.build.ninja_graph",
+                                    "sparkbuild.build.unit_order"}
+    assert imported(unit_order) == set()
     assert imported(ninja_graph) == set()
 
 
@@ -131,3 +134,44 @@ def test_assign_pool_replaces_build_ninja_whole_or_not_at_all(
     monkeypatch.undo()
     assert assign_pool(build, _plan(depth=2))
     assert not [p for p in build.iterdir() if ".sparkbuild-" in p.name]
+
+
+def _edges_as_written(build: Path) -> list[tuple[str, str, tuple[str, ...], tuple[object, ...]]]:
+    edges, _ = read_graph(build)
+    return [(e.outputs[0], e.rule, tuple(e.inputs),
+             tuple(sorted((k, v) for k, v in e.variables.items() if k != "pool")))
+            for e in sorted(edges, key=lambda e: e.line)]
+
+
+def test_assign_pool_lists_the_compile_edges_longest_first(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(DATA, build)
+    before = _edges_as_written(build)
+    seconds = {"csrc/activation_kernels.cu": 20.0, "csrc/bindings.cpp": 5.0,
+               "csrc/quantization/fp4/nvfp4_block_scaled_mma.cu": 300.0,
+               "csrc/quantization/scaled_mm/scaled_mm_sm120.cu": 90.0,
+               "csrc/quantization/fp4/nvfp4_quant_kernels.cu": 45.0}
+    plan = _plan(depth=2, by_source_seconds=seconds)
+    heavy = assign_pool(build, plan)
+    after = _edges_as_written(build)
+    compiles = [edge for edge in after if "_COMPILER_" in edge[1]]
+    # moe_permute_unpermute_op.cu is untimed: it counts as the longest, ties keep CMake's order
+    assert [Path(edge[2][0]).name for edge in compiles] == [
+        "moe_permute_unpermute_op.cu", "nvfp4_block_scaled_mma.cu", "scaled_mm_sm120.cu",
+        "nvfp4_quant_kernels.cu", "activation_kernels.cu", "bindings.cpp"]
+    assert sorted(after) == sorted(before)  # the same edges, each as CMake wrote it
+    assert [e for e in after if "_COMPILER_" not in e[1]] == [
+        e for e in before if "_COMPILER_" not in e[1]]  # the rest stays in place
+    edges, _ = read_graph(build)
+    assert sorted(e.outputs[0] for e in edges if e.variables.get("pool") == HEAVY_POOL) == heavy
+    text = (build / "build.ninja").read_text(encoding="utf-8")
+    assert assign_pool(build, plan) == heavy  # a retry: the same manifest
+    assert (build / "build.ninja").read_text(encoding="utf-8") == text
+
+
+def test_assign_pool_keeps_cmakes_order_when_nothing_is_timed(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    shutil.copytree(DATA, build)
+    before = _edges_as_written(build)
+    assign_pool(build, _plan(depth=2))
+    assert _edges_as_written(build) == before

@@ -21,6 +21,7 @@ from sparkbuild.build.pools import (
     write_plan_file,
 )
 from sparkbuild.build.schedule import KnownUnit, simulate
+from sparkbuild.build.unit_order import expected_seconds, longest_first
 
 GIB = 1024**3
 
@@ -33,12 +34,15 @@ def _unit(name: str, seconds: float, peak_gib: float | None, start: float = 0.0)
 
 
 def _predicted(plan_units: list[KnownUnit], plan: object) -> float:
+    """The plan's makespan with its units started as the ninja wrapper lists them."""
     from sparkbuild.build.pools import PoolPlan
 
     assert isinstance(plan, PoolPlan)
-    peaks = [float(u.peak_bytes or 0) for u in plan_units]
-    return simulate([u.seconds for u in plan_units], peaks, plan.jobs,
-                    heavy_indices(plan, plan_units), plan.depth).makespan
+    ordered = [plan_units[i] for i in longest_first([u.seconds for u in plan_units])] \
+        if plan.seconds else plan_units
+    peaks = [float(u.peak_bytes or 0) for u in ordered]
+    return simulate([u.seconds for u in ordered], peaks, plan.jobs,
+                    heavy_indices(plan, ordered), plan.depth).makespan
 
 
 def test_first_build_rule_never_constrains_heavy_units_below_todays_max_jobs() -> None:
@@ -156,3 +160,32 @@ def test_the_rule_counts_marlin_light_and_the_cutlass_gemms_beside_it_heavy() ->
     assert rule_match("csrc/libtorch_stable/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8.cu")
     assert rule_match("deps/qutlass-a2a935190698/qutlass/csrc/gemm.cu")
     assert rule_match("csrc/libtorch_stable/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu")
+
+
+def test_measured_seconds_start_the_longest_units_first(tmp_path: Path) -> None:
+    """The _moe_C shape: CMake lists the longest units late, so they start late."""
+    short = [_unit(f"csrc/k{i}.cu", 100.0, 1.0, i) for i in range(4)]
+    long_ = [_unit(f"csrc/marlin{i}.cu", 200.0, 1.0, 4 + i) for i in range(2)]
+    units = short + long_
+    plan = plan_pools(cores=4, usable_bytes=64 * GIB, job_memory_gib=8.0, known=units)
+    assert plan.today_seconds == pytest.approx(300.0)  # 4 short, then the 2 long
+    assert plan.predicted_seconds == pytest.approx(200.0)  # 2 long beside 2 + 2 short
+    assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
+    assert dict(plan.seconds) == {f"{u.source}|{u.flags}": u.seconds for u in units}
+    assert "units start longest first: 6 timed unit(s), the longest 200 s" in " ".join(
+        plan.reasons)
+    assert plan.to_dict()["timed_units"] == 6
+    data = json.loads(write_plan_file(plan, tmp_path / "plan.json",
+                                      Path("/TREE")).read_text(encoding="utf-8"))
+    wrapper = [expected_seconds(u.source, u.flags, data) for u in units]
+    assert [units[i] for i in longest_first(wrapper)] == long_ + short  # the wrapper's order
+    assert data["by_source_seconds"]["csrc/marlin0.cu"] == 200.0
+
+
+def test_the_table_order_is_kept_where_longest_first_is_predicted_slower() -> None:
+    """List scheduling longest first is not always best: on 2 cores, 3, 3, 2, 2, 2 finish
+    at 7 longest first and at 6 in the order 3, 2, 2, 3, 2 ... kept as given."""
+    units = [_unit(f"csrc/u{i}.cu", s, 1.0, i) for i, s in enumerate([3.0, 2.0, 2.0, 3.0, 2.0])]
+    plan = plan_pools(cores=2, usable_bytes=64 * GIB, job_memory_gib=8.0, known=units)
+    assert plan.seconds == {} and "longest first" not in " ".join(plan.reasons)
+    assert plan.predicted_seconds == pytest.approx(6.0) == plan.today_seconds

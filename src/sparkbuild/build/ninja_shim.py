@@ -5,12 +5,14 @@ CMake is told to use this as its ``CMAKE_MAKE_PROGRAM`` (a two-line script writt
 configure -- comes here with ninja's own arguments.  Before ninja starts, the edges of
 the units the plan file (``$SPARKBUILD_POOL_PLAN``, :mod:`sparkbuild.build.pools`) calls
 heavy get ``pool = sparkbuild_heavy`` in ``build.ninja`` (CMake has no per-source job
-pool: ``JOB_POOL_COMPILE`` is a target property, and vLLM's ``_C`` is one target).
-Ninja's output is passed through line by line.  When the build fails and every failed
-unit was killed (SIGKILL, exit 137, nvcc's "died due to signal 9"), those units join the
-pool -- its depth halved when they were in it already -- and ninja runs again: it builds
-only what is left.  Each run is appended to ``$SPARKBUILD_NINJA_RECORD`` (one JSON line:
-build directory, wall-clock start and end, exit status, the units retried).
+pool: ``JOB_POOL_COMPILE`` is a target property, and vLLM's ``_C`` is one target), and
+the compile edges are listed longest first by the plan's measured seconds, the order
+ninja starts them in (:mod:`sparkbuild.build.unit_order`). Ninja's output is passed
+through line by line. When the build fails and every failed unit was killed (SIGKILL, exit
+137, nvcc's "died due to signal 9"), those units join the pool -- its depth halved when
+they were in it already -- and ninja runs again: it builds only what is left. Each run is
+appended to ``$SPARKBUILD_NINJA_RECORD`` (one JSON line: build directory, wall-clock start
+and end, exit status, the units retried).
 
 Anything but a build (``--version``, ``-t TOOL``, ``-n``) goes to ninja unchanged.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.build.ninja_graph import Edge, logical_lines, read_graph, read_ninja_file
+from sparkbuild.build.unit_order import expected_seconds, longest_first
 
 REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
 RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
@@ -63,26 +66,32 @@ def is_heavy(edge: Edge, plan: dict[str, Any]) -> bool:
 
 def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
     """Put the heavy compile edges of ``build_dir/build.ninja`` into the plan's pool (and
-    declare it, when the top-level include did not); returns their outputs."""
+    declare it, when the top-level include did not), and list the compile edges longest
+    first (:mod:`sparkbuild.build.unit_order`); returns the heavy edges' outputs."""
     pool, depth = str(plan["pool"]), int(plan["depth"])
     path = build_dir / "build.ninja"
     parsed = read_ninja_file(path)
     lines = list(parsed.lines)
+    compiles = sorted((e for e in parsed.edges if e.is_compile), key=lambda e: e.line)
+    spans: list[tuple[int, int]] = []
+    bodies: list[list[str]] = []
     heavy: list[str] = []
-    for edge in sorted(parsed.edges, key=lambda e: e.line, reverse=True):
-        if not edge.is_compile or not is_heavy(edge, plan):
-            continue
-        heavy.append(edge.outputs[0])
+    for edge in compiles:
         end = edge.line + 1
         while end < len(lines) and lines[end].startswith(("  ", "\t")):
             end += 1
-        for index in range(edge.line + 1, end):
-            if lines[index].strip().startswith("pool ") or lines[index].strip().startswith(
-                    "pool="):
-                lines[index] = f"  pool = {pool}"
-                break
-        else:
-            lines.insert(edge.line + 1, f"  pool = {pool}")
+        spans.append((edge.line, end))
+        body = lines[edge.line:end]
+        if is_heavy(edge, plan):
+            heavy.append(edge.outputs[0])
+            body = _in_pool(body, pool)
+        bodies.append(body)
+    tree = str(plan.get("tree", ""))
+    order = longest_first([expected_seconds(relative_source(e.source, tree), e.flags_key(),
+                                            plan) for e in compiles])
+    for position in reversed(range(len(spans))):  # from the end: the spans above stand
+        start, end = spans[position]
+        lines[start:end] = bodies[order[position]]
     _, pools = read_graph(build_dir)
     if pool not in pools:
         lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
@@ -90,6 +99,14 @@ def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
         _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
     _replace_text(path, "\n".join(lines) + ("\n" if lines and lines[-1] else ""))
     return sorted(heavy)
+
+
+def _in_pool(body: list[str], pool: str) -> list[str]:
+    """An edge's lines (``build`` and its variables) with ``pool = POOL``."""
+    for index, line in enumerate(body[1:], start=1):
+        if line.strip().startswith("pool ") or line.strip().startswith("pool="):
+            return [*body[:index], f"  pool = {pool}", *body[index + 1:]]
+    return [body[0], f"  pool = {pool}", *body[1:]]
 
 
 def _replace_text(path: Path, text: str) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.build.schedule import KnownUnit, simulate
+from sparkbuild.build.unit_order import longest_first, max_by_source
 from sparkbuild.store.files import write_text_atomic
 
 GIB = 1024**3
@@ -83,6 +84,8 @@ class PoolPlan:
     """The simulated compile makespan of this plan (measured basis only)."""
     today_seconds: float | None = None
     """... and of today's plan, on the same unit table."""
+    seconds: Mapping[str, float] = field(default_factory=dict)
+    """``source|flags`` -> measured seconds: the ninja wrapper starts units longest first."""
 
     def heavy_measured(self) -> list[str]:
         return sorted(k.split("|")[0] for k, v in self.measured.items()
@@ -99,7 +102,8 @@ class PoolPlan:
                 "killed": list(self.killed), "reasons": list(self.reasons),
                 "today_jobs": self.today_jobs,
                 "predicted_makespan_s": _round(self.predicted_seconds),
-                "today_makespan_s": _round(self.today_seconds)}
+                "today_makespan_s": _round(self.today_seconds),
+                "timed_units": len(self.seconds)}
 
 
 def _round(value: float | None) -> float | None:
@@ -206,6 +210,10 @@ def _candidates(table: list[_Unit], jobs: int, usable: float, fair: float
     return out
 
 
+def _fastest(found: list[_Candidate]) -> _Candidate:
+    return min(found, key=lambda c: (c.makespan, c.threshold))
+
+
 def plan_pools(
     *, cores: int, usable_bytes: float, job_memory_gib: float, nvcc_threads: int = 1,
     measured: Mapping[str, int] | None = None, killed: tuple[str, ...] = (),
@@ -242,11 +250,22 @@ def plan_pools(
         depth = min(jobs, max(depth, today))
         return PoolPlan(jobs, depth, "rule", int(fair), int(heavy_est), int(light_est),
                         measured, HEAVY_PATTERNS, killed, (*reasons, _RETRY), today_jobs=today)
-    table = _table(known, measured, killed, heavy_est, light_est)
+    table = original = _table(known, measured, killed, heavy_est, light_est)
+    baseline = simulate([u.seconds for u in table], [u.peak for u in table], today)
+    unit_seconds = {f"{u.source}|{u.flags}": max(0.0, u.seconds) for u in known}
+    # today's plan starts the units in the table's order (the earlier build's); the pool
+    # plan longest first, as the ninja wrapper lists them -- unless that is predicted slower
+    in_order = _candidates(table, jobs, usable_bytes, fair)
+    longest = [table[i] for i in longest_first([u.seconds for u in table])]
+    found = _candidates(longest, jobs, usable_bytes, fair)
+    starts_longest = bool(unit_seconds) and (
+        _fastest(found).makespan <= _fastest(in_order).makespan * (1 + 1e-9))
+    if starts_longest:
+        table = longest
+    else:
+        found = in_order
     seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
-    baseline = simulate(seconds, peaks, today)
-    found = _candidates(table, jobs, usable_bytes, fair)
-    best = min(found, key=lambda c: (c.makespan, c.threshold))
+    best = _fastest(found)
     timed = "seconds" if known else "no seconds known: units counted alike"
     reasons.append(
         f"measured: {len(table)} unit(s) from earlier builds ({timed}); the heaviest took "
@@ -264,11 +283,18 @@ def plan_pools(
             f"{job_memory_gib:g} GiB budget); heavy units keep today's limit")
         if run.makespan <= baseline.makespan * (1 + 1e-9):
             best = _Candidate(fair, floor.depth, floor.pooled, False, run.makespan, run.peak)
-        else:
-            jobs, best = today, _Candidate(fair, today, at_fair.pooled, False,
+        else:  # today's plan itself, in today's order
+            table, starts_longest = original, False
+            seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
+            jobs, best = today, _Candidate(fair, today, in_order[0].pooled, False,
                                            baseline.makespan, baseline.peak)
             reasons.append(f"MAX_JOBS={today}: today's plan itself (no pool plan is predicted "
                            "faster)")
+    if starts_longest:
+        reasons.append(
+            f"units start longest first: {len(unit_seconds)} timed unit(s), the longest "
+            f"{max(unit_seconds.values()):.0f} s at once (today's plan starts them in CMake's "
+            "order); an untimed unit counts as the longest")
     heavy = [peaks[i] for i in best.pooled]
     light = [p for i, p in enumerate(peaks) if i not in best.pooled]
     rule_heavy = heavy_est > best.threshold
@@ -285,7 +311,8 @@ def plan_pools(
                     int(max(heavy, default=0.0)), int(max(light, default=0.0)), measured,
                     HEAVY_PATTERNS if rule_heavy else (), killed, (*reasons, _RETRY),
                     today_jobs=today, predicted_seconds=best.makespan,
-                    today_seconds=baseline.makespan)
+                    today_seconds=baseline.makespan,
+                    seconds=unit_seconds if starts_longest else {})
 
 
 _RETRY = "a unit killed for memory (SIGKILL, exit 137) is retried in the pool"
@@ -306,13 +333,10 @@ def heavy_indices(plan: PoolPlan, units: Sequence[KnownUnit]) -> set[int]:
 def write_plan_file(plan: PoolPlan, path: Path, tree: Path) -> Path:
     """The file the ninja wrapper reads (see :mod:`sparkbuild.build.ninja_shim`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    by_source: dict[str, int] = {}
-    for key, peak in plan.measured.items():
-        source = key.split("|")[0]
-        by_source[source] = max(by_source.get(source, 0), peak)
     data = {"pool": HEAVY_POOL, "depth": plan.depth, "tree": str(tree),
             "threshold": plan.threshold_bytes / HEADROOM, "patterns": list(plan.patterns),
-            "measured": dict(plan.measured), "by_source": by_source,
-            "killed": list(plan.killed)}
+            "measured": dict(plan.measured), "by_source": max_by_source(plan.measured),
+            "killed": list(plan.killed), "seconds": dict(plan.seconds),
+            "by_source_seconds": max_by_source(plan.seconds)}
     write_text_atomic(path, json.dumps(data, indent=1) + "\n")
     return path
