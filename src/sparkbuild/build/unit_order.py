@@ -3,8 +3,8 @@
 Ninja starts the ready edges of equal priority in the order ``build.ninja`` lists them
 (checked with ninja 1.11 and 1.13: it does not read ``.ninja_log``'s durations), and
 CMake lists a target's units in its source order.  In vLLM's ``_moe_C`` at 12.1a that
-order started a 216 s Marlin MoE unit 85 s into the compile, and the compile took 293 s
-where its longest unit took 216 s (bench/full-build/session-16-pools).  With the units'
+order started two Marlin MoE units of 203 and 208 s 85 s into the compile, which took
+293 s where its longest unit took 216 s (bench/full-build/session-16-pools).  With the units'
 measured seconds (the cache's unit table, :mod:`sparkbuild.build.unit_memory`), the ninja
 wrapper lists the compile edges longest first, so the longest units start at once and the
 short ones fill the cores at the end (list scheduling in that order: LPT).
