@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.build.ninja_graph import Edge, logical_lines, read_graph, read_ninja_file
-from sparkbuild.build.unit_order import expected_seconds, longest_first
+from sparkbuild.build.unit_order import expected_seconds, longest_first, plan_measure
 
 REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
 RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
@@ -54,13 +54,9 @@ def is_heavy(edge: Edge, plan: dict[str, Any]) -> bool:
     source = relative_source(edge.source, plan.get("tree", ""))
     if source in plan.get("killed", ()):
         return True
-    threshold = float(plan.get("threshold", 0))
-    key = f"{source}|{edge.flags_key()}"
-    measured, by_source = plan.get("measured", {}), plan.get("by_source", {})
-    if key in measured:
-        return float(measured[key]) > threshold
-    if source in by_source:
-        return float(by_source[source]) > threshold
+    peak = plan_measure(plan, "measured", "by_source", source, edge.flags_key())
+    if peak is not None:
+        return peak > float(plan.get("threshold", 0))
     return any(re.search(p, source, re.IGNORECASE) for p in plan.get("patterns", ()))
 
 

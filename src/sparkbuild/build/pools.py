@@ -255,15 +255,13 @@ def plan_pools(
     unit_seconds = {f"{u.source}|{u.flags}": max(0.0, u.seconds) for u in known}
     # today's plan starts the units in the table's order (the earlier build's); the pool
     # plan longest first, as the ninja wrapper lists them -- unless that is predicted slower
-    in_order = _candidates(table, jobs, usable_bytes, fair)
-    longest = [table[i] for i in longest_first([u.seconds for u in table])]
-    found = _candidates(longest, jobs, usable_bytes, fair)
-    starts_longest = bool(unit_seconds) and (
-        _fastest(found).makespan <= _fastest(in_order).makespan * (1 + 1e-9))
-    if starts_longest:
-        table = longest
-    else:
-        found = in_order
+    found = in_order = _candidates(table, jobs, usable_bytes, fair)
+    starts_longest = False
+    if unit_seconds:
+        longest = [table[i] for i in longest_first([u.seconds for u in table])]
+        by_longest = _candidates(longest, jobs, usable_bytes, fair)
+        if _fastest(by_longest).makespan <= _fastest(in_order).makespan * (1 + 1e-9):
+            table, found, starts_longest = longest, by_longest, True
     seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
     best = _fastest(found)
     timed = "seconds" if known else "no seconds known: units counted alike"

@@ -34,16 +34,22 @@ def longest_first(seconds: Sequence[float | None]) -> list[int]:
     return sorted(range(len(counted)), key=lambda i: (-counted[i], i))
 
 
-def expected_seconds(source: str, flags: str, plan: Mapping[str, object]) -> float | None:
-    """A unit's seconds from the plan file: measured with these flags, else the most any
-    build of the same source took; None when neither was measured."""
-    by_key = plan.get("seconds")
-    by_source = plan.get("by_source_seconds")
-    if isinstance(by_key, Mapping) and f"{source}|{flags}" in by_key:
-        return float(by_key[f"{source}|{flags}"])
-    if isinstance(by_source, Mapping) and source in by_source:
-        return float(by_source[source])
+def plan_measure(plan: Mapping[str, object], by_key: str, by_source: str, source: str,
+                 flags: str) -> float | None:
+    """A unit's measure in the plan file (its ``by_key`` map, ``source|flags`` -> value, and
+    ``by_source`` map, source -> the most of its builds): measured with these flags, else
+    the most any build of the same source gave; None when neither was measured."""
+    keyed, sourced = plan.get(by_key), plan.get(by_source)
+    if isinstance(keyed, Mapping) and f"{source}|{flags}" in keyed:
+        return float(keyed[f"{source}|{flags}"])
+    if isinstance(sourced, Mapping) and source in sourced:
+        return float(sourced[source])
     return None
+
+
+def expected_seconds(source: str, flags: str, plan: Mapping[str, object]) -> float | None:
+    """A unit's seconds from the plan file (see :func:`plan_measure`)."""
+    return plan_measure(plan, "seconds", "by_source_seconds", source, flags)
 
 
 def max_by_source(values: Mapping[str, float]) -> dict[str, float]:
