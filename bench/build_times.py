@@ -193,7 +193,7 @@ def report(numbers: dict[str, Any]) -> str:
         "anew and brings the work tree up to it file by file (`store/tree_sync.py`): the "
         "build directory inside it stays and only the changed header gets a new mtime, so "
         "ninja sends only the unit that includes it to the compiler; sparkbuild's cmake "
-        "(`build/cmake_shim.py`) skips the configure, whose arguments, environment and "
+        "(`compile/cmake_shim.py`) skips the configure, whose arguments, environment and "
         "non-code tree files are those of the cold run (the configure column is then the "
         "setup.py's own time up to ninja). ccache's misses count the units that really "
         "recompiled; it also sees CMake's try_compile probes (pybind11 checks compiler "

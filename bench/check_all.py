@@ -33,8 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.build.check import check_tree
-from sparkbuild.build.check_result import CheckResult
+from sparkbuild.checks.check import check_tree
+from sparkbuild.checks.check_result import CheckResult
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import REPO_ROOT, load_recipe
 from sparkbuild.sources.index import fetch_sdist

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sparkbuild.store.cache import Cache
-from sparkbuild.toolchain.sass_cache import CodeCache
+from sparkbuild.toolchain.kept_sass import CodeCache
 from sparkbuild.toolchain.sass_library import read_library_facts
 
 

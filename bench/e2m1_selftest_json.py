@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from sparkbuild.build.selftest import run_e2m1_selftest
+from sparkbuild.checks.selftest import run_e2m1_selftest
 from sparkbuild.errors import SparkbuildError
 
 

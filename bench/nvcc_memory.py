@@ -30,8 +30,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild.build.check_plan import plan_check
-from sparkbuild.build.doctor import GIB, plan_build, read_memory
+from sparkbuild.checks.check_plan import plan_check
+from sparkbuild.jobplan.machine import GIB, plan_build, read_memory
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, Recipe, load_recipe

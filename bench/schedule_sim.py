@@ -4,14 +4,14 @@
 
 UNITS.json: ``wheel --json`` output (its ``units``) or ``{"units": [...]}``; each unit has
 ``path``, ``seconds`` and ``peak_rss_gib`` (a unit without a peak counts 2.9 GiB).
-Every plan is list scheduling by the planner's own simulator (sparkbuild.build.schedule):
+Every plan is list scheduling by the planner's own simulator (sparkbuild.jobplan.schedule):
 a free slot takes the next unit that may start.
   * today's: MAX_JOBS = min(cores, usable / 8.7 GiB), one budget for every unit, the units
     in the table's order (CMake's, as the earlier build started them);
-  * the pool plan (sparkbuild.build.pools.plan_pools, given the table as the cache would
+  * the pool plan (sparkbuild.jobplan.pools.plan_pools, given the table as the cache would
     hold it: seconds and peaks): MAX_JOBS = cores, the heavy units in a pool, the
     threshold and depth it chooses by simulating its candidates, the units started
-    longest first (sparkbuild.build.unit_order) unless that is predicted slower;
+    longest first (sparkbuild.jobplan.unit_order) unless that is predicted slower;
   * the first build's plan (nothing known: the path rule, each heavy unit 8.7 GiB).
 Each is reported with its peak memory in flight (the sum of running units' peaks).
 A table from a build that started its units longest first lists them in that order; with
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from sparkbuild.build.doctor import usable_memory
-from sparkbuild.build.pools import heavy_indices, plan_pools, today_jobs
-from sparkbuild.build.schedule import KnownUnit, simulate
-from sparkbuild.build.unit_order import longest_first
+from sparkbuild.jobplan.machine import usable_memory
+from sparkbuild.jobplan.pools import heavy_indices, plan_pools, today_jobs
+from sparkbuild.jobplan.schedule import KnownUnit, simulate
+from sparkbuild.jobplan.unit_order import longest_first
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7

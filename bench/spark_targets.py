@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkbuild.build.check_plan import plan_check
+from sparkbuild.checks.check_plan import plan_check
 from sparkbuild.proc import format_command, run
 from sparkbuild.recipe import REPO_ROOT, load_recipe
 from sparkbuild.toolchain import sass, tools

@@ -1,5 +1,5 @@
 """The tree's wheel deflated by setuptools and then rewritten, against stored and then
-rewritten (sparkbuild.build.stored_wheel): the seconds of each step and whether the two
+rewritten (sparkbuild.compile.uncompressed_wheel): the seconds of each step and whether the two
 rewritten wheels are the same bytes.
 
     python bench/stored_wheel.py [--payload FILE ...] [--out bench/STORED_WHEEL_RESULTS.md]
@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.build.stored_wheel import stored_wheel_environment
+from sparkbuild.compile.uncompressed_wheel import stored_wheel_environment
 from sparkbuild.wheelhouse.wheel_rewrite import normalize_wheel
 
 REPO = Path(__file__).resolve().parents[1]

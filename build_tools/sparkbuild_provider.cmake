@@ -81,7 +81,7 @@ cmake_language(
   SUPPORTED_METHODS FETCHCONTENT_MAKEAVAILABLE_SERIAL
 )
 
-# The heavy units' job pool (sparkbuild.build.pools): declared here, next to the tree's
+# The heavy units' job pool (sparkbuild.jobplan.pools): declared here, next to the tree's
 # own pools (vLLM's setup.py passes CMAKE_JOB_POOLS=compile=MAX_JOBS), with the depth
 # doctor chose in $ENV{SPARKBUILD_HEAVY_POOL_DEPTH}.  Which units go into it is decided
 # after CMake wrote build.ninja, by sparkbuild's ninja (CMAKE_MAKE_PROGRAM): CMake has no

@@ -42,12 +42,12 @@ $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implem
   cyclonedx-python-lib==11.12.0 license-expression boolean.py packageurl-python py-serializable defusedxml \
   setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2  # vLLM's build needs them
 # 2. the wheels flashinfer's builder needs, for the device's interpreter (CPython 3.12,
-#    x86_64), with the marker sparkbuild.build.flashinfer_aot.aot_wheels checks
+#    x86_64), with the marker sparkbuild.flashinfer.builder.aot_wheels checks
 AOT=$CACHE/flashinfer-aot/cp312-x86_64; mkdir -p $AOT
 PYTHONPATH=$REPO/src $PY - "$RECIPE" "$AOT" <<'PY'
 import sys
 from pathlib import Path
-from sparkbuild.build.flashinfer_aot import IMPORT_REQUIREMENTS
+from sparkbuild.flashinfer.builder import IMPORT_REQUIREMENTS
 from sparkbuild.recipe import load_recipe
 (pin,) = [p for p in load_recipe(Path(sys.argv[1])).pins if p.name == "flashinfer-python"]
 Path(sys.argv[2], "requirements.txt").write_text("\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n")

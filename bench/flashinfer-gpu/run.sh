@@ -2,7 +2,7 @@
 # Device run (issue 19): flashinfer's modules built ahead by sparkbuild, loaded and run on a
 # GPU with JIT disabled.  On the device machine (H200, sm_90; no network):
 #   bash .devrun-fi/run.sh            # after bench/flashinfer-gpu/prep_here.sh, carry .devrun-fi
-# 1. sparkbuild.build.flashinfer_aot.build_jit_cache builds the activation group's
+# 1. sparkbuild.flashinfer.builder.build_jit_cache builds the activation group's
 #    silu_and_mul for 9.0a from the flashinfer-python 0.6.18 wheel's own sources and builder
 #    (the device's torch, nvcc 13.0), packed as the flashinfer-jit-cache wheel;
 # 2. both wheels go into a fresh --target site;
@@ -19,7 +19,7 @@ SECONDS=0
 PYTHONPATH=$W/tools python3 - $D $W > $OUT/build.json 2> $OUT/build-err.txt <<'PY'
 import json, sys, time
 from pathlib import Path
-from sparkbuild.build.flashinfer_aot import AotRequest, build_jit_cache
+from sparkbuild.flashinfer.builder import AotRequest, build_jit_cache
 FLASHINFER_SHA256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"  # the pin
 D, W = Path(sys.argv[1]), Path(sys.argv[2])
 small = ("--only", "silu_and_mul", "--add-act", "true", "--add-moe", "false", "--add-comm",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "src"))
-from sparkbuild.build.pools import HEAVY_PATTERNS  # noqa: E402
+from sparkbuild.jobplan.pools import HEAVY_PATTERNS  # noqa: E402
 
 POINTS = [(286.0, 0), (301.0, 53), (527.0, 107), (1110.0, 129)]
 JOBS = 32

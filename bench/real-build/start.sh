@@ -19,7 +19,7 @@ export PYTHONPATH=/tmp/site
 } 2>&1 | tee $S/machine.txt
 JOBS=$(python3 -c '
 import os, sys
-from sparkbuild.build.doctor import plan_build
+from sparkbuild.jobplan.machine import plan_build
 gib = 1024**3  # KINDS.md: 256 GiB; /proc/meminfo starts low on this machine and grows
 plan = plan_build(total_memory_bytes=256*gib, available_memory_bytes=256*gib,
                   cores=os.cpu_count(), job_memory_gib=7.5, arch_count=2)

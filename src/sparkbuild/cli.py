@@ -55,7 +55,7 @@ def _patch(args: argparse.Namespace) -> StageResult:
     }[args.action]
     report = action(Path(args.tree), recipe)
     if args.action == "status" and args.cache:
-        from sparkbuild.vendor.patched import dependency_status
+        from sparkbuild.vendoring.patched import dependency_status
 
         report.dependencies = dependency_status(Path(args.tree), recipe, Path(args.cache))
     return report
@@ -63,7 +63,7 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 def _vendor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.sources.mirrors import Mirrors
-    from sparkbuild.vendor.plan import vendor_tree
+    from sparkbuild.vendoring.plan import vendor_tree
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
                        mirrors=Mirrors.parse(args.mirror), sparse=args.sparse)
@@ -119,7 +119,7 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 
 
 def _doctor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.doctor import run_doctor
+    from sparkbuild.compile.doctor import run_doctor
 
     if args.node:
         from sparkbuild.node.preflight import run_preflight
@@ -135,7 +135,7 @@ def _doctor(args: argparse.Namespace) -> StageResult:
 
 
 def _check(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.check import check_tree
+    from sparkbuild.checks.check import check_tree
 
     return check_tree(Path(args.tree), _recipe(args), only=args.unit, all_units=args.all)
 
@@ -175,7 +175,7 @@ def _install(args: argparse.Namespace) -> StageResult:
 
 
 def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.flashinfer_aot import build_for_recipe
+    from sparkbuild.flashinfer.builder import build_for_recipe
     from sparkbuild.store.cache import default_cache_root
 
     cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
@@ -186,7 +186,7 @@ def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.build.selftest import run_e2m1_selftest
+    from sparkbuild.checks.selftest import run_e2m1_selftest
 
     return run_e2m1_selftest(gpu=args.gpu)
 

@@ -9,7 +9,7 @@ The work directory is ``CACHE/work/<recipe name>`` and stays at the same path fr
 to run, so ccache recognises unchanged translation units of a re-prepared tree; a file
 lock keeps two runs of one recipe out of each other's way.  With a shared compile cache
 (``--compile-cache``) the work directory and the build environment move to the stable
-build root (:mod:`sparkbuild.build.compile_cache`), the same path on every machine.
+build root (:mod:`sparkbuild.team.compile_cache`), the same path on every machine.
 """
 
 from __future__ import annotations
@@ -25,55 +25,49 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.build.aot_alongside import alongside_jobs, aot_alongside, reserved_bytes
-from sparkbuild.build.compile import (
+from sparkbuild.compile.doctor import run_doctor
+from sparkbuild.compile.tree_build import (
     BuildOutcome,
     BuildRequest,
     build_tree,
     ensure_build_env,
     read_fetch_log,
 )
-from sparkbuild.build.compile_cache import (
+from sparkbuild.console import info, step, warn
+from sparkbuild.errors import SparkbuildError
+from sparkbuild.flashinfer.alongside import alongside_jobs, aot_alongside, reserved_bytes
+from sparkbuild.jobplan.machine import GIB, BuildPlan, plan_build, read_memory, with_pools
+from sparkbuild.jobplan.pools import write_plan_file
+from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
+from sparkbuild.jobplan.unit_memory import known_units, measured_for, remember
+from sparkbuild.recipe import check_jobs, require_spark_target
+from sparkbuild.store.context import RunContext
+from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.phases import phase, recording
+from sparkbuild.team.compile_cache import (
     CompileCacheResult,
     build_root,
     cache_spec,
     units_by_language,
 )
-from sparkbuild.build.doctor import (
-    GIB,
-    BuildPlan,
-    plan_build,
-    read_memory,
-    run_doctor,
-    with_pools,
-)
-from sparkbuild.build.pools import write_plan_file
-from sparkbuild.build.sccache_server import open_shared_cache
-from sparkbuild.build.timeline import BuildTimeline, run_timeline, timeline_lines
-from sparkbuild.build.unit_memory import known_units, measured_for, remember
-from sparkbuild.console import info, step, warn
-from sparkbuild.errors import SparkbuildError
-from sparkbuild.recipe import check_jobs, require_spark_target
-from sparkbuild.store.context import RunContext
-from sparkbuild.store.lock import CacheLock
-from sparkbuild.store.phases import phase, recording
+from sparkbuild.team.sccache_server import open_shared_cache
 from sparkbuild.toolchain import tools
-from sparkbuild.vendor.fetch import fetch_source, vendor_for_recipe
-from sparkbuild.vendor.index import remember_missed
-from sparkbuild.vendor.materialize import materialize, require_complete
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan, VendorResult
+from sparkbuild.vendoring.fetch import fetch_source, vendor_for_recipe
+from sparkbuild.vendoring.index import remember_missed
+from sparkbuild.vendoring.materialize import materialize, require_complete
+from sparkbuild.vendoring.plan import SourcePlan, VendorPlan, VendorResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from sparkbuild.build.code_forecast import CodeForecast
-    from sparkbuild.build.flashinfer_aot import AotResult
+    from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.errors import SparkbuildError
+    from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.toolchain.sass_library import KeptCubins
-    from sparkbuild.vendor.materialize import Materialized
+    from sparkbuild.vendoring.materialize import Materialized
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
@@ -99,7 +93,7 @@ class WheelOptions:
     closure: bool = True
     """False: the wheelhouse holds the built wheels and pins, not the runtime closure."""
     targets: tuple[str, ...] = ()
-    """Only these extensions of the tree (sparkbuild.build.ext_targets); () = all."""
+    """Only these extensions of the tree (sparkbuild.checks.ext_targets); () = all."""
     allow_unstartable: bool = False
     """``targets`` may leave out an extension the package imports at module level (a part
     of a build, measured, never installed on a node): warned, not refused."""
@@ -118,7 +112,7 @@ class WheelResult:
     seconds: dict[str, float] = field(default_factory=dict)
     compile_cache: CompileCacheResult | None = None
     timeline: dict[str, Any] = field(default_factory=dict)
-    """Every phase's seconds and the build's account (sparkbuild.build.timeline)."""
+    """Every phase's seconds and the build's account (sparkbuild.jobplan.timeline)."""
     code_forecast: CodeForecast | None = None
     """What the arch lists give each unit, read before the first compile."""
 
@@ -261,7 +255,7 @@ def _build_torch(python: Path, existing_torch: bool) -> str | None:
     against (read from its dist-info, not from a requirement), for the manifest and the
     shared compile cache's namespace.  ``existing_torch``: the running interpreter's."""
     if existing_torch:
-        from sparkbuild.build.existing_torch import running_torch
+        from sparkbuild.compile.existing_torch import running_torch
 
         running = running_torch()
         return running.version if running else None
@@ -273,11 +267,11 @@ def _build_torch(python: Path, existing_torch: bool) -> str | None:
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
                    deps: Materialized, cache: Cache) -> CodeForecast:
     """Before the first compile: the units the arch lists give no native code, refused as
-    verify would refuse them (sparkbuild.build.code_forecast; kept while its inputs stand:
-    sparkbuild.build.kept_forecast)."""
-    from sparkbuild.build.code_forecast import ForecastInputs, judge_forecast
-    from sparkbuild.build.ext_targets import required_targets
-    from sparkbuild.build.kept_forecast import reusing_forecast
+    verify would refuse them (sparkbuild.checks.code_forecast; kept while its inputs stand:
+    sparkbuild.checks.kept_forecast)."""
+    from sparkbuild.checks.code_forecast import ForecastInputs, judge_forecast
+    from sparkbuild.checks.ext_targets import required_targets
+    from sparkbuild.checks.kept_forecast import reusing_forecast
 
     forecast = reusing_forecast(cache, ForecastInputs(
         tree=tree, work=work / "forecast", python=python,
@@ -411,10 +405,10 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
 
 
 def _flashinfer_builder_gaps(options: WheelOptions, cache: Cache) -> list[str]:
-    """``[flashinfer] aot`` runs alongside vLLM's compile (build/aot_alongside.py): its pin
+    """``[flashinfer] aot`` runs alongside vLLM's compile (flashinfer/alongside.py): its pin
     and its builder's wheels are checked (offline) or downloaded (online) before anything
     compiles, so that they fail first."""
-    from sparkbuild.build.flashinfer_aot import ready_builder
+    from sparkbuild.flashinfer.builder import ready_builder
 
     return ready_builder(options.recipe, cache.root, offline=options.offline)
 
@@ -444,8 +438,8 @@ def _flashinfer_aot(options: WheelOptions, python: Path, torch: str | None, cach
     """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
     if not options.recipe.flashinfer.aot:
         return None
-    from sparkbuild.build.flashinfer_aot import request_for_recipe
-    from sparkbuild.build.kept_aot import reusing_jit_cache
+    from sparkbuild.flashinfer.builder import request_for_recipe
+    from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
@@ -457,8 +451,8 @@ def _flashinfer_aot(options: WheelOptions, python: Path, torch: str | None, cach
 
 def _kept_cubins(cache: Cache) -> KeptCubins:
     """Where the compile's unit watch keeps each object's cubin facts, which the
-    wheelhouse's read of the built libraries then finds (sparkbuild.toolchain.sass_cache)."""
-    from sparkbuild.toolchain.sass_cache import CodeCache
+    wheelhouse's read of the built libraries then finds (sparkbuild.toolchain.kept_sass)."""
+    from sparkbuild.toolchain.kept_sass import CodeCache
 
     return CodeCache(cache)
 
@@ -469,16 +463,16 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
                 aot: AotResult | None = None) -> WheelhouseResult:
-    from sparkbuild.toolchain.sass_cache import CodeCache
+    from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
-    from sparkbuild.vendor.patched import dependency_records
+    from sparkbuild.vendoring.patched import dependency_records
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
     toolchain = describe_toolchain()
     toolchain["torch"] = _build_torch(outcome.python, options.use_existing_torch)
     if options.use_existing_torch:
-        from sparkbuild.build.existing_torch import running_torch
+        from sparkbuild.compile.existing_torch import running_torch
 
         torch = running_torch()
         toolchain["torch"] = torch.version if torch else None
@@ -519,9 +513,9 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
 def _vendored_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
     """The sources built into the wheel, for its SBOM: each with the commit its ref
     resolved to and whether the series' arch edit changed it (``patched``), both from the
-    cache's record (:func:`sparkbuild.vendor.patched.source_record`)."""
-    from sparkbuild.vendor.index import source_entry
-    from sparkbuild.vendor.patched import source_record
+    cache's record (:func:`sparkbuild.vendoring.patched.source_record`)."""
+    from sparkbuild.vendoring.index import source_entry
+    from sparkbuild.vendoring.patched import source_record
 
     found = []
     for source in plan.sources:
@@ -573,7 +567,7 @@ def build_wheel(options: WheelOptions) -> WheelResult:
 
 
 def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResult:
-    from sparkbuild.build.start_imports import refuse_left_out_at_start
+    from sparkbuild.checks.start_imports import refuse_left_out_at_start
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
@@ -607,7 +601,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
-                from sparkbuild.build.existing_torch import use_existing_torch
+                from sparkbuild.compile.existing_torch import use_existing_torch
 
                 python = use_existing_torch(tree, work / "logs")
             else:

@@ -119,12 +119,12 @@ class VendorSettings:
     exclude: tuple[str, ...] = ()
     """Sources the build gets an empty directory for (reported, never silent)."""
     sparse: bool = False
-    """Fetch git sources without what a build never reads (sparkbuild.vendor.unread)."""
+    """Fetch git sources without what a build never reads (sparkbuild.vendoring.unread)."""
 
 
 @dataclass(frozen=True)
 class FlashinferSettings:
-    """``[flashinfer]``: flashinfer's kernels built ahead (sparkbuild.build.flashinfer_aot)."""
+    """``[flashinfer]``: flashinfer's kernels built ahead (sparkbuild.flashinfer.builder)."""
 
     aot: bool = False
     aot_args: tuple[str, ...] = ()

@@ -664,7 +664,7 @@ GIT_CASES = [
 # -- toolchain (doctor) ------------------------------------------------------------------
 
 CUDA_VARIABLES = ("CUDACXX", "CUDA_HOME", "CUDA_PATH")
-DOCTOR = ("sparkbuild.build.doctor", "sparkbuild.toolchain.tools")
+DOCTOR = ("sparkbuild.compile.doctor", "sparkbuild.toolchain.tools")
 
 
 def _nvcc_nowhere(work: Path) -> Invocation:
@@ -1105,9 +1105,9 @@ ISSUE23_CASES = [
     Case("recipe-job-memory-nan", "recipe", RecipeError, f"corpus.toml:{_line_of('job_memory')}",
          _recipe_with("job_memory_gib = 2.0", "job_memory_gib = nan"), PATCHING),
     Case("cli-job-memory-gib-zero", "cli", UsageError, "--job-memory-gib must be a number",
-         _doctor_memory("0"), ("sparkbuild.build.doctor",)),
+         _doctor_memory("0"), ("sparkbuild.compile.doctor",)),
     Case("cli-job-memory-gib-nan", "cli", UsageError, "not nan", _doctor_memory("nan"),
-         ("sparkbuild.build.doctor",)),
+         ("sparkbuild.compile.doctor",)),
     Case("cli-jobs-zero", "cli", UsageError, "--jobs must be a positive integer, not 0",
          lambda w: Invocation(_wheel_args(w, "--jobs", "0")), ("sparkbuild.pipeline",)),
     Case("cli-jobs-negative", "cli", UsageError, "not -3",
@@ -1142,7 +1142,7 @@ ISSUE23_CASES = [
     Case("journal-line-without-data", "patch", PatchError, "has no saved data",
          _journal_without_data, PATCHING),
     Case("check-unit-outside-tree", "check", UsageError, "--unit ../outside.cu is outside",
-         _unit_outside, ("sparkbuild.build.check",)),
+         _unit_outside, ("sparkbuild.checks.check",)),
     Case("wheel-out-inside-source", "wheelhouse", DestinationError,
          "lies inside the source directory", _out_inside_source, ("sparkbuild.pipeline",)),
     Case("bundle-sweeps-dead-partials", "disk", None, "bundle", _bundle_partials,

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.compile import PROVIDER
-from sparkbuild.build.ninja_graph import read_graph
-from sparkbuild.build.ninja_shim import write_wrapper
-from sparkbuild.build.pools import HEAVY_POOL, plan_pools, write_plan_file
-from sparkbuild.build.schedule import KnownUnit
-from sparkbuild.build.timeline import BuildMarks, build_timeline, read_runs
+from sparkbuild.compile.tree_build import PROVIDER
+from sparkbuild.jobplan.ninja_graph import read_graph
+from sparkbuild.jobplan.ninja_shim import write_wrapper
+from sparkbuild.jobplan.pools import HEAVY_POOL, plan_pools, write_plan_file
+from sparkbuild.jobplan.schedule import KnownUnit
+from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
 from support import example_recipe, pybind11_bare_repo
 
 REPO = Path(__file__).resolve().parents[2]

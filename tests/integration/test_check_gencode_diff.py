@@ -12,13 +12,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from sparkbuild.build.check_plan import (
+from sparkbuild.checks.check_plan import (
     applied_cmake_diffs,
     gencodes,
     scratch_copy,
     unpatched_copy,
 )
-from sparkbuild.build.touched_units import gencode_changed
+from sparkbuild.checks.touched_units import gencode_changed
 from sparkbuild.recipe import load_recipe
 from sparkbuild.toolchain import tools
 from sparkbuild.toolchain.cmake_recorder import RecordInputs, record_build

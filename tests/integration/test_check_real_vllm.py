@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from sparkbuild.build.check import check_tree
-from sparkbuild.build.check_plan import plan_check
+from sparkbuild.checks.check import check_tree
+from sparkbuild.checks.check_plan import plan_check
 from sparkbuild.errors import CommandFailed, ToolchainError
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import REPO_ROOT, load_recipe

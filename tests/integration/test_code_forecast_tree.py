@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.code_forecast import ForecastInputs, forecast_code, judge_forecast
+from sparkbuild.checks.code_forecast import ForecastInputs, forecast_code, judge_forecast
 from sparkbuild.errors import VerifyError
 from sparkbuild.recipe import load_recipe
 

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.build.selftest import ALL_PAIRS, SelftestResult, run_e2m1_selftest
+from sparkbuild.checks.selftest import ALL_PAIRS, SelftestResult, run_e2m1_selftest
 from sparkbuild.errors import ToolchainError
 from sparkbuild.toolchain import tools
 
 if TYPE_CHECKING:
-    from sparkbuild.build.selftest import CheckRun, SassProbe
+    from sparkbuild.checks.selftest import CheckRun, SassProbe
 
 pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
 

@@ -24,7 +24,7 @@ from sparkbuild.errors import CacheMissError, RecipeError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.sass import list_cuda_archs
-from sparkbuild.vendor.patched import dependency_edit
+from sparkbuild.vendoring.patched import dependency_edit
 from support import example_recipe, git, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.flashinfer_aot import (
+from sparkbuild.flashinfer.builder import (
     IMPORT_REQUIREMENTS,
     AotRequest,
     build_jit_cache,

@@ -16,7 +16,7 @@ import pytest
 from sparkbuild.proc import run
 from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain import sass
-from sparkbuild.toolchain.sass_cache import CodeCache
+from sparkbuild.toolchain.kept_sass import CodeCache
 from sparkbuild.toolchain.sass_library import read_library_facts
 from sparkbuild.toolchain.tools import find_nvcc
 from sparkbuild.wheelhouse.verify import gpu_libraries

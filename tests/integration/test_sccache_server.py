@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.build.compile_cache import parse_cache_url
-from sparkbuild.build.sccache_server import SharedCache, shared_compile_cache
+from sparkbuild.team.compile_cache import parse_cache_url
+from sparkbuild.team.sccache_server import SharedCache, shared_compile_cache
 from sparkbuild.toolchain.tools import find_sccache
 
 if TYPE_CHECKING:

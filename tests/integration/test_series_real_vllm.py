@@ -34,7 +34,7 @@ import pytest
 from corpus.builders import tree_digest
 from sparkbuild.cli import main
 from sparkbuild.patches.edits.arch_lists import misses
-from sparkbuild.patches.edits.shuffle_guard import guard_present
+from sparkbuild.patches.edits.shuffle_guard_check import guard_present
 from sparkbuild.patches.engine import apply_series, revert_series
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.patches.report import ALREADY, APPLIED, NOT_APPLIED

@@ -257,8 +257,8 @@ def test_vendoring_uses_the_same_git_path(
 ) -> None:
     """build/vendor_fetch's checkouts run the same helper, in the same environment."""
     import sparkbuild.sources.git as sources_git
-    from sparkbuild.vendor.fetch import checkout_git
-    from sparkbuild.vendor.plan import SourcePlan
+    from sparkbuild.vendoring.fetch import checkout_git
+    from sparkbuild.vendoring.plan import SourcePlan
 
     envs: list[object] = []
     real_run = proc.run
@@ -275,8 +275,8 @@ def test_vendoring_uses_the_same_git_path(
 
 
 def test_an_unreachable_remote_is_a_network_error_on_both_paths(tmp_path: Path) -> None:
-    from sparkbuild.vendor.fetch import checkout_git
-    from sparkbuild.vendor.plan import SourcePlan
+    from sparkbuild.vendoring.fetch import checkout_git
+    from sparkbuild.vendoring.plan import SourcePlan
 
     url = "http://127.0.0.1:9/nothing.git"  # the discard port: connection refused
     context = RunContext.create(tmp_path / "cache")

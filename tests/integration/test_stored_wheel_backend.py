@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.stored_wheel import VARIABLE, stored_wheel_environment
+from sparkbuild.compile.uncompressed_wheel import VARIABLE, stored_wheel_environment
 from sparkbuild.wheelhouse.wheel_rewrite import normalize_wheel
 
 SETUP = ('from setuptools import setup\nsetup(name="tiny", version="1.0", packages=["tiny"], '

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.build.ninja_shim import ANNOUNCE
-from sparkbuild.build.unit_code_watch import (
+from sparkbuild.compile.unit_code_watch import (
     ObjectReaders,
     UnitCodeWatch,
     object_readers,
     object_refusal,
 )
+from sparkbuild.jobplan.ninja_shim import ANNOUNCE
 from sparkbuild.proc import run
 from sparkbuild.store.cache import Cache
-from sparkbuild.toolchain.sass_cache import CodeCache
+from sparkbuild.toolchain.kept_sass import CodeCache
 from sparkbuild.toolchain.sass_library import read_library_facts
 from sparkbuild.toolchain.tools import find_nvcc
 

@@ -15,10 +15,10 @@ import pytest
 
 from sparkbuild.sources.mirrors import Mirrors
 from sparkbuild.store.cache import Cache
-from sparkbuild.vendor.fetch import fetch_plan
-from sparkbuild.vendor.index import source_entry
-from sparkbuild.vendor.plan import SourcePlan, VendorPlan
-from sparkbuild.vendor.unread import referenced_paths, sparse_patterns
+from sparkbuild.vendoring.fetch import fetch_plan
+from sparkbuild.vendoring.index import source_entry
+from sparkbuild.vendoring.plan import SourcePlan, VendorPlan
+from sparkbuild.vendoring.unread import referenced_paths, sparse_patterns
 from support import git
 
 

@@ -25,10 +25,10 @@ import pytest
 from sparkbuild.cli import main
 from sparkbuild.recipe import REPO_ROOT, load_recipe
 from sparkbuild.store.cache import Cache
-from sparkbuild.vendor.fetch import fetch_plan, vendor_for_recipe
-from sparkbuild.vendor.index import source_entry
-from sparkbuild.vendor.materialize import materialize, missing_entries
-from sparkbuild.vendor.plan import VendorResult
+from sparkbuild.vendoring.fetch import fetch_plan, vendor_for_recipe
+from sparkbuild.vendoring.index import source_entry
+from sparkbuild.vendoring.materialize import materialize, missing_entries
+from sparkbuild.vendoring.plan import VendorResult
 from support import git
 from support.flashlike import DEPENDENCY, OLD_HELPER
 

@@ -1,7 +1,7 @@
 """The vendor plan of trees written here, from their own CMake run by real cmake.
 
 The recorder runs each tree under the assumption sets of
-:mod:`sparkbuild.vendor.sources` (CUDA 12.x and 13.x, every ``*_SRC_DIR`` override,
+:mod:`sparkbuild.vendoring.sources` (CUDA 12.x and 13.x, every ``*_SRC_DIR`` override,
 CPU builds); these tests pin what the plan must say for a vLLM-shaped tree and for the
 example project, and that a cache missing any planned entry is refused by name.
 """
@@ -16,9 +16,9 @@ import pytest
 from corpus.builders import write_tree
 from sparkbuild.errors import CacheMissError
 from sparkbuild.store.cache import Cache
-from sparkbuild.vendor.materialize import missing_entries, require_complete
-from sparkbuild.vendor.plan import plan_tree
-from sparkbuild.vendor.sources import fetch_options, record_assumptions
+from sparkbuild.vendoring.materialize import missing_entries, require_complete
+from sparkbuild.vendoring.plan import plan_tree
+from sparkbuild.vendoring.sources import fetch_options, record_assumptions
 
 SHA = "ab" * 20
 REPO = Path(__file__).resolve().parents[2]

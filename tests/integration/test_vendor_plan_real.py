@@ -21,7 +21,7 @@ import pytest
 
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.recipe import load_recipe
-from sparkbuild.vendor.plan import plan_tree
+from sparkbuild.vendoring.plan import plan_tree
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -29,20 +29,24 @@ RANK = {
     "toolchain": 2,
     "sources": 3,
     "patches": 4,
-    "vendor": 5,
+    "vendoring": 5,
     "bundle": 6,
-    "build": 7,
-    "wheelhouse": 8,
-    "node": 9,
-    "pipeline": 10,
-    "cli": 11,
-    "__main__": 12,
+    "jobplan": 7,
+    "team": 8,
+    "checks": 9,
+    "flashinfer": 10,
+    "compile": 11,
+    "wheelhouse": 12,
+    "node": 13,
+    "pipeline": 14,
+    "cli": 15,
+    "__main__": 16,
 }
 """A room may import from its own rank or a lower one, never a higher one."""
 
 
 def room_of(module: str) -> str:
-    """``sparkbuild.build.check`` -> ``build``; ``sparkbuild.errors`` -> ``foundation``."""
+    """``sparkbuild.checks.check`` -> ``build``; ``sparkbuild.errors`` -> ``foundation``."""
     parts = module.split(".")
     if len(parts) == 1:
         return "foundation"
@@ -97,20 +101,98 @@ def upward_imports(modules: dict[Path, str]) -> list[str]:
     return upward
 
 
+ROOMS = ("store", "toolchain", "sources", "patches", "vendoring", "bundle", "jobplan", "team",
+         "checks", "flashinfer", "compile", "wheelhouse", "node")
+"""Every subpackage of sparkbuild, in import order."""
+
+FORBIDDEN_NAMES = frozenset({"build", "vendor", "_vendor", "dist", "out", "lib"})
+"""Names tools take for output or bundled third-party code (gitignore templates, linguist,
+dependency viewers): no package of sparkbuild is called so."""
+
+LARGEST_SHARE = 0.15
+"""No room holds more than this share of the package's lines."""
+
+LAYOUT_DOC = PACKAGE.parents[1] / "docs" / "layout.md"
+
+
 def test_only_the_named_modules_stay_at_the_top() -> None:
     top = {path.stem for path in PACKAGE.glob("*.py")}
     assert top <= TOP_LEVEL, f"modules at the top of sparkbuild: {sorted(top - TOP_LEVEL)}"
     rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
-    assert rooms == {"store", "toolchain", "sources", "patches", "vendor", "bundle", "build",
-                     "wheelhouse", "node"}
+    assert rooms == set(ROOMS)
+    assert [room for room in sorted(RANK, key=RANK.__getitem__) if room in rooms] == list(ROOMS)
 
 
-@pytest.mark.parametrize("room", ["store", "toolchain", "sources", "patches", "vendor",
-                                  "bundle", "build", "wheelhouse", "node"])
+def room_docstring(package: Path) -> str:
+    init = package / "__init__.py"
+    return ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or ""
+
+
+@pytest.mark.parametrize("room", ROOMS)
 def test_each_room_says_what_it_does(room: str) -> None:
-    init = PACKAGE / room / "__init__.py"
-    docstring = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
-    assert docstring and len(docstring.split()) > 20, f"{init} needs a docstring"
+    docstring = room_docstring(PACKAGE / room)
+    assert len(docstring.split()) > 20, f"{room}/__init__.py needs a docstring"
+    assert "hands" in docstring, f"{room}/__init__.py must say what it hands on"
+
+
+def unlisted_in_docstring(package: Path) -> list[str]:
+    """The modules and subpackages of ``package`` its docstring does not name
+    (as ``:mod:`.name``` or with the package's dotted path)."""
+    docstring = room_docstring(package)
+    parts = package.parts
+    dotted = ".".join(parts[len(parts) - 1 - parts[::-1].index("sparkbuild"):])
+    missing = []
+    for child in sorted(package.iterdir()):
+        name = child.stem if child.suffix == ".py" else child.name
+        is_module = child.suffix == ".py" or (child / "__init__.py").is_file()
+        if name.startswith("__") or not is_module:
+            continue
+        if f":mod:`.{name}`" not in docstring and f"{dotted}.{name}" not in docstring:
+            missing.append(f"{dotted}.{name}")
+    return missing
+
+
+def test_every_module_is_named_in_its_rooms_docstring() -> None:
+    packages = [init.parent for init in PACKAGE.rglob("__init__.py") if init.parent != PACKAGE]
+    missing = [name for package in packages for name in unlisted_in_docstring(package)]
+    assert not missing, "modules their package's docstring does not name: " + ", ".join(missing)
+
+
+def test_every_module_is_named_in_the_layout_page() -> None:
+    page = LAYOUT_DOC.read_text(encoding="utf-8")
+    missing = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+               if path.name != "__init__.py" and path.parent != PACKAGE
+               and f"`{path.relative_to(PACKAGE).as_posix()}`" not in page]
+    assert not missing, "modules docs/layout.md does not name (as `room/module.py`): " + \
+        ", ".join(missing)
+
+
+def test_no_package_has_a_name_tools_skip() -> None:
+    named = sorted(str(init.parent.relative_to(PACKAGE)) for init in PACKAGE.rglob("__init__.py")
+                   if init.parent.name in FORBIDDEN_NAMES)
+    assert named == [], f"packages named like output or third-party code: {named}"
+
+
+def code_lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_no_room_holds_more_than_its_share() -> None:
+    total = sum(code_lines(path) for path in PACKAGE.rglob("*.py"))
+    shares = {room: sum(code_lines(path) for path in (PACKAGE / room).rglob("*.py")) / total
+              for room in ROOMS}
+    over = {room: f"{share:.1%}" for room, share in shares.items() if share > LARGEST_SHARE}
+    assert not over, f"rooms over {LARGEST_SHARE:.0%} of src/sparkbuild's lines: {over}"
+
+
+def test_the_docstring_check_sees_an_unnamed_module(tmp_path: Path) -> None:
+    """The rule must be able to fail: a module its room's docstring leaves out."""
+    room = tmp_path / "sparkbuild" / "room"
+    room.mkdir(parents=True)
+    (room / "__init__.py").write_text('"""Holds :mod:`.named`."""\n')
+    (room / "named.py").write_text("")
+    (room / "unnamed.py").write_text("")
+    assert [name.rsplit(".", 1)[1] for name in unlisted_in_docstring(room)] == ["unnamed"]
 
 
 def test_no_import_runs_back_up() -> None:
@@ -129,7 +211,7 @@ def test_the_checker_sees_upward_imports(tmp_path: Path) -> None:
     plain = tmp_path / "check.py"
     plain.write_text("import sparkbuild.cli\nfrom sparkbuild import pipeline\n")
     found = upward_imports({lazy: "sparkbuild.store.cache", relative: "sparkbuild.sources.fetch",
-                            plain: "sparkbuild.build.check"})
+                            plain: "sparkbuild.checks.check"})
     assert [line.split(" imports ")[1] for line in found] == [
         "sparkbuild.wheelhouse.verify", "sparkbuild.cli", "sparkbuild.pipeline",
         "sparkbuild.patches"]
@@ -187,5 +269,6 @@ def test_reading_a_wheelhouse_loads_no_git_or_archive_code(reader: str) -> None:
                                                       "sparkbuild.sources.archive",
                                                       "sparkbuild.sources.fetch",
                                                       "sparkbuild.patches",
-                                                      "sparkbuild.build")))
+                                                      "sparkbuild.checks",
+                                                      "sparkbuild.compile")))
     assert heavy == []

@@ -3,6 +3,6 @@
 :mod:`.write` assembles the prepared tree, the vendored sources, the recipe with its lock
 and the wheels into one ``.tar.xz`` (:mod:`.archive` writes and lists it; :mod:`.strip`
 leaves out what a build never reads); :mod:`.read` verifies every member against the
-bundle's manifest, unpacks it and imports it into the cache.  It hands
-:mod:`sparkbuild.build` a prepared tree and a cache that need no network.
+bundle's manifest, unpacks it and imports it into the cache.  It hands the checks and
+:mod:`sparkbuild.compile` a prepared tree and a cache that need no network.
 """

@@ -1,5 +1,5 @@
 """The bundle's copy of a tree without what a build never reads (the rules:
-:mod:`sparkbuild.vendor.unread`), and the list of what it left out."""
+:mod:`sparkbuild.vendoring.unread`), and the list of what it left out."""
 
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.vendor.unread import GIT_NAMES, MEDIA_SUFFIXES, STRIPPED_DIRS, referenced_children
+from sparkbuild.vendoring.unread import (
+    GIT_NAMES,
+    MEDIA_SUFFIXES,
+    STRIPPED_DIRS,
+    referenced_children,
+)
 
 
 @dataclass

@@ -6,7 +6,7 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
 * ``tree/``: the prepared tree, the series applied (docs and CI files left out);
 * ``sources/NAME/``: every source the build fetches, at its pinned commit or hash,
   without what a build never reads (:mod:`sparkbuild.bundle.strip`, by the rules of
-  :mod:`sparkbuild.vendor.unread`; listed in the plan);
+  :mod:`sparkbuild.vendoring.unread`; listed in the plan);
 * ``wheels/``: the build-requirement wheels, unless ``--without-wheels`` (a host that
   builds against the torch it already has);
 * ``runtime/``: what the wheelhouse ships beside the built wheels: the recipe's pins and the
@@ -55,14 +55,14 @@ from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_r
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.vendor.index import source_entry, wheelset_entry
-from sparkbuild.vendor.unread import referenced_paths
+from sparkbuild.vendoring.index import source_entry, wheelset_entry
+from sparkbuild.vendoring.unread import referenced_paths
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from sparkbuild.recipe import Recipe
-    from sparkbuild.vendor.plan import VendorPlan
+    from sparkbuild.vendoring.plan import VendorPlan
 
 BUNDLE_FORMAT = 1
 PLAN = "plan.json"
@@ -348,8 +348,8 @@ def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str
 
 def make_bundle(options: BundleOptions) -> BundleResult:
     """The whole ``bundle`` command; see the module docstring."""
-    from sparkbuild.vendor.fetch import vendor_for_recipe
-    from sparkbuild.vendor.materialize import require_complete
+    from sparkbuild.vendoring.fetch import vendor_for_recipe
+    from sparkbuild.vendoring.materialize import require_complete
 
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())

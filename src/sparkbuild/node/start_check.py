@@ -4,7 +4,7 @@ Session 14's wheelhouse (vLLM 0.20.0 built with ``--targets _C``) verified, inst
 passed ``pip check`` and ``import vllm``, and then failed at the first start with
 ``No module named 'vllm._C_stable_libtorch'``: ``vllm/platforms/cuda.py`` imports it at
 module level and every start resolves the CUDA platform.  ``wheel --targets`` now refuses
-such a build (:mod:`sparkbuild.build.start_imports`), but a node installs wheelhouses from
+such a build (:mod:`sparkbuild.checks.start_imports`), but a node installs wheelhouses from
 anywhere: older ones, and parts built with ``--allow-unstartable``.
 
 So ``install`` reads each built wheel's Python files from the verified archive (``ast``,

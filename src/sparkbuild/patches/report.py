@@ -73,7 +73,7 @@ class SeriesReport:
     stderr when found, so not repeated in :meth:`summary`)."""
     dependencies: list[dict[str, Any]] | None = None
     """``patch status``: each vendored source's cached copy and what the series' arch edit
-    did to it (sparkbuild.vendor.patched); None when not asked."""
+    did to it (sparkbuild.vendoring.patched); None when not asked."""
 
     def source_dict(self) -> dict[str, Any]:
         return self.source or {"kind": "tree", "path": str(self.tree)}

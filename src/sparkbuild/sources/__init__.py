@@ -2,7 +2,10 @@
 
 Specs and their fetching (:mod:`.fetch`: ``git+URL@REF``, a directory, an sdist path,
 ``pypi:NAME==VERSION``), git through a bare mirror in the cache (:mod:`.git`), safe
-extraction of archives (:mod:`.archive`) and the package index client (:mod:`.index`).
-It hands :mod:`sparkbuild.patches` a :class:`~.fetch.SourceResult`: the tree and exactly
-what it came from (commit or sha256).
+extraction of archives (:mod:`.archive`), the package index client (:mod:`.index`),
+requirement files read one way (:mod:`.requirements`), what a tree declares it needs at
+run time (:mod:`.declared`), URL rewrites to local mirrors (:mod:`.mirrors`) and what a
+Python file imports whatever runs (:mod:`.module_imports`).  It hands
+:mod:`sparkbuild.patches` a :class:`~.fetch.SourceResult`: the tree and exactly what it
+came from (commit or sha256).
 """

@@ -8,7 +8,7 @@ so ``git gc`` never drops a locked commit.
 Every git that runs goes through :func:`run_git` (``proc.run``: its echo, timeout, log
 tail and process-group handling) in the one git environment, :data:`GIT_ENV`; its
 failures are classified once, by :func:`git_error`.  GitPython only reads repositories
-(commits, refs, status).  :mod:`sparkbuild.vendor.fetch` uses the same helpers.
+(commits, refs, status).  :mod:`sparkbuild.vendoring.fetch` uses the same helpers.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Read with ``ast``, never imported.  An import counts when it is a statement of the module's
 own body (not inside ``try``, ``if``, a function or a class), so the file cannot be imported
-without it.  Two readers share it: ``wheel --targets`` (:mod:`sparkbuild.build.start_imports`,
+without it.  Two readers share it: ``wheel --targets`` (:mod:`sparkbuild.checks.start_imports`,
 before anything compiles) and ``install`` (:mod:`sparkbuild.node.start_check`, before
 anything is installed).
 """

@@ -1,7 +1,10 @@
 """The store: where bytes are kept, beneath every stage.
 
-The content-addressed dependency cache and its file lock (:mod:`.cache`, :mod:`.lock`),
+The content-addressed dependency cache (:mod:`.cache`) and its file lock (:mod:`.lock`),
 downloads hashed on the way in (:mod:`.download`), atomic writes and the leftovers of
-killed runs (:mod:`.files`), and sha256 (:mod:`.hashing`).  It hands the stages verified
-paths and nothing else: it knows no recipe, no tree and no build.
+killed runs (:mod:`.files`), sha256 (:mod:`.hashing`), the run's context -- which cache,
+offline or not, which recipe (:mod:`.context`) --, the phase clock of one ``wheel``
+(:mod:`.phases`), a directory brought up to another file by file (:mod:`.tree_sync`) and
+an environment variable as a kept result's key sees it (:mod:`.env_key`).  It hands the
+stages verified paths and nothing else: it knows no recipe, no tree and no build.
 """

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 PARTIAL_PREFIX = ".partial-"
 FLASHINFER_AOT_WHEELS = "flashinfer-aot"
 """``CACHE/flashinfer-aot/<python tag>/``: the wheels flashinfer's ahead-of-time builder needs
-(sparkbuild.build.flashinfer_aot), carried by bundles as they are."""
+(sparkbuild.flashinfer.builder), carried by bundles as they are."""
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_STEM = 180
 

@@ -7,7 +7,7 @@ prepends a directory already there changes the value and nothing else.  Keyed ra
 value made the device's warm rebuild plan its vendor sources, forecast its code and
 configure again (session 19: ``/tmp/site/bin`` twice on ``PATH``, 68 s of its 196 s).
 
-Standard library only: the build's own cmake (:mod:`sparkbuild.build.cmake_shim`) keys its
+Standard library only: the build's own cmake (:mod:`sparkbuild.compile.cmake_shim`) keys its
 configure with it inside the build's Python.
 """
 

@@ -2,7 +2,9 @@
 
 Finding nvcc, cmake, ninja, the host compiler and torch (:mod:`.tools`); running a tree's
 own CMake in script mode and recording what it declares (:mod:`.cmake_recorder`); the
-tree's CUDA arch arithmetic (:mod:`.archs`); the nvcc command line CMake would generate
-(:mod:`.compile_flags`); reading machine code with cuobjdump (:mod:`.sass`).  It hands
-the stages facts about tools and binaries; it never changes a tree.
+tree's CUDA arch arithmetic (:mod:`.archs`), asked of its own CMake (:mod:`.arch_eval`);
+the nvcc command line CMake would generate (:mod:`.compile_flags`); reading machine code
+with cuobjdump (:mod:`.sass`), a large library's ELFs in parallel (:mod:`.sass_library`),
+and a library's facts kept by its bytes (:mod:`.kept_sass`).  It hands the stages facts
+about tools and binaries; it never changes a tree.
 """

@@ -77,7 +77,7 @@ def paired_cubins(directory: Path, headers: list[str]) -> list[tuple[Path, str]]
 
 
 class KeptCubins(Protocol):
-    """Facts of extracted cubins by their bytes (:class:`~sparkbuild.toolchain.sass_cache.
+    """Facts of extracted cubins by their bytes (:class:`~sparkbuild.toolchain.kept_sass.
     CodeCache`): a library rebuilt after a one-line change differs in one cubin, and only
     that one is disassembled again."""
 

@@ -1,8 +1,10 @@
 """Stage 6, wheelhouse: the built wheels, pinned and hashed, ready for an air-gapped node.
 
-Lock files of a runtime closure (:mod:`.lock`), reproducible wheels (:mod:`.wheel_rewrite`),
-the pins and closure from the index (:mod:`.closure`), writing the wheelhouse
-(:mod:`.write`, :mod:`.destination`, :mod:`.manifest`) and checking it (:mod:`.verify`,
-:mod:`.requirements_check`).  It hands :mod:`sparkbuild.node` a directory that every node
-installs the same way.
+Lock files of a runtime closure (:mod:`.lock`), pins against what they ship beside
+(:mod:`.overrides`), reproducible wheels (:mod:`.wheel_rewrite`), the pins and closure from
+the index (:mod:`.closure`), writing the wheelhouse (:mod:`.write`, :mod:`.destination`,
+:mod:`.manifest`), its lock and SBOM in the standards' words (:mod:`.standards`,
+:mod:`.pylock`, :mod:`.sbom`) and checking it (:mod:`.verify`, :mod:`.requirements_check`,
+reading wheels' members with bounded memory in :mod:`.members`).  It hands
+:mod:`sparkbuild.node` a directory that every node installs the same way.
 """

@@ -20,7 +20,7 @@ build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 ``verify`` reads the machine code afresh every time: :func:`verify_wheelhouse` takes no
 machine code cache, so nothing a cache holds can vouch for a wheelhouse that travelled.
 Only ``wheel``, reading the libraries it has just built, passes one to
-:func:`gpu_libraries` (``code_cache``, :mod:`sparkbuild.toolchain.sass_cache`), and then
+:func:`gpu_libraries` (``code_cache``, :mod:`sparkbuild.toolchain.kept_sass`), and then
 checks its staged wheelhouse with those very facts.
 """
 
@@ -40,6 +40,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.toolchain.kept_sass import LibraryCode
 from sparkbuild.toolchain.sass import (
     NO_CODE,
     PTX_ONLY,
@@ -50,7 +51,6 @@ from sparkbuild.toolchain.sass import (
     machine_code,
     target_name,
 )
-from sparkbuild.toolchain.sass_cache import LibraryCode
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
@@ -59,8 +59,8 @@ from sparkbuild.wheelhouse.standards import Agreement, check_standards
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
-    from sparkbuild.toolchain.sass_cache import CodeCache
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], Sequence[SassFunction | FunctionFacts]]
@@ -423,7 +423,7 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                   code_cache: CodeCache | None = None,
                   ) -> tuple[list[LibraryArchs], list[str]]:
     """Every shared library of the built wheels with its GPU code; and notes.
-    ``code_cache``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.sass_cache`)."""
+    ``code_cache``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.kept_sass`)."""
     libraries: list[LibraryArchs] = []
     notes: list[str] = []
     for wheel in built:

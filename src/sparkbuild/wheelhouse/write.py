@@ -48,7 +48,7 @@ from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
-from sparkbuild.toolchain.sass_cache import CodeReads
+from sparkbuild.toolchain.kept_sass import CodeReads
 from sparkbuild.wheelhouse.closure import (
     Outside,
     RealOutside,
@@ -104,7 +104,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
-    from sparkbuild.toolchain.sass_cache import CodeCache
+    from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.wheelhouse.verify import ArchLister, KernelReader, SassReader
 
 SIMPLE_DIR = "simple"
@@ -327,7 +327,7 @@ def write_wheelhouse(
     the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
     the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
     cache); ``code_cache``: the machine code facts of libraries by their bytes, so that a
-    library a rebuild did not change is not read again (:mod:`sparkbuild.toolchain.sass_cache`;
+    library a rebuild did not change is not read again (:mod:`sparkbuild.toolchain.kept_sass`;
     ``wheel`` passes one, ``verify`` never does).
     """
     outside = outside or RealOutside()

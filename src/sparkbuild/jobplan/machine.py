@@ -1,0 +1,159 @@
+"""The machine's job plan: MAX_JOBS and NVCC_THREADS from memory and cores.
+
+A pure function of memory and cores, so that the choice for a 128 GB Spark can be tested
+on any machine; each number carries its reason.  With the pool plan
+(:mod:`sparkbuild.jobplan.pools`) every core builds and the heavy units share a pool that
+memory holds.  doctor (:mod:`sparkbuild.compile.doctor`) prints it, ``check`` and the build
+use it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.jobplan.pools import PoolPlan
+from sparkbuild.jobplan.schedule import KnownUnit
+
+GIB = 1024**3
+MAX_SYSTEM_RESERVE_GIB = 4.0
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    max_jobs: int
+    nvcc_threads: int
+    launcher: str | None
+    reasons: tuple[str, ...]
+    pool: PoolPlan | None = None
+    """The heavy units' job pool (sparkbuild.jobplan.pools); None: today's single MAX_JOBS."""
+
+    def env(self) -> dict[str, str]:
+        """The variables vLLM's setup.py reads."""
+        return {"MAX_JOBS": str(self.max_jobs), "NVCC_THREADS": str(self.nvcc_threads)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
+                "launcher": self.launcher, "reasons": list(self.reasons),
+                "pool": self.pool.to_dict() if self.pool else None}
+
+    def pool_lines(self) -> list[str]:
+        """doctor's account of the pool plan: its depth and why."""
+        if self.pool is None:
+            return ["job plan: one MAX_JOBS for every unit (SPARKBUILD_JOB_PLAN=single)"]
+        return [f"job plan: MAX_JOBS={self.pool.jobs}, heavy units in pool sparkbuild_heavy "
+                f"of depth {self.pool.depth} ({self.pool.basis})",
+                *(f"  - {reason}" for reason in self.pool.reasons)]
+
+
+def gib_text(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _nvcc_threads(nvcc_threads: int | None, arch_count: int) -> tuple[int, str]:
+    if nvcc_threads is not None:
+        return max(1, nvcc_threads), f"NVCC_THREADS={nvcc_threads}: as requested"
+    if arch_count <= 1:
+        return 1, "NVCC_THREADS=1: one target arch, and nvcc --threads only splits work by arch"
+    return 1, "NVCC_THREADS=1: vLLM's default; parallelism comes from MAX_JOBS"
+
+
+def plan_build(
+    *,
+    total_memory_bytes: int,
+    available_memory_bytes: int,
+    cores: int,
+    job_memory_gib: float,
+    nvcc_threads: int | None = None,
+    arch_count: int = 1,
+    launcher: str | None = None,
+    requested_jobs: int | None = None,
+) -> BuildPlan:
+    """MAX_JOBS from memory and cores: the smaller of the two limits wins.
+
+    Each nvcc job may take ``job_memory_gib`` per thread (CUTLASS FP4 kernels take
+    3 to 8 GiB); 10% of the memory, at most 4 GiB, stays with the system.
+    """
+    threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count)
+    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
+    usable = max(0.0, available_memory_bytes - reserve)
+    per_job = job_memory_gib * GIB * threads
+    by_memory = math.floor(usable / per_job)
+    by_cores = max(1, cores // threads)
+    memory_reason = (
+        f"memory: {gib_text(available_memory_bytes)} available of "
+        f"{gib_text(total_memory_bytes)}, "
+        f"{gib_text(reserve)} kept for the system, {job_memory_gib:g} GiB per job x {threads} "
+        f"thread(s) -> {by_memory} job(s)"
+    )
+    cores_reason = f"cores: {cores} / {threads} thread(s) per job -> {by_cores} job(s)"
+    reasons = [memory_reason, cores_reason, threads_reason]
+    jobs = max(1, min(by_memory, by_cores))
+    if requested_jobs is not None:
+        jobs = requested_jobs
+        reasons.append(f"MAX_JOBS={jobs}: as requested (doctor would pick "
+                       f"{max(1, min(by_memory, by_cores))})")
+    elif by_memory < 1:
+        reasons.append("MAX_JOBS=1: not even one job fits the budget; the build may swap")
+    else:
+        bound = "memory" if by_memory <= by_cores else "cores"
+        reasons.append(f"MAX_JOBS={jobs}: bounded by {bound}")
+    if launcher:
+        reasons.append(f"compiler launcher: {launcher} (rebuilds reuse unchanged objects)")
+    else:
+        reasons.append("compiler launcher: none found (install ccache for fast rebuilds)")
+    return BuildPlan(jobs, threads, launcher, tuple(reasons))
+
+
+def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float:
+    """What the build may use: the available memory less the system's share."""
+    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
+    return max(0.0, available_memory_bytes - reserve)
+
+
+def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
+               cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
+               killed: tuple[str, ...] = (), requested_jobs: int | None = None,
+               known: list[KnownUnit] | None = None) -> BuildPlan:
+    """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
+    MAX_JOBS still wins, as the pool's ceiling)."""
+    from sparkbuild.jobplan.pools import plan_pools, pools_enabled
+
+    if not pools_enabled():
+        return plan
+    pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
+                      usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
+                      nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
+                      known=known)
+    jobs = requested_jobs or pool.jobs
+    if jobs != pool.jobs or pool.depth > jobs:
+        import dataclasses
+
+        pool = dataclasses.replace(pool, jobs=jobs, depth=min(pool.depth, jobs))
+    reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
+    return BuildPlan(jobs, plan.nvcc_threads, plan.launcher,
+                     (*reasons, f"MAX_JOBS={jobs}: " + ("as requested" if requested_jobs
+                      else "every core; memory is held by the heavy units' pool")), pool)
+
+
+def parse_meminfo(text: str) -> tuple[int, int]:
+    """(MemTotal, MemAvailable) in bytes from /proc/meminfo."""
+    values: dict[str, int] = {}
+    for line in text.splitlines():
+        match = re.match(r"(\w+):\s+(\d+)\s*kB", line)
+        if match:
+            values[match.group(1)] = int(match.group(2)) * 1024
+    total = values.get("MemTotal", 0)
+    return total, values.get("MemAvailable", values.get("MemFree", total))
+
+
+def read_memory() -> tuple[int, int]:
+    try:
+        return parse_meminfo(Path("/proc/meminfo").read_text(encoding="ascii"))
+    except OSError:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return pages, pages

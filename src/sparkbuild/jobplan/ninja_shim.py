@@ -1,0 +1,257 @@
+"""sparkbuild's ninja: puts the heavy units into the pool, retries a unit killed for memory.
+
+CMake is told to use this as its ``CMAKE_MAKE_PROGRAM`` (a two-line script written by
+:func:`write_wrapper`), so ``cmake --build`` -- which vLLM's setup.py runs after the
+configure -- comes here with ninja's own arguments.  Before ninja starts, the edges of
+the units the plan file (``$SPARKBUILD_POOL_PLAN``, :mod:`sparkbuild.jobplan.pools`) calls
+heavy get ``pool = sparkbuild_heavy`` in ``build.ninja`` (CMake has no per-source job
+pool: ``JOB_POOL_COMPILE`` is a target property, and vLLM's ``_C`` is one target), and
+the compile edges are listed longest first by the plan's measured seconds, the order
+ninja starts them in (:mod:`sparkbuild.jobplan.unit_order`). Ninja's output is passed
+through line by line. When the build fails and every failed unit was killed (SIGKILL, exit
+137, nvcc's "died due to signal 9"), those units join the pool -- its depth halved when
+they were in it already -- and ninja runs again: it builds only what is left. Each run is
+appended to ``$SPARKBUILD_NINJA_RECORD`` (one JSON line: build directory, wall-clock start
+and end, exit status, the units retried).
+
+Anything but a build (``--version``, ``-t TOOL``, ``-n``) goes to ninja unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.jobplan.ninja_graph import Edge, logical_lines, read_graph, read_ninja_file
+from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
+
+REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
+RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
+PLAN_VARIABLE = "SPARKBUILD_POOL_PLAN"
+DEPTH_VARIABLE = "SPARKBUILD_HEAVY_POOL_DEPTH"
+"""The heavy pool's depth for the configure (the top-level include declares the pool with
+it); the plan file's depth, which this ninja writes into the manifest, rules the build."""
+MAX_ATTEMPTS = 3
+ANNOUNCE = "sparkbuild: ninja builds in "
+"""How this ninja names its build directory on the build's output."""
+_KILLED = re.compile(r"\bKilled\b|signal 9|Kill signal|code=137|status 137|SIGKILL|"
+                     r"Out of memory|out of memory", re.IGNORECASE)
+_STATUS = re.compile(r"^\[\d+/\d+\]")
+
+
+def relative_source(source: str, tree: str) -> str:
+    prefix = tree.rstrip("/") + "/"
+    return source[len(prefix):] if tree and source.startswith(prefix) else source
+
+
+def is_heavy(edge: Edge, plan: dict[str, Any]) -> bool:
+    source = relative_source(edge.source, plan.get("tree", ""))
+    if source in plan.get("killed", ()):
+        return True
+    peak = plan_measure(plan, "measured", "by_source", source, edge.flags_key())
+    if peak is not None:
+        return peak > float(plan.get("threshold", 0))
+    return any(re.search(p, source, re.IGNORECASE) for p in plan.get("patterns", ()))
+
+
+def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
+    """Put the heavy compile edges of ``build_dir/build.ninja`` into the plan's pool (and
+    declare it, when the top-level include did not), and list the compile edges longest
+    first (:mod:`sparkbuild.jobplan.unit_order`); returns the heavy edges' outputs."""
+    pool, depth = str(plan["pool"]), int(plan["depth"])
+    path = build_dir / "build.ninja"
+    parsed = read_ninja_file(path)
+    lines = list(parsed.lines)
+    compiles = sorted((e for e in parsed.edges if e.is_compile), key=lambda e: e.line)
+    spans: list[tuple[int, int]] = []
+    bodies: list[list[str]] = []
+    heavy: list[str] = []
+    for edge in compiles:
+        end = edge.line + 1
+        while end < len(lines) and lines[end].startswith(("  ", "\t")):
+            end += 1
+        spans.append((edge.line, end))
+        body = lines[edge.line:end]
+        if is_heavy(edge, plan):
+            heavy.append(edge.outputs[0])
+            body = _in_pool(body, pool)
+        bodies.append(body)
+    tree = str(plan.get("tree", ""))
+    order = longest_first([expected_seconds(relative_source(e.source, tree), e.flags_key(),
+                                            plan) for e in compiles])
+    for position in reversed(range(len(spans))):  # from the end: the spans above stand
+        start, end = spans[position]
+        lines[start:end] = bodies[order[position]]
+    _, pools = read_graph(build_dir)
+    if pool not in pools:
+        lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
+    elif pools[pool] != depth and not _depth_in(lines, pool, depth):
+        _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
+    _replace_text(path, "\n".join(lines) + ("\n" if lines and lines[-1] else ""))
+    return sorted(heavy)
+
+
+def _in_pool(body: list[str], pool: str) -> list[str]:
+    """An edge's lines (``build`` and its variables) with ``pool = POOL``."""
+    for index, line in enumerate(body[1:], start=1):
+        if line.strip().startswith("pool ") or line.strip().startswith("pool="):
+            return [*body[:index], f"  pool = {pool}", *body[index + 1:]]
+    return [body[0], f"  pool = {pool}", *body[1:]]
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: ninja (or a rerun) never reads half a manifest.
+
+    The shim runs inside the build's Python, so it keeps to the standard library rather
+    than :mod:`sparkbuild.store.files` (which imports rich)."""
+    partial = path.with_name(f".{path.name}.sparkbuild-{os.getpid()}")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _depth_in(lines: list[str], pool: str, depth: int) -> bool:
+    """Set the depth of ``pool`` where ``lines`` declare it; whether they do."""
+    for index, line in enumerate(lines[:-1]):
+        if line.strip() == f"pool {pool}" and lines[index + 1].strip().startswith("depth"):
+            lines[index + 1] = f"  depth = {depth}"
+            return True
+    return False
+
+
+def _set_depth(build_dir: Path, pool: str, depth: int) -> None:
+    path = build_dir / "CMakeFiles" / "rules.ninja"
+    if path.is_file():
+        lines = logical_lines(path.read_text(encoding="utf-8"))
+        if _depth_in(lines, pool, depth):
+            _replace_text(path, "\n".join(lines))
+
+
+def failed_units(output: list[str]) -> dict[str, bool]:
+    """ninja's ``FAILED: OUT`` blocks: output -> whether it was killed (for memory)."""
+    failed: dict[str, bool] = {}
+    current: str | None = None
+    for line in output:
+        if line.startswith("FAILED: "):
+            words = [w for w in line[len("FAILED: "):].split() if not w.startswith("[code=")]
+            current = words[0] if words else "?"
+            failed[current] = "code=137" in line
+            continue
+        if current is None:
+            continue
+        if _STATUS.match(line) or line.startswith("ninja: "):
+            current = None
+        elif _KILLED.search(line):
+            failed[current] = True
+    return failed
+
+
+def _build_dir(args: list[str]) -> Path:
+    for index, arg in enumerate(args):
+        if arg == "-C" and index + 1 < len(args):
+            return Path(args[index + 1]).resolve()
+        if arg.startswith("-C") and len(arg) > 2:
+            return Path(arg[2:]).resolve()
+    return Path.cwd()
+
+
+def _not_a_build(args: list[str]) -> bool:
+    if "CMakeFiles" in _build_dir(args).parts:  # CMake's try_compile projects
+        return True
+    return any(a in ("--version", "-t", "-n", "--help", "-h") or a.startswith("-t")
+               for a in args)
+
+
+def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
+    # Not proc.run: that starts ninja in a session of its own, out of the process group of
+    # the build that sparkbuild's proc.run stops (and records for the cache lock), so a
+    # stopped or killed build would leave ninja and its nvcc jobs running.  This process
+    # is the build's, started by cmake, and keeps to the standard library and ninja_graph.
+    lines: list[str] = []
+    with subprocess.Popen([real, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace", bufsize=1) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+            lines.append(line.rstrip("\n"))
+    return child.returncode, lines
+
+
+def _record(entry: dict[str, Any]) -> None:
+    path = os.environ.get(RECORD_VARIABLE)
+    if path:
+        with Path(path).open("a", encoding="utf-8") as record:
+            record.write(json.dumps(entry) + "\n")
+
+
+def _announce(build_dir: Path) -> None:
+    """Name the build directory on the build's output: the unit watch finds the objects
+    ninja reports under it (sparkbuild.compile.unit_code_watch)."""
+    print(f"{ANNOUNCE}{build_dir}", flush=True)
+
+
+def main(argv: list[str]) -> int:
+    real = os.environ.get(REAL_VARIABLE) or "ninja"
+    plan_path = os.environ.get(PLAN_VARIABLE)
+    building = not _not_a_build(argv)
+    if building:
+        _announce(_build_dir(argv))
+    if not building or not plan_path or not Path(plan_path).is_file():
+        if building and os.environ.get(RECORD_VARIABLE):
+            started = time.time()
+            returncode, _ = _run_ninja(real, argv)
+            _record({"dir": str(_build_dir(argv)), "start": started, "end": time.time(),
+                     "rc": returncode, "attempt": 1, "heavy": [], "retried": []})
+            return returncode
+        os.execvp(real, [real, *argv])
+    plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
+    build_dir = _build_dir(argv)
+    returncode = 1
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        heavy = assign_pool(build_dir, plan) if (build_dir / "build.ninja").is_file() else []
+        started = time.time()
+        returncode, output = _run_ninja(real, argv)
+        failed = failed_units(output) if returncode else {}
+        killed = [out for out, was_killed in failed.items() if was_killed]
+        retry = bool(failed) and len(killed) == len(failed) and attempt < MAX_ATTEMPTS
+        _record({"dir": str(build_dir), "start": started, "end": time.time(),
+                 "rc": returncode, "attempt": attempt, "heavy": heavy,
+                 "retried": killed if retry else [], "depth": plan["depth"]})
+        if not retry:
+            break
+        edges, _ = read_graph(build_dir)
+        sources = {e.outputs[0]: relative_source(e.source, plan.get("tree", ""))
+                   for e in edges if e.outputs}
+        again = [sources.get(out, out) for out in killed]
+        if all(out in heavy for out in killed):
+            plan["depth"] = max(1, int(plan["depth"]) // 2)
+        plan["killed"] = sorted({*plan.get("killed", ()), *again})
+        _replace_text(Path(plan_path), json.dumps(plan, indent=1) + "\n")
+        print(f"sparkbuild: {', '.join(killed)} killed (out of memory?): retrying in pool "
+              f"{plan['pool']} (depth {plan['depth']})", flush=True)
+    return returncode
+
+
+def write_wrapper(path: Path, python: str, package_parent: Path,
+                  module: str = "sparkbuild.jobplan.ninja_shim") -> Path:
+    """The script CMake runs as ninja (or the build finds as cmake: ``module``
+    :mod:`sparkbuild.compile.cmake_shim`): ``module``'s ``main``, with sparkbuild importable."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    code = (f"import sys; sys.path.insert(0, {str(package_parent)!r}); "
+            f"from {module} import main; sys.exit(main(sys.argv[1:]))")
+    path.write_text(f"#!/bin/sh\nexec '{python}' -c \"{code}\" \"$@\"\n", encoding="utf-8")
+    path.chmod(0o755)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

