@@ -1303,7 +1303,7 @@ TRUST_CASES = [
          ("sparkbuild.pipeline",)),
 ]
 
-CASES: list[Case] = [
+BASE_CASES: list[Case] = [
     *ARCHIVE_CASES,
     *INDEX_CASES,
     *PATCH_CASES,
@@ -1318,3 +1318,14 @@ CASES: list[Case] = [
 ]
 
 CLI = [sys.executable, "-m", "sparkbuild"]
+
+
+def _all_cases() -> list[Case]:
+    """The base corpus and the issue-41 probe's cases: what runs on a node
+    (:mod:`corpus.cases_node`) and what a build reads (:mod:`corpus.cases_inputs`)."""
+    from corpus import cases_inputs, cases_node
+
+    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES]
+
+
+CASES: list[Case] = _all_cases()
