@@ -38,7 +38,6 @@ if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendoring.plan import SourcePlan, VendorPlan
 
-KIND = "cuda-arch-lists"
 KEY_MARK = "#series:"
 
 
