@@ -18,7 +18,6 @@ with the header named; the result says how to get them.  See
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.machine import BuildPlan, plan_build, read_memory
+from sparkbuild.jobplan.machine import recipe_plan
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes
@@ -192,16 +191,6 @@ def _compile_all(plan: CheckPlan, jobs: int) -> list[UnitOutcome]:
     return outcomes
 
 
-def machine_plan(recipe: Recipe) -> BuildPlan:
-    """doctor's MAX_JOBS for this machine and the recipe's per-job memory budget."""
-    total, available = read_memory()
-    return plan_build(
-        total_memory_bytes=total, available_memory_bytes=available, cores=os.cpu_count() or 1,
-        job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=recipe.build.nvcc_threads,
-        arch_count=len(recipe.target.cuda_archs), requested_jobs=recipe.build.jobs,
-    )
-
-
 def _notes(plan: CheckPlan, selection: str) -> list[str]:
     notes = list(plan.notes)
     notes += [f"ran the configure-time generator {unit_key(g, plan.scratch)} (on the scratch "
@@ -226,7 +215,7 @@ def check_tree(
     started = time.monotonic()
     plan = plan_check(tree, recipe, only=only, all_units=all_units)
     selection = "named" if only else "all" if all_units else "series"
-    build_plan = machine_plan(recipe)
+    build_plan = recipe_plan(recipe)
     if plan.no_target_sass:
         step(f"{len(plan.no_target_sass)} unit(s) of the build get no SASS for the target "
              "from their recorded gencode (before anything compiles):")
