@@ -318,7 +318,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         closure=options.closure,
         vendored=built_in_sources(vendored.plan, cache) if vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
-        code_cache=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
+        kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
     )
 
 

@@ -18,6 +18,7 @@ from sparkbuild.console import warn
 from sparkbuild.vendoring.fetch import fetch_source
 from sparkbuild.vendoring.index import remember_missed
 from sparkbuild.vendoring.plan import SourcePlan
+from sparkbuild.vendoring.sources import fetch_options
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -37,18 +38,10 @@ def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:
     if not path.is_file():
         return recorded
     for line in path.read_text(encoding="utf-8").splitlines():
-        fields = line.split("\t")
-        if not fields or not fields[0]:
-            continue
-        options: dict[str, list[str]] = {}
-        key: str | None = None
-        for value in fields[1:]:
-            if value in RECORDED_KEYS:
-                key = value
-                options.setdefault(key, [])
-            elif key is not None:
-                options[key].append(value)
-        recorded[fields[0]] = {k: tuple(v) for k, v in options.items()}
+        name, *args = line.split("\t")
+        if name:  # FetchContent_Declare's own arguments, the recorded keywords' alone
+            recorded[name] = {key: values for key, values in fetch_options(tuple(args)).items()
+                              if key in RECORDED_KEYS}
     return recorded
 
 

@@ -19,9 +19,9 @@ wheel's ``Requires-Dist`` on the target, recorded overrides aside, and ship the 
 build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 ``verify`` reads the machine code afresh every time: :func:`verify_wheelhouse` takes no
-machine code cache, so nothing a cache holds can vouch for a wheelhouse that travelled.
-Only ``wheel``, reading the libraries it has just built, passes one to
-:func:`gpu_libraries` (``code_cache``, :mod:`sparkbuild.toolchain.kept_sass`), and then
+kept machine code facts, so nothing the cache holds can vouch for a wheelhouse that
+travelled.  Only ``wheel``, reading the libraries it has just built, passes them to
+:func:`gpu_libraries` (``kept_code``, :mod:`sparkbuild.toolchain.kept_sass`), and then
 checks its staged wheelhouse with those very facts.
 """
 
@@ -366,27 +366,27 @@ def judged(wheel: str, member: str, code: LibraryCode, targets: Sequence[str]) -
 
 
 def _library_code(path: Path, readers: Readers, *, with_code: bool,
-                  code_cache: CodeCache | None) -> LibraryCode:
+                  kept_code: CodeCache | None) -> LibraryCode:
     read = functools.partial(readers.read, with_code=with_code)
-    if code_cache is None:
+    if kept_code is None:
         return read(path)
-    return code_cache.library_code(path, read, scope="archs+functions+kernels" if with_code
+    return kept_code.library_code(path, read, scope="archs+functions+kernels" if with_code
                                    else "archs")
 
 
 def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
                   read_functions: SassReader, read_kernels: KernelReader | None = None,
-                  code_cache: CodeCache | None = None) -> list[LibraryArchs]:
+                  kept_code: CodeCache | None = None) -> list[LibraryArchs]:
     """cuobjdump's architectures of each shared library in ``wheel``, what is missing, what
     the machine code for the targets holds, and each kernel's coverage per target.
-    ``code_cache``: ``wheel``'s facts of libraries by their bytes (never ``verify``'s)."""
+    ``kept_code``: ``wheel``'s facts of libraries by their bytes (never ``verify``'s)."""
     readers = Readers(list_archs, read_functions, read_kernels or _default_kernels)
     with_code = bool(targets)
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
             path = Path(archive.extract(member, tmp))
-            code = _library_code(path, readers, with_code=with_code, code_cache=code_cache)
+            code = _library_code(path, readers, with_code=with_code, kept_code=kept_code)
             found.append(judged(wheel.name, member, code, targets))
             path.unlink()
     return found
@@ -396,18 +396,18 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                   list_archs: ArchLister | None = None,
                   read_functions: SassReader | None = None,
                   read_kernels: KernelReader | None = None,
-                  code_cache: CodeCache | None = None,
+                  kept_code: CodeCache | None = None,
                   ) -> tuple[list[LibraryArchs], list[str]]:
     """Every shared library of the built wheels with its GPU code; and notes.
-    ``code_cache``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.kept_sass`)."""
+    ``kept_code``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.kept_sass`)."""
     libraries: list[LibraryArchs] = []
     notes: list[str] = []
     for wheel in built:
         try:
             libraries += library_archs(
                 wheel, targets, list_archs or _default_lister,
-                read_functions or (code_cache.read_functions if code_cache else _default_reader),
-                read_kernels, code_cache)
+                read_functions or (kept_code.read_functions if kept_code else _default_reader),
+                read_kernels, kept_code)
         except zipfile.BadZipFile:
             notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
     return libraries, notes
