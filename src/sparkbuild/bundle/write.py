@@ -55,6 +55,7 @@ from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_r
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.vendoring.index import source_entry, wheelset_entry
 from sparkbuild.vendoring.unread import referenced_paths
 
@@ -353,10 +354,11 @@ def make_bundle(options: BundleOptions) -> BundleResult:
 
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
-    tree, prepared = _prepared_tree(options, cache)
-    vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
-                                 offline=options.offline, wheels=options.with_wheels)
-    require_complete(vendored.plan, cache)
-    return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
-                    cache=cache, out=options.out, with_wheels=options.with_wheels,
-                    runtime=options.runtime)
+    with recipe_work_lock(cache.root, recipe.name).held():  # wheel's lock: one at a time
+        tree, prepared = _prepared_tree(options, cache)
+        vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
+                                     offline=options.offline, wheels=options.with_wheels)
+        require_complete(vendored.plan, cache)
+        return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
+                        cache=cache, out=options.out, with_wheels=options.with_wheels,
+                        runtime=options.runtime)
