@@ -27,6 +27,7 @@ from corpus.cases import (
     _cache_read_only,
     _prepare,
     _wheel_args,
+    prepared_tree,
     private_tmpfs,
     snapshot,
     unchanged,
@@ -87,73 +88,74 @@ def _dirty_checkout(repo: Path) -> None:
     (repo / "README.md").write_text("edited, not committed\n", encoding="utf-8")
 
 
-def _prepare_checkout(work: Path, repo: Path, mark: Path) -> Invocation:
-    inv = _prepare(work, str(repo))
-    inv.after = _never_ran(mark)
-    return inv
+def _hostile_checkout(make: Callable[[Path, Path], Path], *, clean_filter: bool = False
+                      ) -> Callable[[Path], Invocation]:
+    """``prepare --source CHECKOUT`` of the dirty checkout ``make(work, hook)`` returns,
+    whose git configuration names ``hook`` (a clean filter's, with ``clean_filter``)."""
+
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        hook, mark = _hook(work, passes_input=clean_filter)
+        repo = make(work, hook)
+        _dirty_checkout(repo)
+        inv = _prepare(work, str(repo))
+        inv.after = _never_ran(mark)
+        return inv
+
+    return build
 
 
-def _fsmonitor_checkout(work: Path) -> Invocation:
+def _fsmonitor_own(work: Path, hook: Path) -> Path:
     """The issue's case: ``core.fsmonitor`` in the checkout's own config."""
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work)
     repo = b.git_source(work / "repo")
     b.git(repo, "config", "core.fsmonitor", str(hook))
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+    return repo
 
 
-def _fsmonitor_included(work: Path) -> Invocation:
+def _fsmonitor_included(work: Path, hook: Path) -> Path:
     """The same, from a file the checkout's config includes."""
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work)
     repo = b.git_source(work / "repo")
     included = work / "included.cfg"
     included.write_text(f"[core]\n\tfsmonitor = {hook}\n", encoding="utf-8")
     b.git(repo, "config", "include.path", str(included))
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+    return repo
 
 
-def _fsmonitor_gitfile(work: Path) -> Invocation:
+def _fsmonitor_gitfile(work: Path, hook: Path) -> Path:
     """The checkout's ``.git`` is a file naming a git directory elsewhere."""
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work)
-    repo = work / "repo"
-    b.write_tree(repo, b.source_files())
+    repo = b.write_tree(work / "repo", b.source_files())
     b.git(work, "init", "-q", "-b", "main", f"--separate-git-dir={work / 'elsewhere.git'}",
           str(repo))
     b.git(repo, "add", "-A")
     b.git(repo, "commit", "-q", "-m", "demo source")
     b.git(repo, "config", "core.fsmonitor", str(hook))
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+    return repo
 
 
-def _fsmonitor_worktree(work: Path) -> Invocation:
+def _fsmonitor_worktree(work: Path, hook: Path) -> Path:
     """A linked worktree of a repository whose config sets the fsmonitor."""
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work)
     main = b.git_source(work / "main")
     b.git(main, "worktree", "add", "-q", "-b", "other", str(work / "linked"))
     b.git(main, "config", "core.fsmonitor", str(hook))
-    _dirty_checkout(work / "linked")
-    return _prepare_checkout(work, work / "linked", mark)
+    return work / "linked"
 
 
-def _fsmonitor_submodule(work: Path) -> Invocation:
-    """The fsmonitor is in a submodule's config: git status runs git in the submodule."""
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work)
+def _with_submodule(work: Path) -> tuple[Path, Path]:
+    """A checkout with a submodule at ``third_party/sub``; both paths."""
     sub = b.git_source(work / "sub")
     repo = b.git_source(work / "repo")
     b.git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub),
           "third_party/sub")
     b.git(repo, "commit", "-q", "-m", "a submodule")
-    b.git(repo / "third_party" / "sub", "config", "core.fsmonitor", str(hook))
-    _dirty_checkout(repo / "third_party" / "sub")
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+    return repo, repo / "third_party" / "sub"
+
+
+def _fsmonitor_submodule(work: Path, hook: Path) -> Path:
+    """The fsmonitor is in a submodule's config: git status runs git in the submodule."""
+    repo, sub = _with_submodule(work)
+    b.git(sub, "config", "core.fsmonitor", str(hook))
+    _dirty_checkout(sub)
+    return repo
 
 
 def _filtered_repo(repo: Path, hook: Path) -> Path:
@@ -167,25 +169,14 @@ def _filtered_repo(repo: Path, hook: Path) -> Path:
     return repo
 
 
-def _clean_filter_checkout(work: Path) -> Invocation:
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work, passes_input=True)
-    repo = _filtered_repo(b.git_source(work / "repo"), hook)
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+def _clean_filter_own(work: Path, hook: Path) -> Path:
+    return _filtered_repo(b.git_source(work / "repo"), hook)
 
 
-def _clean_filter_submodule(work: Path) -> Invocation:
-    work.mkdir(parents=True, exist_ok=True)
-    hook, mark = _hook(work, passes_input=True)
-    sub = b.git_source(work / "sub")
-    repo = b.git_source(work / "repo")
-    b.git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub),
-          "third_party/sub")
-    b.git(repo, "commit", "-q", "-m", "a submodule")
-    _filtered_repo(repo / "third_party" / "sub", hook)
-    _dirty_checkout(repo)
-    return _prepare_checkout(work, repo, mark)
+def _clean_filter_submodule(work: Path, hook: Path) -> Path:
+    repo, sub = _with_submodule(work)
+    _filtered_repo(sub, hook)
+    return repo
 
 
 def _patch_filtered_tree(action: str) -> Callable[[Path], Invocation]:
@@ -203,19 +194,20 @@ def _patch_filtered_tree(action: str) -> Callable[[Path], Invocation]:
 
 
 GIT_CONFIG_CASES = [
-    Case("git-checkout-fsmonitor", "git", None, "uncommitted", _fsmonitor_checkout, PREPARE),
-    Case("git-checkout-fsmonitor-included", "git", None, "uncommitted", _fsmonitor_included,
-         PREPARE),
-    Case("git-checkout-fsmonitor-gitfile", "git", None, "uncommitted", _fsmonitor_gitfile,
-         PREPARE),
-    Case("git-checkout-fsmonitor-worktree", "git", None, "uncommitted", _fsmonitor_worktree,
-         PREPARE),
-    Case("git-checkout-fsmonitor-submodule", "git", None, "uncommitted", _fsmonitor_submodule,
-         PREPARE),
-    Case("git-checkout-clean-filter", "git", None, "uncommitted", _clean_filter_checkout,
-         PREPARE),
+    Case("git-checkout-fsmonitor", "git", None, "uncommitted",
+         _hostile_checkout(_fsmonitor_own), PREPARE),
+    Case("git-checkout-fsmonitor-included", "git", None, "uncommitted",
+         _hostile_checkout(_fsmonitor_included), PREPARE),
+    Case("git-checkout-fsmonitor-gitfile", "git", None, "uncommitted",
+         _hostile_checkout(_fsmonitor_gitfile), PREPARE),
+    Case("git-checkout-fsmonitor-worktree", "git", None, "uncommitted",
+         _hostile_checkout(_fsmonitor_worktree), PREPARE),
+    Case("git-checkout-fsmonitor-submodule", "git", None, "uncommitted",
+         _hostile_checkout(_fsmonitor_submodule), PREPARE),
+    Case("git-checkout-clean-filter", "git", None, "uncommitted",
+         _hostile_checkout(_clean_filter_own, clean_filter=True), PREPARE),
     Case("git-checkout-clean-filter-submodule", "git", None, "uncommitted",
-         _clean_filter_submodule, PREPARE),
+         _hostile_checkout(_clean_filter_submodule, clean_filter=True), PREPARE),
     Case("patch-apply-tree-clean-filter", "git", None, "applied", _patch_filtered_tree("apply"),
          PATCHING),
     Case("patch-status-tree-clean-filter", "git", None, "would apply: cleanly",
@@ -323,16 +315,8 @@ index 0000000..1234567
 +#!/bin/sh
 +touch /tmp/x
 """
-THROUGH_LINK = """\
-diff --git a/csrc/link.cu b/csrc/link.cu
---- a/csrc/link.cu
-+++ b/csrc/link.cu
-@@ -1 +1 @@
--kernel.cu
-\\ No newline at end of file
-+/etc/passwd
-\\ No newline at end of file
-"""
+THROUGH_LINK = RETARGET_LINK.replace("index 3f5a6b7..8f0a4c2 120000\n", "")
+"""The same change of where the link points, with no line that declares its mode."""
 
 MODE_CASES = [
     Case("patch-new-symlink", "patch", PatchError, "declares a symbolic link",
@@ -526,17 +510,6 @@ BUNDLE_CASES = [
 # -- 13. bundle takes wheel's lock and says what wheel says ------------------------------
 
 
-def _prepared(work: Path) -> tuple[Path, Path]:
-    """A prepared tree of the generated sdist, and its recipe."""
-    work.mkdir(parents=True, exist_ok=True)
-    sdist = b.good_sdist(work)
-    recipe = b.good_recipe(work / "recipe")
-    tree = work / "tree"
-    subprocess.run([*CLI, "prepare", "--source", str(sdist), "--dest", str(tree), "--recipe",
-                    str(recipe)], check=True, capture_output=True, timeout=300)
-    return tree, recipe
-
-
 def _bundle_args(work: Path, tree: Path, recipe: Path, cache: Path) -> list[str]:
     return ["bundle", "--tree", str(tree), "--recipe", str(recipe), "--cache", str(cache),
             "--offline", "--without-wheels", "--out", str(work / "out" / "b.tar.xz")]
@@ -550,13 +523,13 @@ def _on_read_only_cache(work: Path, args: Callable[[Path], list[str]]) -> Invoca
 
 
 def _bundle_read_only_cache(work: Path) -> Invocation:
-    tree, recipe = _prepared(work)
+    tree, recipe = prepared_tree(work)
     return _on_read_only_cache(work, lambda cache: _bundle_args(work, tree, recipe, cache))
 
 
 def _bundle_while_wheel_holds_the_lock(work: Path) -> Invocation:
     """Another run (flock(1) here) holds ``CACHE/work/corpus.lock``, which wheel takes."""
-    tree, recipe = _prepared(work)
+    tree, recipe = prepared_tree(work)
     cache = work / "cache"
     (cache / "work").mkdir(parents=True)
     return Invocation(_bundle_args(work, tree, recipe, cache),

@@ -21,14 +21,15 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   the series;
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
   what was stripped;
-* ``manifest.json``, the last member: the sha256 and size of every other member.
+* ``manifest.json``, the first member: the sha256 and size of every other member, so that a
+  reader knows what the bundle holds before it extracts anything.
 
 Identical files are stored once (tar hard links) and members are ordered by name, so the
 copies of CUTLASS that several dependencies carry cost little after compression.
 
-:func:`unpack_bundle` extracts a bundle safely and checks every member against the
-manifest before anything else happens: a missing, changed or unlisted member is a
-:class:`VerifyError` naming it.  :func:`import_bundle` then puts the sources and wheels
+:func:`unpack_bundle` reads the manifest, extracts only what it lists and checks every
+member against it before anything else happens: a missing, changed or unlisted member is a
+:class:`VerifyError` naming it.  ``bundle`` holds the recipe's work lock, as ``wheel`` does.  :func:`import_bundle` then puts the sources and wheels
 into the cache under their upstream keys, so the ordinary offline build runs unchanged.
 """
 
