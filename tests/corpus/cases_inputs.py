@@ -16,6 +16,7 @@ import subprocess
 import sysconfig
 import tarfile
 import textwrap
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -616,27 +617,35 @@ def _epoch_in_recipe(work: Path) -> Invocation:
     return Invocation(["patch", "status", str(tree), "--recipe", str(recipe)])
 
 
-def _after_a_failed_packaging_step(work: Path) -> Invocation:
-    """A cache whose tree holds what setuptools leaves when bdist_wheel fails half-way
-    (a full disk): the next ``wheel`` builds."""
-    work.mkdir(parents=True, exist_ok=True)
-    args = _wheel_args(work, source=buildable_sdist(work))
-    first = [*args]
-    first[first.index("--out") + 1] = str(work / "first")
-    warm = subprocess.run([*CLI, *first],
-                          capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "SOURCE_DATE_EPOCH": "1700000000"})
-    assert warm.returncode == 0, warm.stderr[-3000:]
-    bdist = work / "cache" / "work" / "corpus" / "tree" / "build" / (
-        f"bdist.{sysconfig.get_platform()}")
-    scratch = bdist / "wheel" / f"{b.PACKAGE}-{b.VERSION}.dist-info"
-    scratch.mkdir(parents=True)
-    (scratch / "METADATA").write_text("half written\n", encoding="utf-8")
+def _after_a_failed_packaging_step(leftover: str) -> Callable[[Path], Invocation]:
+    """A cache whose tree holds what setuptools leaves when bdist_wheel fails half-way (a
+    full disk): ``leftover`` under ``build/bdist.*/wheel/``.  The next ``wheel`` builds, and
+    its wheel carries nothing of it."""
 
-    def built() -> None:
-        assert sorted(p.name for p in (work / "wheelhouse").glob("*.whl")), "no wheel"
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        args = _wheel_args(work, source=buildable_sdist(work))
+        first = [*args]
+        first[first.index("--out") + 1] = str(work / "first")
+        env = {"SOURCE_DATE_EPOCH": "1700000000"}
+        warm = subprocess.run([*CLI, *first], capture_output=True, text=True, timeout=900,
+                              env={**os.environ, **env})
+        assert warm.returncode == 0, warm.stderr[-3000:]
+        left = (work / "cache" / "work" / "corpus" / "tree" / "build"
+                / f"bdist.{sysconfig.get_platform()}" / "wheel" / leftover)
+        left.parent.mkdir(parents=True)
+        left.write_text("half written\n", encoding="utf-8")
 
-    return Invocation(args, env={"SOURCE_DATE_EPOCH": "1700000000"}, after=built)
+        def built() -> None:
+            wheels = sorted((work / "wheelhouse").glob(f"{b.PACKAGE}-*.whl"))
+            assert wheels, "no wheel was written"
+            with zipfile.ZipFile(wheels[0]) as archive:
+                assert leftover not in archive.namelist(), (
+                    f"the wheel carries {leftover}, left by a build that did not finish")
+
+        return Invocation(args, env=env, after=built)
+
+    return build
 
 
 EPOCH = "SOURCE_DATE_EPOCH must be whole seconds from 315532800"
@@ -652,7 +661,11 @@ BUILD_CASES = [
     Case("recipe-source-date-epoch-negative", "recipe", RecipeError, EPOCH, _epoch_in_recipe,
          PATCHING),
     Case("wheel-after-a-failed-packaging-step", "cache", None,
-         "the packaging scratch of an earlier build", _after_a_failed_packaging_step, WHEEL),
+         "the packaging scratch of an earlier build",
+         _after_a_failed_packaging_step(f"{b.PACKAGE}-{b.VERSION}.dist-info/METADATA"), WHEEL),
+    Case("wheel-after-a-failed-packaging-step-stale-module", "cache", None,
+         "the packaging scratch of an earlier build",
+         _after_a_failed_packaging_step(f"{b.PACKAGE}/left_by_a_failed_build.py"), WHEEL),
 ]
 
 CASES: list[Case] = [

@@ -5,8 +5,8 @@
 Each case runs as ``tests/integration/test_hostile_corpus.py`` runs it (one piece of code:
 :func:`corpus.runner.run_case`), in a temporary directory of its own.  One line per case
 (``ok``, ``DEFECT`` with the first lines of what failed, or ``skipped`` with why), then
-``cases N, ok N, defects N`` (and ``skipped N`` when any was).  Exit status 1 when a case
-is a defect, 2 when the selection is empty.
+``cases N, ok N, defects N`` (the cases run; ``(N skipped)`` after it when any was not).
+Exit status 1 when a case is a defect, 2 when the selection is empty.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: corpus, support
 
 from corpus.cases import CASES, Case
-from corpus.runner import CannotRun, run_case
+from corpus.runner import CannotRun, run_case, summary
 
 DETAIL_LINES = 6
 
@@ -71,8 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         counts[status] += 1
         print(f"{status:<7} {case.id} ({time.monotonic() - started:.1f} s){detail}",
               flush=True)
-    skipped = f", skipped {counts['skipped']}" if counts["skipped"] else ""
-    print(f"cases {len(cases)}, ok {counts['ok']}, defects {counts['DEFECT']}{skipped}")
+    print(summary(counts["ok"], counts["DEFECT"], counts["skipped"]))
     return 1 if counts["DEFECT"] else 0
 
 

@@ -29,6 +29,12 @@ TIMEOUT = 600
 """Seconds one command may take (a case that builds a wheel on a loaded machine)."""
 
 
+def summary(ok: int, defects: int, skipped: int = 0) -> str:
+    """The corpus's count: the cases run (a skipped one is not), ok and defects."""
+    line = f"cases {ok + defects}, ok {ok}, defects {defects}"
+    return line + (f" ({skipped} skipped)" if skipped else "")
+
+
 class CannotRun(Exception):
     """This machine cannot run the case (it is skipped, which is not a pass)."""
 

@@ -29,8 +29,9 @@ copies of CUTLASS that several dependencies carry cost little after compression.
 
 :func:`unpack_bundle` reads the manifest, extracts only what it lists and checks every
 member against it before anything else happens: a missing, changed or unlisted member is a
-:class:`VerifyError` naming it.  ``bundle`` holds the recipe's work lock, as ``wheel`` does.  :func:`import_bundle` then puts the sources and wheels
+:class:`VerifyError` naming it.  :func:`import_bundle` then puts the sources and wheels
 into the cache under their upstream keys, so the ordinary offline build runs unchanged.
+``bundle`` holds the recipe's work lock, as ``wheel`` does.
 """
 
 from __future__ import annotations

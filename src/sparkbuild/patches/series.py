@@ -12,9 +12,10 @@ a line diff cannot carry across upstream releases.
 Everything is parsed and checked here, before any tree is touched: a malformed diff, a path
 that is absolute, climbs out with ``..`` or reaches into ``.git``, a rename, a mode change,
 a binary patch or a diff that declares anything but a plain file (a symbolic link, a
-submodule, an executable new file) is refused with :class:`PatchError`; a series file that names a missing or
-unknown file is a :class:`RecipeError`.  Diffs are kept as :class:`FileDiff` values so the
-engine can re-aim a file whose target moved between releases and render the diff again.
+submodule, an executable new file) is refused with :class:`PatchError`; a series file that
+names a missing or unknown file is a :class:`RecipeError`.  Diffs are kept as
+:class:`FileDiff` values so the engine can re-aim a file whose target moved between releases
+and render the diff again.
 """
 
 from __future__ import annotations

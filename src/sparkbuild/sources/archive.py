@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from sparkbuild.console import byte_progress
 from sparkbuild.errors import (
@@ -336,7 +336,7 @@ class _ReadProgress(io.BytesIO):
         return chunk
 
 
-def _decompressed(raw: io.BytesIO, compression: str) -> io.BufferedIOBase:
+def _decompressed(raw: IO[bytes], compression: str) -> IO[bytes] | io.BufferedIOBase:
     if compression == "gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "bz2":
@@ -591,24 +591,35 @@ def read_tar_member(path: Path, name: str, *, limit: int) -> bytes | None:
     """The bytes of the regular member ``name`` of the tar archive ``path`` (any of tar's
     compressions), read before anything is extracted; None when it holds none.
 
-    The archive is streamed: reading stops at the member, so a member near the start costs
-    nothing of the rest.  A member larger than ``limit`` bytes, or not a regular file, is an
-    :class:`UnsafeArchiveError`, as is a broken archive.
+    Reading stops at the member, so a member near the start costs nothing of the rest.  A
+    member larger than ``limit`` bytes, or not a regular file, is an
+    :class:`UnsafeArchiveError`, as is a broken archive (the whole of it is read, to its
+    end-of-archive marker and its stream's end, when the member is not there).
     """
     origin = str(path)
     try:
-        with _read_errors(origin), tarfile.open(path, "r|*", errorlevel=2) as tar:
-            for member in tar:
-                if clean_member_name(member.name, origin) != name:
-                    continue
-                if not member.isreg():
-                    raise unsafe(f"member {name!r} is not a regular file", origin)
-                if member.size > limit:
-                    raise unsafe(f"member {name!r} is {member.size} bytes, more than the "
-                                 f"{limit} it may be", origin)
-                stream = tar.extractfile(member)
-                assert stream is not None
-                return stream.read()
+        with path.open("rb") as raw:
+            fmt = detect_format(raw.read(BLOCK))
+            if fmt in ("zip", "unknown"):
+                raise unsafe("not a tar archive", origin)
+            raw.seek(0)
+            with (
+                _read_errors(origin),
+                _decompressed(raw, fmt.partition(".")[2]) as stream,
+                tarfile.TarFile(fileobj=stream, mode="r", errorlevel=2) as tar,
+            ):
+                for member in tar:
+                    if clean_member_name(member.name, origin) != name:
+                        continue
+                    if not member.isreg():
+                        raise unsafe(f"member {name!r} is not a regular file", origin)
+                    if member.size > limit:
+                        raise unsafe(f"member {name!r} is {member.size} bytes, more than the "
+                                     f"{limit} it may be", origin)
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    return data.read()
+                _check_end(tar, origin)
     except OSError as exc:
         raise SourceError(f"cannot read archive: {exc.strerror}", where=origin) from exc
     return None
