@@ -1,7 +1,7 @@
 """flashinfer's modules built alongside vLLM's compile instead of after it.
 
 ``[flashinfer] aot`` used to start when vLLM's compile had ended.  On the device machine
-(session 15, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
+(2026-12-03, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
 18 % idle (the last wave), behind a configure that ran one core for 53 s: the builder's
 work fits in cores the build leaves idle.  So the builder starts as soon as the build's
 interpreter and torch are known (after the code forecast, before the configure), in a thread
