@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from sparkbuild.compile.own_requirements import check_own_requirements
+from sparkbuild.console import warn
 from sparkbuild.errors import ToolchainError, UsageError
 from sparkbuild.jobplan.machine import (
     GIB,
@@ -87,6 +88,12 @@ class DoctorReport:
 
     def warnings(self) -> list[Check]:
         return [check for check in self.checks if not check.ok and not check.hard]
+
+    @property
+    def launcher(self) -> str | None:
+        """The compiler launcher found (ccache, or a shared cache's sccache), as a path."""
+        tool = self.tools.get("launcher")
+        return str(tool.path) if tool else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -246,6 +253,18 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
     return Check("compile cache", True, value, f"{sccache.path}: a server starts on it; "
                  "used as CMAKE_<LANG>_COMPILER_LAUNCHER, keys scoped by CUDA, torch, "
                  "archs and series")
+
+
+def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
+                    ) -> DoctorReport:
+    """doctor before a build: each warning printed, a hard failure raised."""
+    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
+                        existing_torch=existing_torch)
+    for check in report.warnings():
+        warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
+    if report.error is not None:
+        raise report.error
+    return report
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
