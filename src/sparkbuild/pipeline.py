@@ -50,7 +50,9 @@ from sparkbuild.team.compile_cache import (
     cache_spec,
     units_by_language,
 )
-from sparkbuild.team.sccache_server import open_shared_cache
+from sparkbuild.team.dist_client import connect_for, team_plan
+from sparkbuild.team.dist_record import DistResult, write_build_trace
+from sparkbuild.team.sccache_server import dist_outcome, open_shared_cache
 from sparkbuild.toolchain import tools
 from sparkbuild.vendoring.fetch import fetch_source, vendor_for_recipe
 from sparkbuild.vendoring.index import remember_missed
@@ -97,6 +99,10 @@ class WheelOptions:
     allow_unstartable: bool = False
     """``targets`` may leave out an extension the package imports at module level (a part
     of a build, measured, never installed on a node): warned, not refused."""
+    dist: str | None = None
+    """A sccache-dist scheduler URL overriding the recipe's ``[build] dist``."""
+    dist_token_file: Path | None = None
+    """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
 
 
 @dataclass
@@ -115,6 +121,9 @@ class WheelResult:
     """Every phase's seconds and the build's account (sparkbuild.jobplan.timeline)."""
     code_forecast: CodeForecast | None = None
     """What the arch lists give each unit, read before the first compile."""
+    dist: DistResult | None = None
+    build_trace: Path | None = None
+    """The build's units as Chrome trace-event JSON (sparkbuild.jobplan.build_trace)."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -138,6 +147,8 @@ class WheelResult:
             "timeline": self.timeline,
             "code_forecast": self.code_forecast.to_dict() if self.code_forecast else None,
             "units": self.build.timeline.units_table() if self.build.timeline else [],
+            "dist": self.dist.to_dict() if self.dist else None,
+            "build_trace": str(self.build_trace) if self.build_trace else None,
         }
 
     def summary(self) -> list[str]:
@@ -152,6 +163,8 @@ class WheelResult:
                      f" launcher={self.plan.launcher or 'none'}")
         lines.append(f"  {len(self.build.compiled_units)} units compiled; log: {self.build.log}")
         lines += self.compile_cache.summary() if self.compile_cache else []
+        lines += self.dist.summary() if self.dist else []
+        lines += [f"  build trace: {self.build_trace}"] if self.build_trace else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
         lines += timeline_lines(self.timeline, self.build.timeline)
@@ -462,7 +475,8 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 compile_cache: CompileCacheResult | None = None,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
-                aot: AotResult | None = None) -> WheelhouseResult:
+                aot: AotResult | None = None,
+                dist: DistResult | None = None) -> WheelhouseResult:
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.vendoring.patched import dependency_records
@@ -490,6 +504,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         "bundle": str(options.bundle) if options.bundle else None,
         "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "dist": dist.to_dict() if dist else None,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
         "dependencies": dependency_records(vendored.plan, cache) if vendored else [],
@@ -578,7 +593,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
     spec = cache_spec(options.compile_cache, recipe)
-    root = build_root() if spec else cache.root
+    link = connect_for(options.dist, recipe.build.dist, options.dist_token_file)
+    root = build_root() if spec or link else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with CacheLock(root / "work" / f"{recipe.name}.lock").held():
@@ -597,7 +613,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
         with phase("doctor"):
-            plan = _build_plan(options, tree, cache)
+            plan = team_plan(_build_plan(options, tree, cache), link,
+                             options.jobs or recipe.build.jobs)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
@@ -606,7 +623,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 python = use_existing_torch(tree, work / "logs")
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                          root=root if spec else None)
+                                          root=root if spec or link else None)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, deps, cache)
             torch = _build_torch(python, options.use_existing_torch)
@@ -615,11 +632,10 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                        if recipe.flashinfer.aot else None)
             with aot_alongside(builder) as aot_run, open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch, work=work,
-                    cache_root=cache.root) as shared:
+                    cache_root=cache.root, dist=link) as shared:
                 if shared is not None and shared.launcher:
                     plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
-                        *plan.reasons, f"compiler launcher: sccache, shared cache "
-                        f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                        *plan.reasons, f"compiler launcher: sccache, {shared.role}"))
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
                                             tree) if plan.pool else None
                 request = BuildRequest(
@@ -642,14 +658,17 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                       for unit in outcome.timeline.units], outcome.timeline.killed_sources)
         with phase("flashinfer aot"):  # what the wheel waits for it after the compile
             aot = aot_run.result()
-        compile_cache = shared.result if shared else None
+        compile_cache = shared.compile_cache if shared else None
+        dist = dist_outcome(link, shared)
+        trace = (write_build_trace(work / "logs" / "build-trace.json", outcome.timeline, dist)
+                 if outcome.timeline is not None else None)
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
         _vendor_missed(cache, recipe, missed, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
-                                     vendored, runtime, aot)
+                                     vendored, runtime, aot, dist)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
-                       code_forecast=forecast)
+                       code_forecast=forecast, dist=dist, build_trace=trace)

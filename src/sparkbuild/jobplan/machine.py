@@ -157,3 +157,40 @@ def read_memory() -> tuple[int, int]:
     except OSError:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return pages, pages
+
+
+DIST_LOCAL_GIB = 0.5
+"""What one unit in flight holds on the build host while its steps compile on a build
+server: nvcc's driver, the local preprocessing (``gcc -E`` of a torch-including unit peaked
+at 0.23 GB here) and sccache's buffers of the inputs it ships (tens of MB), with headroom."""
+
+
+def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler: str,
+                    usable_bytes: float, requested_jobs: int | None = None) -> BuildPlan:
+    """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
+    servers' cpus (their status at the start), as far as the build host's memory holds
+    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool keeps its depth:
+    a unit whose steps fall back compiles here, in this machine's memory."""
+    if team_cpus <= 0:
+        return plan
+    if requested_jobs:
+        return BuildPlan(plan.max_jobs, plan.nvcc_threads, plan.launcher, (
+            *plan.reasons, f"dist: {servers} build server(s), {team_cpus} cpus at "
+            f"{scheduler}; MAX_JOBS={plan.max_jobs} as requested"), plan.pool)
+    by_memory = max(1, math.floor(usable_bytes / (DIST_LOCAL_GIB * GIB)))
+    jobs = max(plan.max_jobs, min(plan.max_jobs + team_cpus, by_memory))
+    bound = "" if jobs == plan.max_jobs + team_cpus else (
+        f", bounded by memory ({gib_text(usable_bytes)} usable, {DIST_LOCAL_GIB:g} GiB per "
+        "unit in flight)")
+    reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
+    pool = plan.pool
+    if pool is not None:
+        import dataclasses
+
+        pool = dataclasses.replace(pool, jobs=jobs, reasons=(
+            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores; the pool's depth "
+            f"{pool.depth} is still what this machine's memory holds (a step that falls back "
+            "compiles here)"))
+    return BuildPlan(jobs, plan.nvcc_threads, plan.launcher, (
+        *reasons, f"MAX_JOBS={jobs}: this machine's {plan.max_jobs} + the team's {team_cpus} "
+        f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool)
