@@ -40,9 +40,9 @@ from sparkbuild.jobplan.machine import GIB, BuildPlan, plan_build, read_memory, 
 from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import known_units, measured_for, remember
-from sparkbuild.recipe import check_jobs, require_spark_target
+from sparkbuild.recipe import check_jobs, check_source_date_epoch, require_spark_target
 from sparkbuild.store.context import RunContext
-from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.store.phases import phase, recording
 from sparkbuild.team.compile_cache import (
     CompileCacheResult,
@@ -587,6 +587,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
     check_jobs(options.jobs, where="wheel --jobs")
+    check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
@@ -597,7 +598,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     root = build_root() if spec or link else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
-    with CacheLock(root / "work" / f"{recipe.name}.lock").held():
+    with recipe_work_lock(root, recipe.name).held():
         with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree

@@ -31,7 +31,13 @@ from sparkbuild.jobplan.machine import (
     with_pools,
     with_team_cores,
 )
-from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
+from sparkbuild.recipe import (
+    BuildSettings,
+    Recipe,
+    check_job_memory_gib,
+    parse_toml,
+    require_spark_target,
+)
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
@@ -157,7 +163,7 @@ def tree_torch_pin(tree: Path) -> tuple[Version, str] | None:
     pyproject = tree / "pyproject.toml"
     if pyproject.is_file():
         try:
-            requires = tomllib.loads(pyproject.read_text(encoding="utf-8")).get(
+            requires = parse_toml(pyproject.read_text(encoding="utf-8")).get(
                 "build-system", {}).get("requires", [])
         except tomllib.TOMLDecodeError:
             requires = []
