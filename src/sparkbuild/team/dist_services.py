@@ -229,8 +229,7 @@ def run_scheduler(*, listen: str, client_token_file: Path | None, server_key_fil
     """``sparkbuild team scheduler``: the TOML written, sccache-dist started (or its unit)."""
     host, port = parse_listen(listen, server=False)
     address = _address(host, port)
-    dist = find_sccache_dist()
-    state = _state(state_dir.expanduser().resolve())
+    state = state_dir.expanduser().resolve()
     token_file = client_token_file.expanduser().resolve() if client_token_file else None
     key_file = server_key_file.expanduser().resolve()
     argv = ["--listen", address, "--server-key-file", str(key_file), "--dir", str(state),
@@ -242,6 +241,8 @@ def run_scheduler(*, listen: str, client_token_file: Path | None, server_key_fil
         unit = systemd_unit(f"sparkbuild team scheduler (sccache-dist) on {address}",
                             _self_command("scheduler", argv), root=False)
         return TeamService("scheduler", address, state / "scheduler.toml", [], unit=unit)
+    dist = find_sccache_dist()
+    _state(state)
     generated = []
     if token_file is not None:
         token, made = ensure_secret(token_file, dist, "generate-shared-token", "--bits", "256")
