@@ -169,8 +169,12 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
                     usable_bytes: float, requested_jobs: int | None = None) -> BuildPlan:
     """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
     servers' cpus (their status at the start), as far as the build host's memory holds
-    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool keeps its depth:
-    a unit whose steps fall back compiles here, in this machine's memory."""
+    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool still holds what only
+    this machine's memory can hold: every unit in flight keeps its local share here
+    (preprocessing, the fatbinary), and a pooled unit whose steps fall back (every server
+    busy, or one dead) compiles here at its full peak -- so the depth is what the memory
+    left beside ``jobs`` local shares holds of pooled units at their peak, never below the
+    local plan's."""
     if team_cpus <= 0:
         return plan
     if requested_jobs:
@@ -187,10 +191,15 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     if pool is not None:
         import dataclasses
 
-        pool = dataclasses.replace(pool, jobs=jobs, reasons=(
-            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores; the pool's depth "
-            f"{pool.depth} is still what this machine's memory holds (a step that falls back "
-            "compiles here)"))
+        spare = usable_bytes - jobs * DIST_LOCAL_GIB * GIB
+        fits = math.floor(spare / pool.heavy_budget_bytes) if pool.heavy_budget_bytes else jobs
+        depth = max(pool.depth, min(jobs, fits))
+        pool = dataclasses.replace(pool, jobs=jobs, depth=depth, reasons=(
+            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores; pool depth {depth}: "
+            f"{gib_text(max(0.0, spare))} beside {jobs} local shares of {DIST_LOCAL_GIB:g} GiB "
+            f"hold {max(0, fits)} pooled unit(s) at their peak {gib_text(pool.heavy_budget_bytes)}"
+            f" (a pooled unit whose steps fall back compiles here; the local plan's depth was "
+            f"{pool.depth})"))
     return BuildPlan(jobs, plan.nvcc_threads, plan.launcher, (
         *reasons, f"MAX_JOBS={jobs}: this machine's {plan.max_jobs} + the team's {team_cpus} "
         f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool)

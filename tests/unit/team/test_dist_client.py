@@ -3,6 +3,7 @@ answers as sccache-dist 0.16's scheduler does), the client's SCCACHE_CONF."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import json
 import stat
@@ -202,6 +203,11 @@ def test_max_jobs_counts_the_teams_cores_and_keeps_the_pool() -> None:
     small = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
                             usable_bytes=20 * GIB)
     assert small.max_jobs == 40 and "bounded by memory" in small.reasons[-1]
+    tight = dataclasses.replace(pool, depth=1, heavy_budget_bytes=10 * GIB)
+    held = with_team_cores(BuildPlan(20, 1, "sccache", (), tight), team_cpus=60, servers=3,
+                           scheduler="http://s:1/", usable_bytes=115 * GIB)
+    # 115 GiB less 80 local shares of 0.5 GiB: 75 GiB hold 7 pooled units at 10 GiB
+    assert held.pool is not None and held.pool.depth == 7
     asked = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
                             usable_bytes=115 * GIB, requested_jobs=20)
     assert asked.max_jobs == 20
