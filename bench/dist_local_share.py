@@ -20,7 +20,7 @@ The local share is local CPU-seconds over all of them.  Bytes: every remote step
 sccache ships them (tar and TLS framing not counted), up; its outputs (cudafe++'s
 ``.cudafe1.*`` and module id, the ptx, the cubin, the host object), zlib level 6, down.
 The prototype's proxy measured 10.59 MB up / 4.09 MB down for one heavy unit
-(/work/notes/43-research.md): compare with ``--heavy``.
+(issue 43's prototype): compare with ``--heavy``.
 """
 
 from __future__ import annotations

@@ -60,7 +60,7 @@ AFTER_S = 100.0
 rewrite, machine code, verify, wheelhouse.  Local work: dist does not shorten it."""
 STEP_LATENCY_S = 0.5
 """Per remote step: allocation, HTTPS, bwrap and overlay setup; 0.2 to 1 s measured on
-loopback under load (/work/notes/43-research.md); four steps per nvcc unit."""
+loopback under load (issue 43's prototype); four steps per nvcc unit."""
 TOOLCHAIN_PACK_S = 10.0
 """The client packs cudafe++, cicc, ptxas and gcc once (about 10 s measured)."""
 TOOLCHAIN_BYTES = 85_244_633

@@ -69,9 +69,10 @@ def lanes(spans: Sequence[Span]) -> list[int]:
     return found
 
 
-def unit_spans(timeline: BuildTimeline, servers: dict[str, str] | None = None) -> list[Span]:
-    """The timeline's units; ``servers``: output -> the build server that compiled most of
-    the unit's steps (dist)."""
+def unit_spans(timeline: BuildTimeline, servers: dict[str, str] | None = None,
+               offset: float = 0.0) -> list[Span]:
+    """The timeline's units, ``offset`` seconds later than their ``start``; ``servers``:
+    output -> the build server that compiled most of the unit's steps (dist)."""
     spans = []
     for unit in timeline.units:
         args: dict[str, Any] = {"source": unit.source, "output": unit.output,
@@ -82,7 +83,7 @@ def unit_spans(timeline: BuildTimeline, servers: dict[str, str] | None = None) -
             args["pool"] = unit.pool
         if servers and unit.output in servers:
             args["server"] = servers[unit.output]
-        spans.append(Span(Path(unit.source).name, unit.start, unit.seconds, args,
+        spans.append(Span(Path(unit.source).name, unit.start + offset, unit.seconds, args,
                           "unit,pool" if unit.pool else "unit"))
     return spans
 
@@ -113,8 +114,9 @@ def trace_document(host: Track, others: Sequence[Track] = (),
             "otherData": {"written_by": "sparkbuild", **(about or {})}}
 
 
-def host_track(timeline: BuildTimeline, servers: dict[str, str] | None = None) -> Track:
-    spans = unit_spans(timeline, servers)
+def host_track(timeline: BuildTimeline, servers: dict[str, str] | None = None,
+               offset: float = 0.0) -> Track:
+    spans = unit_spans(timeline, servers, offset)
     width = max(lanes(spans), default=-1) + 1
     lane = "core" if width <= timeline.cores else "job"
     return Track(f"build host: {len(spans)} units, {timeline.cores} cores", spans, lane)

@@ -265,12 +265,15 @@ def write_build_trace(path: Path, timeline: BuildTimeline, dist: DistResult | No
     dist), then each build server's steps."""
     steps = dist.steps if dist is not None else []
     servers = unit_servers(steps, [u.output for u in timeline.units]) if steps else None
+    # the trace starts at the first thing it shows: CMake's compiler checks go through the
+    # servers before ninja's first unit
+    origin = min([timeline.origin, *(s.start for s in steps)]) if timeline.origin else 0.0
     about: dict[str, Any] = {"units": len(timeline.units), "cores": timeline.cores,
                              "compile_wall_seconds": round(timeline.compile_wall, 2),
-                             "origin_epoch": round(timeline.origin, 3)}
+                             "origin_epoch": round(origin, 3)}
     if dist is not None:
         about["dist"] = {"scheduler": dist.link.scheduler, "status": dist.status,
                          "dist_compiles": dist.stats.dist_compiles if dist.stats else {}}
-    document = trace_document(host_track(timeline, servers),
-                              server_tracks(steps, timeline.origin), about)
+    document = trace_document(host_track(timeline, servers, timeline.origin - origin),
+                              server_tracks(steps, origin), about)
     return write_trace(path, document)

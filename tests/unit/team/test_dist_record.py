@@ -143,3 +143,13 @@ def test_the_trace_has_a_track_per_core_and_one_per_server(tmp_path: Path) -> No
     assert lanes == {"core 1", "core 2"}
     plain = json.loads(write_build_trace(tmp_path / "p.json", timeline, None).read_text())
     assert {e["pid"] for e in plain["traceEvents"]} == {1}
+
+
+def test_the_trace_starts_at_the_first_step(tmp_path: Path) -> None:
+    """CMake's compiler checks go through the servers before ninja's first unit."""
+    units = [Unit("csrc/a.cu", "a.cu.o", "_C", 2.0, 0.0)]
+    timeline = BuildTimeline({}, units, 2.0, 1.0, 2, [], origin=1000.0)
+    early = DistResult(link(), steps=[DistStep("CMakeCUDACompilerABI.ptx", S1, 997.0, 998.0)])
+    events = json.loads(write_build_trace(tmp_path / "t.json", timeline, early).read_text())
+    starts = {e["name"]: e["ts"] for e in events["traceEvents"] if e["ph"] == "X"}
+    assert starts == {"a.cu": 3_000_000, "CMakeCUDACompilerABI.ptx (cicc)": 0}
