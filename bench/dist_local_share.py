@@ -229,26 +229,22 @@ def main(argv: list[str]) -> int:
                                         "steps run one at a time", "units": found},
                                        indent=1) + "\n", encoding="utf-8")
 
+    def each_unit(label: str, recipe: Path, tree: Path, units: list[str]) -> None:
+        prepare_tree(load_recipe(recipe).source.spec, tree, load_recipe(recipe))
+        cwd, found = _commands(tree, recipe, units)
+        for unit, command in found:
+            rows.append(measure(f"{label} {unit}", command, cwd))
+            save(rows)
+
     with tempfile.TemporaryDirectory(prefix="dist-share-") as scratch:
         if args.example:
-            recipe = REPO_ROOT / "examples" / "mini-vllm" / "recipe.toml"
-            tree = Path(scratch) / "mini-vllm"
-            prepare_tree(load_recipe(recipe).source.spec, tree, load_recipe(recipe))
-            cwd, found = _commands(tree, recipe, args.example)
-            for unit, command in found:
-                rows.append(measure(f"mini-vllm {unit}", command, cwd))
-                save(rows)
+            each_unit("mini-vllm", REPO_ROOT / "examples" / "mini-vllm" / "recipe.toml",
+                      Path(scratch) / "mini-vllm", args.example)
         if args.vllm:
-            release_recipe = _check_all().release_recipe
             version, _, cutlass = args.vllm.partition("=")
             os.environ["VLLM_CUTLASS_SRC_DIR"] = cutlass
-            recipe = release_recipe(version, Path(scratch))
-            tree = Path(scratch) / f"vllm-{version}"
-            prepare_tree(load_recipe(recipe).source.spec, tree, load_recipe(recipe))
-            cwd, found = _commands(tree, recipe, args.unit)
-            for unit, command in found:
-                rows.append(measure(f"vllm {version} {unit}", command, cwd))
-                save(rows)
+            each_unit(f"vllm {version}", _check_all().release_recipe(version, Path(scratch)),
+                      Path(scratch) / f"vllm-{version}", args.unit)
         if args.heavy:
             import torch.utils.cpp_extension as ext
 

@@ -220,6 +220,17 @@ def _add_mirror(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _team_role(parser: argparse.ArgumentParser, listen: str, key: str
+               ) -> argparse.ArgumentParser:
+    """``team scheduler`` or ``team server``: the flags both take."""
+    parser.add_argument("--listen", required=True, metavar="ADDR:PORT", help=listen)
+    parser.add_argument("--server-key-file", required=True, metavar="FILE", help=key)
+    parser.add_argument("--systemd", action="store_true", help="print a systemd unit instead")
+    _add_common(parser)
+    parser.set_defaults(handler=_team)
+    return parser
+
+
 def _add_dist(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--dist", metavar="URL", help=f"{text}: http://HOST:PORT")
     parser.add_argument("--dist-token-file", metavar="FILE", help="the scheduler's client "
@@ -375,33 +386,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     team = sub.add_parser("team", help="run a team's sccache-dist scheduler or build server")
     roles = team.add_subparsers(dest="role", required=True, metavar="ROLE")
-    p = roles.add_parser("scheduler", help="the team's sccache-dist scheduler, in the "
-                         "foreground (or --systemd)")
-    p.add_argument("--listen", required=True, metavar="ADDR:PORT",
-                   help="the address it binds and is reached at (e.g. 192.168.1.10:10600)")
-    p.add_argument("--client-token-file", metavar="FILE", help="the builds' token (generated "
-                   f"when missing, mode 600; else ${TOKEN_ENV})")
-    p.add_argument("--server-key-file", required=True, metavar="FILE",
-                   help="the build servers' JWT HS256 key (generated when missing, mode 600)")
-    p.add_argument("--dir", metavar="DIR", help="where its TOML is written (default: "
-                   "CACHE/team/scheduler)")
-    p.add_argument("--systemd", action="store_true", help="print a systemd unit instead")
-    _add_common(p)
-    p.set_defaults(handler=_team)
-    p = roles.add_parser("server", help="a build server of the team (root, bubblewrap), in "
-                         "the foreground (or --systemd)")
-    p.add_argument("--scheduler", required=True, metavar="URL", help="http://HOST:PORT")
-    p.add_argument("--listen", required=True, metavar="ADDR:PORT",
-                   help="its own address, reached by the scheduler and the builds")
-    p.add_argument("--server-key-file", required=True, metavar="FILE",
-                   help="the scheduler's JWT HS256 key (its token is made from it)")
-    p.add_argument("--cache-dir", required=True, metavar="DIR",
-                   help="toolchains, and DIR/overlay, wiped at every start")
-    p.add_argument("--cpus", type=int, metavar="N", help="offer N cores (taskset; default: "
-                   "every core this process may use)")
-    p.add_argument("--systemd", action="store_true", help="print a systemd unit instead")
-    _add_common(p)
-    p.set_defaults(handler=_team)
+    role = _team_role(roles.add_parser("scheduler", help="the team's sccache-dist scheduler, "
+                                       "in the foreground (or --systemd)"),
+                      "the address it binds and is reached at (e.g. 192.168.1.10:10600)",
+                      "the build servers' JWT HS256 key (generated when missing, mode 600)")
+    role.add_argument("--client-token-file", metavar="FILE", help="the builds' token "
+                      f"(generated when missing, mode 600; else ${TOKEN_ENV})")
+    role.add_argument("--dir", metavar="DIR", help="where its TOML is written (default: "
+                      "CACHE/team/scheduler)")
+    role = _team_role(roles.add_parser("server", help="a build server of the team (root, "
+                                       "bubblewrap), in the foreground (or --systemd)"),
+                      "its own address, reached by the scheduler and the builds",
+                      "the scheduler's JWT HS256 key (its token is made from it)")
+    role.add_argument("--scheduler", required=True, metavar="URL", help="http://HOST:PORT")
+    role.add_argument("--cache-dir", required=True, metavar="DIR",
+                      help="toolchains, and DIR/overlay, wiped at every start")
+    role.add_argument("--cpus", type=int, metavar="N", help="offer N cores (taskset; "
+                      "default: every core this process may use)")
 
     p = sub.add_parser("check", help="compile the units the series changed for the target "
                        "arch, and read their machine code")

