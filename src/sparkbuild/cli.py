@@ -106,7 +106,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 def _bundle(args: argparse.Namespace) -> StageResult:
     from sparkbuild.bundle.write import BundleOptions, make_bundle
-    from sparkbuild.pipeline import bundle_runtime_for
+    from sparkbuild.wheelhouse.closure import bundle_runtime_for
 
     recipe = _recipe(args)
     return make_bundle(BundleOptions(

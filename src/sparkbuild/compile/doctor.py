@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from sparkbuild.compile.own_requirements import check_own_requirements
+from sparkbuild.console import warn
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
 from sparkbuild.jobplan.machine import (
     GIB,
@@ -91,6 +92,12 @@ class DoctorReport:
 
     def warnings(self) -> list[Check]:
         return [check for check in self.checks if not check.ok and not check.hard]
+
+    @property
+    def launcher(self) -> str | None:
+        """The compiler launcher found (ccache, or a shared cache's sccache), as a path."""
+        tool = self.tools.get("launcher")
+        return str(tool.path) if tool else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -286,6 +293,18 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
                      "jobs at once (--cpus caps it)"),
                Check("cores", True, str(cores), "what the server offers the scheduler")]
     return DoctorReport(checks, plan, team.error, {}, team.to_dict())
+
+
+def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
+                    ) -> DoctorReport:
+    """doctor before a build: each warning printed, a hard failure raised."""
+    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
+                        existing_torch=existing_torch)
+    for check in report.warnings():
+        warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
+    if report.error is not None:
+        raise report.error
+    return report
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,

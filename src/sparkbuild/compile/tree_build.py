@@ -425,26 +425,3 @@ def refused_while_compiling(refusal: ObjectRefusal, targets: tuple[str, ...],
              "target cannot run; fix the series or the recipe's cuda_archs "
              "(`sparkbuild check --tree TREE --unit SOURCE` reads one unit's code in "
              "minutes); nothing was written")
-
-
-def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:
-    """The provider's record: dependency name -> {KEY: values}."""
-    recorded: dict[str, dict[str, tuple[str, ...]]] = {}
-    if not path.is_file():
-        return recorded
-    keys = {"GIT_REPOSITORY", "GIT_TAG", "URL", "URL_HASH", "SOURCE_DIR", "SOURCE_SUBDIR",
-            "GIT_SUBMODULES"}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        fields = line.split("\t")
-        if not fields or not fields[0]:
-            continue
-        options: dict[str, list[str]] = {}
-        key: str | None = None
-        for value in fields[1:]:
-            if value in keys:
-                key = value
-                options.setdefault(key, [])
-            elif key is not None:
-                options[key].append(value)
-        recorded[fields[0]] = {k: tuple(v) for k, v in options.items()}
-    return recorded

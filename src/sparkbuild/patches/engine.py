@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, UsageError
 from sparkbuild.patches.edits import EditContext, applied_check, plan_diff
+from sparkbuild.patches.edits.edit_plan import SKIP_DIRS
 from sparkbuild.patches.journal import (
     Journal,
     Recovery,
@@ -46,7 +47,6 @@ from sparkbuild.patches.report import (
     FAILED,
     NOT_APPLIED,
     REVERTED,
-    SKIP_DIRS,
     UPSTREAM,
     PatchOutcome,
     SeriesReport,
