@@ -213,3 +213,16 @@ def test_max_jobs_counts_the_teams_cores_and_keeps_the_pool() -> None:
     assert asked.max_jobs == 20
     assert with_team_cores(plan, team_cpus=0, servers=0, scheduler="x",
                            usable_bytes=GIB) is plan
+
+
+def test_flashinfers_builder_gets_the_builds_launcher_environment() -> None:
+    from sparkbuild.team.compile_cache import CacheSpec, CompileCacheResult
+    from sparkbuild.team.sccache_server import SharedCache, launcher_environment
+
+    result = CompileCacheResult(CacheSpec("local", "/c", {}, {}, "/c"), "ns")
+    assert launcher_environment(None) == {}
+    assert launcher_environment(SharedCache(result)) == {}  # no server running
+    shared = SharedCache(result, "/venv/bin/sccache", {"SCCACHE_SERVER_PORT": "4242"})
+    assert launcher_environment(shared) == {
+        "FLASHINFER_NVCC_LAUNCHER": "/venv/bin/sccache",
+        "FLASHINFER_CXX_LAUNCHER": "/venv/bin/sccache", "SCCACHE_SERVER_PORT": "4242"}
