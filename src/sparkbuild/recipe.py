@@ -135,6 +135,10 @@ class BuildSettings:
     compile_cache: str | None = None
     """A shared compile cache (sccache): ``redis://HOST:PORT[/DB]``, ``s3://BUCKET/PREFIX``
     or a directory (relative to the recipe); ``wheel --compile-cache`` overrides it."""
+    dist: str | None = None
+    """A team's sccache-dist scheduler, ``http://HOST:PORT``: the build's compiles are
+    spread over its build servers (sparkbuild.team.dist_client); ``wheel --dist`` overrides
+    it.  The client token never goes in a recipe."""
 
 
 @dataclass(frozen=True)
@@ -271,7 +275,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
                "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
-              "compile_cache": str},
+              "compile_cache": str, "dist": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
     "flashinfer": {"aot": bool, "aot_args": list},
     "node": {"env": dict, "drop": list, "start_modules": list},
@@ -627,6 +631,7 @@ def load_recipe(path: Path) -> Recipe:
             nvcc_threads=build.get("nvcc_threads"),
             env=_build_env(path, text, build.get("env", {})),
             compile_cache=build.get("compile_cache"),
+            dist=build.get("dist"),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
         vendor=_parse_vendor(path, text, tables["vendor"]),
