@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from sparkbuild import __version__
+from sparkbuild.wheelhouse.wheel_check import normal_version, same_project, same_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -42,14 +42,6 @@ class PylockWheel:
     """Path relative to the lock (the wheel's file name: it lies beside the lock)."""
     size: int
     sha256: str
-
-
-def normal_version(version: str) -> str:
-    """``version`` as PEP 440 normalizes it (as a wheel's file name spells it)."""
-    try:
-        return str(Version(version))
-    except InvalidVersion:
-        return version
 
 
 def target_marker(env: Mapping[str, str]) -> str:
@@ -154,7 +146,7 @@ def listing_disagreements(listing: str, listed: Mapping[str, tuple[str, str, str
             problems.append((file, f"not in {listing}"))
         elif entry[2] != sha256:
             problems.append((file, f"its sha256 is not the one {listing} {hash_verb}"))
-        elif entry[0] != name or entry[1] != version:
+        elif not same_project(entry[0], name) or not same_version(entry[1], version):
             problems.append((file, f"{listing} names it {entry[0]}=={entry[1]}"))
     problems += [(listing, f"{list_verb} {file}, which is not in the wheelhouse")
                  for file in sorted(set(listed) - set(wheels))]
