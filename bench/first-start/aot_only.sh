@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device: `sparkbuild flashinfer-aot` alone for recipe.toml's module set, timed (session 11,
-# aot-9.0a.json).  Carried as .devaot/ (30 MiB), made here with:
+# Device: `sparkbuild flashinfer-aot` alone for recipe.toml's module set, timed (the 2026-12-02
+# first-start hold, aot-9.0a.json).  Carried as .devaot/ (30 MiB), made here with:
 #   mkdir -p .devaot/whl .devaot/cache && cp -r ~/.cache/sparkbuild/flashinfer-aot .devaot/cache/
 #   cp bench/first-start/{aot_only.sh,probe_paged.py,first_start.py} bench/real-build/cudaroot.sh .devaot/
 #   (and the recipe as prep_here.sh derives it: .devrun-prep/patches/recipe.toml)

@@ -34,8 +34,9 @@ from typing import Any
 
 PROMPT = [1, 17, 42, 99, 7, 256, 3, 88]
 SEED, INIT_RANGE = 19, 0.35
-"""Chosen by ``search-seed`` (session 12): the smallest top-2 logit margin over the 16 greedy
-steps is 0.375 on CPU in bf16, six bf16 steps at these logits' size.  The old default
+"""Chosen by ``search-seed`` (after the 2026-12-03 node-set-rehearsal run): the smallest
+top-2 logit margin over the 16 greedy steps is 0.375 on CPU in bf16, six bf16 steps at
+these logits' size.  The old default
 (seed 0, 0.2) had a margin of 0.0625 at step 14 on the H200 and an exact tie on CPU: a
 rounding difference between two correct implementations could flip that token."""
 

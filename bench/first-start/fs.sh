@@ -143,13 +143,15 @@ stage)  # the node's side before the wheelhouse exists: the node set's venv, the
   env -u PYTHONPATH python3 $D/image_view.py --list $S/image-view.txt --view $S/view --venv $V \
     --json $P/image-view.json | tee -a $P/stage.txt
   # without the chain's PYTHONPATH (/tmp/site, sparkbuild's own site): with it, the venv's
-  # pip took /tmp/site's setuptools for installed and left it out (session 15)
+  # pip took /tmp/site's setuptools for installed and left it out (the 2026-12-03
+  # without-fa2 run)
   env -u PYTHONPATH $V/bin/python -m pip install -q --no-index --no-deps $S/runtime/*.whl > $P/runtime-install.txt 2>&1
   echo "runtime install rc=$?" | tee -a $P/stage.txt
   env -u PYTHONPATH $V/bin/python -m pip check > $P/stage-pip-check.txt 2>&1
-  # session 15: vLLM's first start failed on `import setuptools` (torch.utils.cpp_extension,
-  # from vllm's pynccl_allocator) although the node set carries setuptools 80.10.2: say
-  # where the venv's setuptools comes from, here and again before the first start
+  # the 2026-12-03 without-fa2 run: vLLM's first start failed on `import setuptools`
+  # (torch.utils.cpp_extension, from vllm's pynccl_allocator) although the node set
+  # carries setuptools 80.10.2: say where the venv's setuptools comes from, here and again
+  # before the first start
   env -u PYTHONPATH $V/bin/python -c 'import setuptools; print("setuptools", setuptools.__version__, setuptools.__file__)' 2>&1 | tail -1 | tee -a $P/stage.txt
   env -u PYTHONPATH $V/bin/python -c 'import torch, numpy; print("venv: torch", torch.__version__, "cuda", torch.cuda.is_available(), "numpy", numpy.__version__, torch.__file__)' 2>&1 | tail -1 | tee -a $P/stage.txt
   env -u PYTHONPATH python3 $D/first_start.py write-model $S/model --out $P/model.json > /dev/null &&

@@ -15,8 +15,9 @@ preferences, and the projects named by ``--keep`` are held at the image's versio
   then reports it as left to the node).
 
 So the venv the proof installs into is one consistent resolution, whatever else the image
-holds (session 12 found the image's numpy 2.5.2 and numba 0.68.0 outside vLLM 0.20.0's
-closure; an earlier version of this script carried by name only and missed both).
+holds (the 2026-12-03 node-set-rehearsal run found the image's numpy 2.5.2 and numba
+0.68.0 outside vLLM 0.20.0's closure; an earlier version of this script carried by name
+only and missed both).
 
     python bench/first-start/missing_wheels.py --sdist vllm-0.20.0.tar.gz \\
         --freeze bench/first-start/device-pip-list.txt --dest carried/ --out node_set.json
@@ -40,8 +41,8 @@ PIP_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_
                  "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
 KEEP = ("torch", "torchaudio", "torchvision", "triton", "transformers")
 """Held at the image's version: torch is the build's and never carried; transformers 5.17.0
-serves vLLM 0.20.0 (its model config and import checked on CPU, session 12) and keeps
-huggingface-hub and tokenizers at the image's versions too."""
+serves vLLM 0.20.0 (its model config and import checked on CPU for the 2026-12-03
+node-set-rehearsal run) and keeps huggingface-hub and tokenizers at the image's versions too."""
 LEAVE_OUT = {
     "flashinfer-python": "the wheelhouse holds it (the recipe's pin)",
     "flashinfer-cubin": "281 MiB of cubins: with FLASHINFER_NO_DOWNLOAD=1 its absence shows "

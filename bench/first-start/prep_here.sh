@@ -13,17 +13,18 @@ cp -r $HERE/first_start.py $HERE/probe_paged.py $HERE/image_view.py $HERE/missin
 # 0. the series for the H200 (9.0a): the Spark's series with cmake-sm121-archs (the edit
 #    that gives 12.1a native code and refuses a recipe without a 12.1 target) replaced by
 #    its 9.0 twin, cmake-sm90-archs.toml (Marlin's "8.0+PTX" lists get 9.0a: without it
-#    verify refused 365 PTX-only kernels of _C, session 13); the other three patches apply
-#    as they do for the Spark.  Generated (the patches copied with ../csrc, which the E2M1
+#    verify refused 365 PTX-only kernels of _C in the 2026-12-03 refused-ptx-only run);
+#    the other three patches apply as they do for the Spark.  Generated (the patches copied with ../csrc, which the E2M1
 #    patch injects) and bundled: the device needs no series of its own.
 . $REPO/bench/derived_series.sh
-# 0a. dense_only.diff (session 17): the proof serves a small dense bf16 model, so _C and
-#     _C_stable_libtorch leave out Marlin, Machete, the CUTLASS sm90 grouped MoE GEMM and
-#     W4A8 (their arch lists set empty, as vLLM's CMake does for an arch with none of them;
-#     vLLM's Python registers those ops only where they exist): 5156 of the 8777
-#     CPU-seconds session 15 measured for the two extensions at 9.0a.  The sm90 c3x scaled
-#     GEMMs stay: without them 9.0a is not subtracted from the c2x list, whose sm89-guarded
-#     kernels then only trap (208 refused by verify, session 17)
+# 0a. dense_only.diff (since the 2026-12-03 dense-only-refused run): the proof serves a
+#     small dense bf16 model, so _C and _C_stable_libtorch leave out Marlin, Machete, the
+#     CUTLASS sm90 grouped MoE GEMM and W4A8 (their arch lists set empty, as vLLM's CMake
+#     does for an arch with none of them; vLLM's Python registers those ops only where they
+#     exist): 5156 of the 8777 CPU-seconds the 2026-12-03 without-fa2 run measured for the
+#     two extensions at 9.0a.  The sm90 c3x scaled GEMMs stay: without them 9.0a is not
+#     subtracted from the c2x list, whose sm89-guarded kernels then only trap (208 refused
+#     by verify in the 2026-12-03 dense-only-refused run)
 derived_series $REPO/.devrun-prep $HERE/recipe.toml cmake-sm121-archs $HERE/cmake-sm90-archs.toml \
   $HERE/dense_only.diff
 RECIPE=$REPO/.devrun-prep/patches/recipe.toml
@@ -34,7 +35,8 @@ RECIPE=$REPO/.devrun-prep/patches/recipe.toml
 derived_series $REPO/.devrun-prep-rebuild $HERE/recipe.toml cmake-sm121-archs \
   $HERE/cmake-sm90-archs.toml $HERE/dense_only.diff $HERE/one_line_change.diff
 # 1. sparkbuild itself and what it imports that the device image lacks (KINDS.md), and
-#    vLLM's build requirements it lacks (session 8: setuptools-scm; setuptools 81 is >= 81)
+#    vLLM's build requirements it lacks (the 2026-12-02 part-1 run: setuptools-scm;
+#    setuptools 81 is >= 81)
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
 $PY -m pip wheel --no-deps -w $D/whl $REPO
 $PY -m pip download --no-deps --only-binary :all: --python-version 3.12 --implementation cp \

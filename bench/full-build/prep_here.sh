@@ -6,7 +6,8 @@
 # recipe's mirrors (file:///tmp/rb/git/, filled from `fetch` snapshots).
 #   * sparkbuild's own wheel, and the wheels it imports that the device image lacks;
 #   * the build requirements of vllm 0.20.0 that the image lacks or has outside the tree's
-#     range (seen in session 8: no setuptools-scm, setuptools 81.0.0 against `<81`);
+#     range (seen in the 2026-12-02 part-1 run: no setuptools-scm, setuptools 81.0.0
+#     against `<81`);
 #   * the bundle: vllm 0.20.0 with the series at 12.1a, its five GitHub dependencies
 #     vendored, without build wheels (the device builds against its own torch) and without
 #     the runtime closure;

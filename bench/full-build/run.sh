@@ -26,7 +26,7 @@
 # builds after it plan from the measurements), in a cold ccache of its own, e.g.
 #   run.sh start 560 today _moe_C pools _moe_C rebuild _moe_C
 # (without a "today" part before it, from .devrun/units-seed.json when that is there: a
-# unit table measured on the device, e.g. bench/full-build/session-20-today/unit-memory.json)
+# unit table measured on the device, e.g. bench/full-build/2026-12-04-moe-single-plan/unit-memory.json)
 # What comes back: $OUT/PART.tgz (at most 8 files come back a call, so one archive a part):
 # machine.txt, doctor.json, progress.txt, mem.json, wheel.json (timeline, units),
 # wheel-err-tail.txt, build-log-tail.txt, ninja_log, unit-memory.json, verify.json,

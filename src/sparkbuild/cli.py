@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from sparkbuild import __version__
 from sparkbuild.console import console, set_verbose
@@ -103,7 +103,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 def _bundle(args: argparse.Namespace) -> StageResult:
     from sparkbuild.bundle.write import BundleOptions, make_bundle
-    from sparkbuild.pipeline import bundle_runtime_for
+    from sparkbuild.wheelhouse.closure import bundle_runtime_for
 
     recipe = _recipe(args)
     return make_bundle(BundleOptions(
@@ -221,8 +221,29 @@ def _add_cache(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose refusal of a command line is a :class:`UsageError`, printed
+    by :func:`main` as every error is (as JSON under ``--json``)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        raise UsageError(message, where=self.prog,
+                         hint=f"`{self.prog} --help` lists what it takes")
+
+
+def _asks_for_json(tokens: Sequence[str]) -> bool:
+    """Whether a command line that could not be parsed asked for ``--json`` (or a prefix of
+    it that argparse would take)."""
+    for token in tokens:
+        if token == "--":
+            return False
+        if len(token) >= 4 and "--json".startswith(token):
+            return True
+    return False
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparkbuild",
         description="Build vLLM for DGX Spark (sm_121): source, patch series, offline build, "
         "pinned wheelhouse.",
@@ -394,7 +415,12 @@ def _print_error(error: SparkbuildError, as_json: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    tokens = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = build_parser().parse_args(tokens)
+    except UsageError as error:
+        _print_error(error, _asks_for_json(tokens))
+        return error.exit_code
     set_verbose(bool(args.verbose))
     try:
         return _run(args)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import shutil
 import time
@@ -25,24 +24,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.compile.doctor import run_doctor
-from sparkbuild.compile.tree_build import (
-    BuildOutcome,
-    BuildRequest,
-    build_tree,
-    ensure_build_env,
-    read_fetch_log,
-)
-from sparkbuild.console import info, step, warn
+from sparkbuild.compile.build_record import BuildTorch, build_torch
+from sparkbuild.compile.doctor import ready_for_build
+from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
+from sparkbuild.console import info, step
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.flashinfer.alongside import alongside_jobs, aot_alongside, reserved_bytes
-from sparkbuild.jobplan.machine import GIB, BuildPlan, plan_build, read_memory, with_pools
+from sparkbuild.flashinfer.alongside import aot_alongside, builder_for, builder_reserve
+from sparkbuild.jobplan.machine import BuildPlan, recipe_plan
 from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
-from sparkbuild.jobplan.unit_memory import known_units, measured_for, remember
-from sparkbuild.recipe import check_jobs, require_spark_target
+from sparkbuild.jobplan.unit_memory import remember_build
+from sparkbuild.recipe import check_jobs, check_source_date_epoch, require_spark_target
 from sparkbuild.store.context import RunContext
-from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.store.phases import phase, recording
 from sparkbuild.team.compile_cache import (
     CompileCacheResult,
@@ -51,14 +45,13 @@ from sparkbuild.team.compile_cache import (
     units_by_language,
 )
 from sparkbuild.team.sccache_server import open_shared_cache
-from sparkbuild.toolchain import tools
-from sparkbuild.vendoring.fetch import fetch_source, vendor_for_recipe
-from sparkbuild.vendoring.index import remember_missed
+from sparkbuild.vendoring.fetch import vendor_for_recipe
+from sparkbuild.vendoring.fetch_log import vendor_unplanned
 from sparkbuild.vendoring.materialize import materialize, require_complete
-from sparkbuild.vendoring.plan import SourcePlan, VendorPlan, VendorResult
+from sparkbuild.vendoring.plan import VendorResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.errors import SparkbuildError
@@ -66,7 +59,6 @@ if TYPE_CHECKING:
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
-    from sparkbuild.toolchain.sass_library import KeptCubins
     from sparkbuild.vendoring.materialize import Materialized
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
@@ -170,102 +162,22 @@ def _timed(seconds: dict[str, float], stage: str) -> Iterator[None]:
         seconds[stage] = time.monotonic() - started
 
 
-def _missed_by_reader(outcome: BuildOutcome, plan: VendorPlan) -> list[SourcePlan]:
-    """Dependencies the configure fetched (the provider's record) that the plan lacks."""
-    planned = {source.name.lower() for source in plan.sources}
-    missed = []
-    for name, options in read_fetch_log(outcome.fetch_log).items():
-        if name.lower() in planned:
-            continue
-        git, urls = options.get("GIT_REPOSITORY"), options.get("URL")
-        if git:
-            tag = options.get("GIT_TAG")
-            missed.append(SourcePlan(name=name, kind="git", url=git[0],
-                                     ref=tag[0] if tag else "HEAD", where="recorded by CMake"))
-        elif urls:
-            url_hash = options.get("URL_HASH")
-            missed.append(SourcePlan(name=name, kind="url", url=urls[0], ref=None,
-                                     url_hash=url_hash[0] if url_hash else None,
-                                     mirrors=urls[1:], where="recorded by CMake"))
-    return missed
-
-
-def _vendor_missed(cache: Cache, recipe: Recipe, missed: list[SourcePlan], scratch: Path) -> None:
-    if not missed:
-        return
-    with cache.locked():
-        for source in missed:
-            warn(f"CMake fetched {source.name} ({source.url}), which the CMake reader did not "
-                 "find; vendoring it now so that offline builds have it")
-            shutil.rmtree(scratch, ignore_errors=True)
-            scratch.mkdir(parents=True)
-            fetch_source(cache, source, scratch)
-        remember_missed(cache, recipe.name, missed)
-    shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _build_plan(options: WheelOptions, tree: Path, cache: Cache | None = None) -> BuildPlan:
+def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
+    """doctor (a hard failure raised), then the job plan over the cache's unit table, with
+    memory kept for flashinfer's builder when it runs alongside."""
     recipe = options.recipe
-    report = run_doctor(tree, job_memory_gib=recipe.build.job_memory_gib,
-                        compile_cache=None, existing_torch=options.use_existing_torch)
-    for check in report.warnings():
-        warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
-    if report.error is not None:
-        raise report.error
-    total, available = read_memory()
-    builder = reserved_bytes(os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
-    available = max(0, int(available - builder))  # flashinfer's builder runs alongside
-    launcher = report.tools.get("launcher")
-    plan = plan_build(
-        total_memory_bytes=total, available_memory_bytes=available,
-        cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
-        nvcc_threads=recipe.build.nvcc_threads, arch_count=len(recipe.target.cuda_archs),
-        launcher=str(launcher.path) if launcher else None,
-        requested_jobs=options.jobs or recipe.build.jobs,
-    )
-    measured, killed = measured_for(cache.root, recipe.target.torch_cuda_arch_list) \
-        if cache else ({}, ())
-    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
-                      cores=os.cpu_count() or 1, job_memory_gib=recipe.build.job_memory_gib,
-                      measured=measured, killed=killed,
-                      requested_jobs=options.jobs or recipe.build.jobs,
-                      known=known_units(cache.root, recipe.target.torch_cuda_arch_list)
-                      if cache else None)
-    if builder:
-        plan = dataclasses.replace(plan, reasons=(
-            *plan.reasons, f"flashinfer's builder runs alongside the compile: "
-            f"{builder / GIB:.1f} GiB of the available memory kept for it"))
+    report = ready_for_build(tree, job_memory_gib=recipe.build.job_memory_gib,
+                             existing_torch=options.use_existing_torch)
+    plan = recipe_plan(recipe, requested_jobs=options.jobs, launcher=report.launcher,
+                       units_from=cache.root, reserved_bytes=builder_reserve(recipe),
+                       reserved_for="flashinfer's builder runs alongside the compile")
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
 
 
-def _build_site(python: Path, existing_torch: bool) -> Path | None:
-    """The build environment's site-packages, the one holding torch if any (None with
-    ``existing_torch``: the running interpreter's)."""
-    if existing_torch:
-        return None
-    sites = sorted(python.parent.parent.glob("lib*/python*/site-packages"))
-    return next((site for site in sites if tools.torch_version(site) is not None),
-                sites[0] if sites else None)
-
-
-def _build_torch(python: Path, existing_torch: bool) -> str | None:
-    """The torch installed in the build environment: the one the extension is compiled
-    against (read from its dist-info, not from a requirement), for the manifest and the
-    shared compile cache's namespace.  ``existing_torch``: the running interpreter's."""
-    if existing_torch:
-        from sparkbuild.compile.existing_torch import running_torch
-
-        running = running_torch()
-        return running.version if running else None
-    site = _build_site(python, existing_torch)
-    version = tools.torch_version(site) if site is not None else None
-    return str(version) if version is not None else None
-
-
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
-                   deps: Materialized, cache: Cache) -> CodeForecast:
+                   torch: BuildTorch, deps: Materialized, cache: Cache) -> CodeForecast:
     """Before the first compile: the units the arch lists give no native code, refused as
     verify would refuse them (sparkbuild.checks.code_forecast; kept while its inputs stand:
     sparkbuild.checks.kept_forecast)."""
@@ -274,34 +186,11 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     from sparkbuild.checks.kept_forecast import reusing_forecast
 
     forecast = reusing_forecast(cache, ForecastInputs(
-        tree=tree, work=work / "forecast", python=python,
-        site=_build_site(python, options.use_existing_torch),
+        tree=tree, work=work / "forecast", python=python, site=torch.site,
         cmake_defines=deps.cmake_defines, env=deps.env,
         targets=required_targets(tree, options.targets)), options.recipe)
     judge_forecast(forecast, options.recipe)
     return forecast
-
-
-def _refuse_contradicted_pins(options: WheelOptions, tree: Path) -> None:
-    """A pin the tree's own requirements contradict (without ``override``) fails before
-    the build, not hours later; the wheelhouse checks every shipped wheel again."""
-    from sparkbuild.errors import RecipeError
-    from sparkbuild.sources.declared import declared_requirements
-    from sparkbuild.wheelhouse.lock import tree_demands
-    from sparkbuild.wheelhouse.overrides import pin_conflicts, settle, target_environment
-
-    recipe = options.recipe
-    try:
-        declared = declared_requirements(tree)
-    except RecipeError:
-        declared = []  # a tree without requirement files: the built wheel's metadata decides
-    env = target_environment(options.platform,
-                             recipe.target.python if options.platform else None)
-    settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
-           where=str(recipe.path))
-
-
-# -- the stage -----------------------------------------------------------------------------
 
 
 def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareResult:
@@ -383,46 +272,14 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
     """Offline, every pin (and a bundle's closure for the tree's requirements) must be
     there before anything compiles; each one missing is named.  With ``[flashinfer] aot``
     the wheels its builder needs are part of it (online, they are downloaded now)."""
-    aot = _flashinfer_builder_gaps(options, cache)
-    if not options.offline:
-        return
-    from packaging.utils import canonicalize_name
-
-    from sparkbuild.errors import CacheMissError
-    from sparkbuild.wheelhouse.closure import declared_texts, runtime_gaps
-
-    recipe = options.recipe
-    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=options.closure,
-                        skip={canonicalize_name(recipe.package)}) + aot
-    if gaps:
-        where = f"the bundle {options.bundle}" if options.bundle else "the cache"
-        raise CacheMissError(
-            f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
-            where=str(options.bundle or cache.root),
-            hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
-            "pins, the closure and flashinfer's builder wheels), or run `sparkbuild wheel` once "
-            "online with this cache; nothing was built")
-
-
-def _flashinfer_builder_gaps(options: WheelOptions, cache: Cache) -> list[str]:
-    """``[flashinfer] aot`` runs alongside vLLM's compile (flashinfer/alongside.py): its pin
-    and its builder's wheels are checked (offline) or downloaded (online) before anything
-    compiles, so that they fail first."""
     from sparkbuild.flashinfer.builder import ready_builder
 
-    return ready_builder(options.recipe, cache.root, offline=options.offline)
+    aot = ready_builder(options.recipe, cache.root, offline=options.offline)
+    if options.offline:
+        from sparkbuild.wheelhouse.closure import refuse_runtime_gaps
 
-
-def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
-                       ) -> Callable[[Path, Cache, Path], dict[str, Any]]:
-    """What ``bundle`` passes to :func:`sparkbuild.bundle.write.assemble`: the wheelhouse's
-    pins and closure fetch (the bundle room ranks below the wheelhouse's)."""
-    from sparkbuild.wheelhouse.closure import bundle_runtime
-
-    def runtime(tree: Path, cache: Cache, dest: Path) -> dict[str, Any]:
-        return bundle_runtime(recipe, tree, cache, dest, closure=closure, offline=offline)
-
-    return runtime
+        refuse_runtime_gaps(options.recipe, cache, runtime, tree, closure=options.closure,
+                            bundle=options.bundle, also=aot)
 
 
 def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
@@ -433,98 +290,37 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
                                                   recipe.node.drop, str(recipe.path))]
 
 
-def _flashinfer_aot(options: WheelOptions, python: Path, torch: str | None, cache: Cache,
-                    work: Path, jobs: int) -> AotResult | None:
-    """flashinfer's modules built ahead (``[flashinfer] aot``): a built wheel beside vLLM's."""
-    if not options.recipe.flashinfer.aot:
-        return None
-    from sparkbuild.flashinfer.builder import request_for_recipe
-    from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
-
-    dist = work / "flashinfer-aot-dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    request = request_for_recipe(options.recipe, out=dist, python=python,
-                                 cache_root=cache.root, work=work / "flashinfer-aot",
-                                 offline=options.offline, jobs=jobs)
-    return reusing_jit_cache(cache, request, torch)
-
-
-def _kept_cubins(cache: Cache) -> KeptCubins:
-    """Where the compile's unit watch keeps each object's cubin facts, which the
-    wheelhouse's read of the built libraries then finds (sparkbuild.toolchain.kept_sass)."""
-    from sparkbuild.toolchain.kept_sass import CodeCache
-
-    return CodeCache(cache)
-
-
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, cache: Cache,
+                outcome: BuildOutcome, torch: BuildTorch, cache: Cache,
                 compile_cache: CompileCacheResult | None = None,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
                 aot: AotResult | None = None) -> WheelhouseResult:
+    from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
-    from sparkbuild.vendoring.patched import dependency_records
+    from sparkbuild.vendoring.patched import built_in_sources
     from sparkbuild.wheelhouse.write import write_wheelhouse
 
     recipe = options.recipe
-    toolchain = describe_toolchain()
-    toolchain["torch"] = _build_torch(outcome.python, options.use_existing_torch)
-    if options.use_existing_torch:
-        from sparkbuild.compile.existing_torch import running_torch
-
-        torch = running_torch()
-        toolchain["torch"] = torch.version if torch else None
-        toolchain["torch_cuda"] = torch.cuda if torch else None
-        toolchain["torch_from"] = f"existing: {torch.location}" if torch else None
-    keep = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS", "CMAKE_GENERATOR")
-    settings = {
-        "archs": list(recipe.target.cuda_archs),
-        "jobs": plan.max_jobs,
-        "nvcc_threads": plan.nvcc_threads,
-        "launcher": plan.launcher,
-        "offline": options.offline,
-        "use_existing_torch": options.use_existing_torch,
-        "targets": list(options.targets) or "all",
-        "bundle": str(options.bundle) if options.bundle else None,
-        "environment": {key: outcome.env[key] for key in keep if key in outcome.env},
-        "compile_cache": compile_cache.to_dict() if compile_cache else None,
-        "pool": plan.pool.to_dict() if plan.pool else None,
-        "units": outcome.timeline.units_table() if outcome.timeline else [],
-        "dependencies": dependency_records(vendored.plan, cache) if vendored else [],
-        "flashinfer_aot": aot.to_dict() if aot else None,
-        "node_profile": _node_profile(recipe),
-        "start_modules": list(recipe.node.start_modules),
-    }
+    settings = build_settings(
+        recipe, plan, outcome, offline=options.offline,
+        use_existing_torch=options.use_existing_torch, targets=options.targets,
+        bundle=options.bundle, compile_cache=compile_cache,
+        vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
+        node_profile=_node_profile(recipe))
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
         built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
         build_settings=settings, cache_root=cache.root,
-        offline=options.offline, platform=options.platform, toolchain=toolchain,
+        offline=options.offline, platform=options.platform,
+        toolchain={**describe_toolchain(), **torch.toolchain()},
         closure=options.closure,
-        vendored=_vendored_sources(vendored.plan, cache) if vendored else (),
+        vendored=built_in_sources(vendored.plan, cache) if vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
-        code_cache=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
+        kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
     )
-
-
-def _vendored_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
-    """The sources built into the wheel, for its SBOM: each with the commit its ref
-    resolved to and whether the series' arch edit changed it (``patched``), both from the
-    cache's record (:func:`sparkbuild.vendoring.patched.source_record`)."""
-    from sparkbuild.vendoring.index import source_entry
-    from sparkbuild.vendoring.patched import source_record
-
-    found = []
-    for source in plan.sources:
-        entry = source_entry(cache, source)
-        found.append({"name": source.name, "kind": source.kind, "url": source.url,
-                      "ref": source.ref, "commit": (entry or {}).get("commit"),
-                      "sha256": source.sha256,
-                      "patched": source_record(source, entry)["status"] == "applied"})
-    return found
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -568,10 +364,13 @@ def build_wheel(options: WheelOptions) -> WheelResult:
 
 def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResult:
     from sparkbuild.checks.start_imports import refuse_left_out_at_start
+    from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
+    from sparkbuild.wheelhouse.lock import refuse_contradicted_pins
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
     check_jobs(options.jobs, where="wheel --jobs")
+    check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
@@ -581,7 +380,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     root = build_root() if spec else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
-    with CacheLock(root / "work" / f"{recipe.name}.lock").held():
+    with recipe_work_lock(root, recipe.name).held():
         with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
@@ -590,7 +389,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         runtime = _bundle_runtime(options, cache)
         options = _with_bundle_runtime(options, runtime)
         with phase("pins"):
-            _refuse_contradicted_pins(options, tree)
+            refuse_contradicted_pins(recipe, tree, options.platform)
             _refuse_runtime_gaps(options, runtime, cache, tree)
         with _timed(seconds, "vendor"), phase("vendor"):
             vendored = _vendor(options, cache, tree)
@@ -607,19 +406,19 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
                                           root=root if spec else None)
+            torch = build_torch(python, options.use_existing_torch)
             with phase("code forecast"):
-                forecast = _code_forecast(options, tree, work, python, deps, cache)
-            torch = _build_torch(python, options.use_existing_torch)
-            builder = (functools.partial(_flashinfer_aot, options, python, torch, cache, work,
-                                         alongside_jobs(plan.max_jobs))
-                       if recipe.flashinfer.aot else None)
+                forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
+            builder = builder_for(recipe, python=python, torch=torch.version, cache=cache,
+                                  work=work, offline=options.offline,
+                                  compile_jobs=plan.max_jobs)
             with aot_alongside(builder) as aot_run, open_shared_cache(
-                    spec, label=_label(recipe, prepared), torch=torch, work=work,
+                    spec, label=_label(recipe, prepared), torch=torch.version, work=work,
                     cache_root=cache.root) as shared:
                 if shared is not None and shared.launcher:
-                    plan = dataclasses.replace(plan, launcher=shared.launcher, reasons=(
-                        *plan.reasons, f"compiler launcher: sccache, shared cache "
-                        f"{shared.result.spec.backend} {shared.result.spec.location}"))
+                    plan = plan.with_launcher(shared.launcher, "sccache, shared cache "
+                                              f"{shared.result.spec.backend} "
+                                              f"{shared.result.spec.location}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
                                             tree) if plan.pool else None
                 request = BuildRequest(
@@ -630,26 +429,23 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                     launcher=plan.launcher, targets=options.targets,
                     pool_plan=pool_file, pool_depth=plan.pool.depth if plan.pool else None,
                     code_targets=recipe.target.cuda_archs, allow_jit=recipe.target.allow_jit,
-                    kept_code=_kept_cubins(cache),
+                    kept_code=CodeCache(cache),  # the wheelhouse's read finds what it kept
                 )
                 outcome = build_tree(request, python)
                 if outcome.timeline is not None:
                     built.append(outcome.timeline)
         if outcome.timeline is not None:
-            remember(cache.root, recipe.target.torch_cuda_arch_list,
-                     [unit.to_dict() | {"source": unit.source,
-                                        "peak_rss_bytes": unit.peak_rss_bytes}
-                      for unit in outcome.timeline.units], outcome.timeline.killed_sources)
+            remember_build(cache.root, recipe.target.torch_cuda_arch_list, outcome.timeline)
         with phase("flashinfer aot"):  # what the wheel waits for it after the compile
             aot = aot_run.result()
         compile_cache = shared.result if shared else None
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
-        missed = [] if options.offline else _missed_by_reader(outcome, vendored.plan)
-        _vendor_missed(cache, recipe, missed, work / "scratch")
+        missed = [] if options.offline else vendor_unplanned(
+            cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, cache, compile_cache,
-                                     vendored, runtime, aot)
+            wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
+                                     compile_cache, vendored, runtime, aot)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast)

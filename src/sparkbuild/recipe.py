@@ -38,6 +38,35 @@ KNOWN_BAD_NAME = "known_bad.toml"
 """The list of versions that must never ship, in ``recipes/`` (shipped with sparkbuild)."""
 
 
+# -- the one reader of TOML and JSON from users -------------------------------------------
+
+NESTED_TOO_DEEPLY = ("nested too deeply: arrays or tables inside one another beyond what "
+                     "the reader follows")
+
+
+def parse_toml(text: str) -> dict[str, Any]:
+    """``tomllib.loads`` for every TOML sparkbuild reads (a recipe, a bundle's recipe, a
+    structured edit, a tree's ``pyproject.toml`` or ``Cargo.lock``, a ``pylock.toml``).
+
+    Nesting deeper than the reader can follow (tomllib recurses, and raises
+    RecursionError) is a :class:`tomllib.TOMLDecodeError` like any other malformed file,
+    so each caller's own error names the file.
+    """
+    try:
+        return tomllib.loads(text)
+    except RecursionError:
+        raise tomllib.TOMLDecodeError(NESTED_TOO_DEEPLY) from None
+
+
+def parse_json(text: str, **options: Any) -> Any:
+    """``json.loads`` for JSON from users (a recipe's lock file, a bundle's manifest and
+    plan): too deep a nesting is a :class:`json.JSONDecodeError`, not a RecursionError."""
+    try:
+        return json.loads(text, **options)
+    except RecursionError:
+        raise json.JSONDecodeError(NESTED_TOO_DEEPLY, text[:64], 0) from None
+
+
 @dataclass(frozen=True)
 class Pin:
     name: str
@@ -173,10 +202,10 @@ class Recipe:
         if not self.lock_path.is_file():
             return {}
         try:
-            data = json.loads(self.lock_path.read_text(encoding="utf-8"))
+            data = parse_json(self.lock_path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise RecipeError(
-                "the recipe's lock file is not valid JSON",
+                f"the recipe's lock file is not valid JSON: {exc.msg}",
                 where=str(self.lock_path),
                 hint="delete it to record the commit again",
             ) from exc
@@ -360,7 +389,7 @@ def load_known_bad(path: Path) -> tuple[KnownBad, ...]:
     """Every entry of a known-bad list; each names its project, version, reason and source."""
     try:
         text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text)
+        data = parse_toml(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise RecipeError(f"cannot read the known-bad list: {exc}", where=str(path),
                           hint="reinstall sparkbuild, or fix the file") from exc
@@ -420,6 +449,15 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
     return VendorSettings(mirrors=mirrors, submodules=submodules,
                           exclude=_strings(path, text, "exclude", table.get("exclude", [])),
                           sparse=bool(table.get("sparse", False)))
+
+
+def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
+    """``[build] env``: what the build runs with, each entry through :func:`_env_table`; a
+    SOURCE_DATE_EPOCH the wheel's zip cannot hold is refused here, before any work."""
+    env = _env_table(path, text, "build.env", table)
+    check_source_date_epoch(env.get("SOURCE_DATE_EPOCH"), error=RecipeError,
+                            where=_where(path, text, "build", "env"))
+    return env
 
 
 def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
@@ -489,6 +527,31 @@ def check_jobs(value: int | None, *, where: str) -> int | None:
     return value
 
 
+ZIP_FIRST_EPOCH = 315532800
+"""1980-01-01 00:00:00 UTC: the earliest time a zip entry can hold."""
+ZIP_LAST_EPOCH = 4354819199
+"""2107-12-31 23:59:59 UTC: the latest time a zip entry can hold."""
+
+
+def check_source_date_epoch(raw: str | None, *, where: str = "SOURCE_DATE_EPOCH",
+                            error: type[SparkbuildError] = UsageError) -> int | None:
+    """``SOURCE_DATE_EPOCH`` (the time every built file carries): None when unset, else whole
+    seconds a wheel's zip can hold, 1980 to 2107.  Checked before a build: the build backend
+    reads it too, and fails on another value only when it packs the wheel."""
+    text = (raw or "").strip()
+    if not text:
+        return None
+    value = int(text) if re.fullmatch(r"[+-]?\d{1,20}", text) else None
+    if value is None or not ZIP_FIRST_EPOCH <= value <= ZIP_LAST_EPOCH:
+        raise error(
+            f"SOURCE_DATE_EPOCH must be whole seconds from {ZIP_FIRST_EPOCH} (1980-01-01) to "
+            f"{ZIP_LAST_EPOCH} (2107-12-31), what a wheel's zip entries can hold, not {raw!r}",
+            where=where,
+            hint="unset it (the source's commit time is used), or give one such as "
+            "$(git log -1 --format=%ct)")
+    return value
+
+
 def pin_where(path: Path, name: str) -> str:
     """``RECIPE:LINE`` of the ``name = "NAME"`` line of the pin ``name``."""
     try:
@@ -547,7 +610,7 @@ def load_recipe(path: Path) -> Recipe:
         raise RecipeError(f"cannot read recipe: {exc.strerror}", where=str(path),
                           hint=hint) from exc
     try:
-        data = tomllib.loads(text)
+        data = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"recipe is not valid TOML: {exc}", where=str(path)) from exc
     known = {*_SCHEMA, "pins"}
@@ -593,7 +656,7 @@ def load_recipe(path: Path) -> Recipe:
                 build.get("job_memory_gib", BuildSettings.job_memory_gib),
                 where=_where(path, text, "build", "job_memory_gib")),
             nvcc_threads=build.get("nvcc_threads"),
-            env=_env_table(path, text, "build.env", build.get("env", {})),
+            env=_build_env(path, text, build.get("env", {})),
             compile_cache=build.get("compile_cache"),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),

@@ -1020,14 +1020,20 @@ def _absent(path: Path) -> None:
     assert not path.exists(), f"{path} was written"
 
 
-def _bundle_partials(work: Path) -> Invocation:
-    """A prepared tree, and what a killed ``bundle`` left: its partial and its staging."""
+def prepared_tree(work: Path) -> tuple[Path, Path]:
+    """``work/tree``, the generated sdist prepared by ``sparkbuild prepare``, and its recipe."""
     work.mkdir(parents=True, exist_ok=True)
     sdist = b.good_sdist(work)
     recipe = b.good_recipe(work / "recipe")
     tree = work / "tree"
     subprocess.run([*CLI, "prepare", "--source", str(sdist), "--dest", str(tree), "--recipe",
-                    str(recipe)], check=True, capture_output=True, timeout=120)
+                    str(recipe)], check=True, capture_output=True, timeout=300)
+    return tree, recipe
+
+
+def _bundle_partials(work: Path) -> Invocation:
+    """A prepared tree, and what a killed ``bundle`` left: its partial and its staging."""
+    tree, recipe = prepared_tree(work)
     out = work / "out" / "demo.tar.xz"
     out.parent.mkdir()
     partial = out.with_name(f".{out.name}.partial-{DEAD_PID}")

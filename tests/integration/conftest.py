@@ -46,11 +46,11 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
                 outcomes[nodeid] = "failed" if outcome == "error" else outcome
     if not outcomes:
         return
+    from corpus.runner import summary
+
     values = list(outcomes.values())
-    skipped = values.count("skipped")
-    terminalreporter.write_line(
-        f"hostile corpus: {len(values) - skipped} cases, {values.count('passed')} ok, "
-        f"{values.count('failed')} defects" + (f" ({skipped} skipped)" if skipped else ""))
+    terminalreporter.write_line("hostile corpus: " + summary(
+        values.count("passed"), values.count("failed"), values.count("skipped")))
 
 
 @pytest.fixture(scope="session")

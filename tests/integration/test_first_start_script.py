@@ -76,7 +76,7 @@ def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
 
 def test_the_record_tells_flashinfer_generated_sources_from_a_compile(tmp_path: Path) -> None:
     """flashinfer writes a module's generated sources and its log into the workspace before it
-    loads the prebuilt library (as the device's session 19 run showed): not a compile.  A
+    loads the prebuilt library (as the 2026-12-04 first-token run showed): not a compile.  A
     library or ninja's file there is one; so are an nvcc call and driver-JIT-compiled PTX."""
     fs = _script()
     (tmp_path / "ref.json").write_text(json.dumps({"tokens": [5, 6, 7], "margins": [1, 1, 1]}))
@@ -171,7 +171,7 @@ def _bench_script(name: str) -> ModuleType:
 
 
 def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:
-    # session 12: the image held numpy 2.5.2 where vLLM 0.20.0's closure needs < 2.4, and
+    # 2026-12-03's device image held numpy 2.5.2 where vLLM 0.20.0's closure needs < 2.4, and
     # numba 0.68.0 where vLLM pins 0.65.0; carrying by name alone missed both
     mw = _bench_script("missing_wheels")
     image = mw.freeze_versions("# a comment\nnumpy==2.5.2\ntorch==2.11.0\nNumba==0.68.0\n")

@@ -26,7 +26,7 @@ def test_not_integration_selects_the_unit_tests_only() -> None:
     assert all(node.startswith("tests/unit/") for node in units), [
         n for n in units if not n.startswith("tests/unit/")][:5]
     every_unit_file = {p.relative_to(REPO).as_posix()
-                       for p in (REPO / "tests" / "unit").glob("test_*.py")}
+                       for p in (REPO / "tests" / "unit").rglob("test_*.py")}
     assert {node.split("::", 1)[0] for node in units} == every_unit_file
 
 

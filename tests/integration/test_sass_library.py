@@ -69,12 +69,12 @@ def test_the_cached_read_gives_the_fresh_read_s_facts(library: Path, tmp_path: P
     targets = ("12.1a", "12.0f")
     fresh, _ = gpu_libraries([wheel], targets)
     first, second = CodeCache(Cache(tmp_path / "cache")), CodeCache(Cache(tmp_path / "cache"))
-    assert gpu_libraries([wheel], targets, code_cache=first)[0] == fresh
+    assert gpu_libraries([wheel], targets, kept_code=first)[0] == fresh
     cubins = first.cubins_read  # one per ELF of the library
     assert cubins >= 4
     assert first.reads().to_dict() == {"libraries": 1, "read": 1, "from_cache": 0,
                                        "cubins_read": cubins, "cubins_from_cache": 0}
-    assert gpu_libraries([wheel], targets, code_cache=second)[0] == fresh
+    assert gpu_libraries([wheel], targets, kept_code=second)[0] == fresh
     assert second.reads().to_dict() == {"libraries": 1, "read": 0, "from_cache": 1,
                                         "cubins_read": 0, "cubins_from_cache": 0}
     (lib,) = fresh

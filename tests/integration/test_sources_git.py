@@ -271,7 +271,7 @@ def test_vendoring_uses_the_same_git_path(
     plan = SourcePlan("demo", "git", upstream.as_uri(), BRANCH)
     assert checkout_git(plan, tmp_path / "vendored") == git(upstream, "rev-parse", BRANCH)
     assert (tmp_path / "vendored" / "version.txt").read_text() == "release 1\n"
-    assert len(envs) >= 4 and all(env == sources_git.GIT_ENV for env in envs)
+    assert len(envs) >= 4 and all(env == sources_git.git_environment() for env in envs)
 
 
 def test_an_unreachable_remote_is_a_network_error_on_both_paths(tmp_path: Path) -> None:

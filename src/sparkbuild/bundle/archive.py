@@ -1,10 +1,13 @@
-"""The bundle's archive format: a deterministic ``.tar.xz`` with its manifest last.
+"""The bundle's archive format: a deterministic ``.tar.xz`` with its manifest first.
 
 Every file under the staging root becomes a member ``sparkbuild-bundle/PATH`` with zero
 timestamps and owners; identical files are stored once (later copies as tar hard links);
 members are ordered by suffix and name so that the copies of one header that several
 dependencies carry sit side by side, where xz finds them.  The manifest maps every member
-to its sha256 and size (or, for a symbolic link, its target).
+to its sha256 and size (or, for a symbolic link, its target).  It is the first member, so a
+reader has it before any other member is written (:mod:`sparkbuild.bundle.read` refuses an
+unlisted or oversized member before a byte of it reaches the disk); a bundle of an older
+sparkbuild, whose manifest is last, costs its reader one more pass over the archive.
 """
 
 from __future__ import annotations
@@ -75,44 +78,58 @@ def sweep_partials(out: Path) -> list[Path]:
     return swept
 
 
-def write_archive(root: Path, out: Path, header: dict[str, Any]) -> _Written:
-    """Write ``root`` as a bundle at ``out`` (atomically); the manifest goes last."""
-    written = _Written()
+def _planned(files: dict[str, Path], written: _Written
+             ) -> tuple[dict[str, dict[str, Any]], list[tuple[tarfile.TarInfo, Path | None]]]:
+    """Every member's manifest entry, and the tar headers to write (with the file whose
+    bytes follow; None for a link), in the archive's order."""
     members: dict[str, dict[str, Any]] = {}
+    planned: list[tuple[tarfile.TarInfo, Path | None]] = []
     first_of: dict[str, str] = {}
+    for name, path in sorted(files.items(), key=lambda item: _order(item[0])):
+        member = _file_info(name, path)
+        if member.issym():
+            members[name] = {"link": member.linkname}
+            planned.append((member, None))
+            continue
+        digest = sha256_file(path)
+        members[name] = {"sha256": digest, "size": member.size}
+        written.raw_bytes += member.size
+        if digest in first_of:
+            member.type, member.linkname, member.size = (
+                tarfile.LNKTYPE, f"{TOP}/{first_of[digest]}", 0)
+            planned.append((member, None))
+            written.links += 1
+            continue
+        first_of[digest] = name
+        planned.append((member, path))
+    return members, planned
+
+
+def write_archive(root: Path, out: Path, header: dict[str, Any]) -> _Written:
+    """Write ``root`` as a bundle at ``out`` (atomically); the manifest goes first."""
+    written = _Written()
     sweep_partials(out)
     partial = out.with_name(f".{out.name}.partial-{os.getpid()}")
     try:
         files = members_of(root)
         raw = sum(path.lstat().st_size for path in files.values())
+        members, planned = _planned(files, written)
+        written.members = len(members)
+        written.manifest = {**header, "members": dict(sorted(members.items()))}
+        payload = json.dumps(written.manifest, indent=1, sort_keys=True).encode()
         # xz -9: a 64 MiB window, so the repeats between CUTLASS copies are found; a small
         # bundle needs no window larger than itself (-6: 8 MiB, and far faster to set up).
         with tarfile.open(partial, "w:xz", format=tarfile.PAX_FORMAT,
                           preset=9 if raw > 8 << 20 else 6) as tar:
-            for name, path in sorted(files.items(), key=lambda item: _order(item[0])):
-                member = _file_info(name, path)
-                if member.issym():
-                    members[name] = {"link": member.linkname}
-                    tar.addfile(member)
-                    continue
-                digest = sha256_file(path)
-                members[name] = {"sha256": digest, "size": member.size}
-                written.raw_bytes += member.size
-                if digest in first_of:
-                    member.type, member.linkname, member.size = (
-                        tarfile.LNKTYPE, f"{TOP}/{first_of[digest]}", 0)
-                    tar.addfile(member)
-                    written.links += 1
-                    continue
-                first_of[digest] = name
-                with path.open("rb") as data:
-                    tar.addfile(member, data)
-            written.members = len(members)
-            written.manifest = {**header, "members": dict(sorted(members.items()))}
-            payload = json.dumps(written.manifest, indent=1, sort_keys=True).encode()
             info_ = tarfile.TarInfo(f"{TOP}/{MANIFEST}")
             info_.size, info_.mode, info_.mtime = len(payload), 0o644, 0
             tar.addfile(info_, _BytesReader(payload))
+            for member, path in planned:
+                if path is None:
+                    tar.addfile(member)
+                    continue
+                with path.open("rb") as data:
+                    tar.addfile(member, data)
         partial.replace(out)
     finally:
         with contextlib.suppress(FileNotFoundError):

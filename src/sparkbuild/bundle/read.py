@@ -1,8 +1,13 @@
 """Reading a bundle on the build host: verify every member, then feed the offline build.
 
-:func:`unpack_bundle` extracts a bundle (written by :mod:`sparkbuild.bundle.write`) safely
-and checks every member against its manifest before anything else happens: a missing,
-changed or unlisted member is a :class:`VerifyError` that names it, and nothing is built.
+:func:`unpack_bundle` reads a bundle's manifest (written by :mod:`sparkbuild.bundle.write`)
+first, then extracts the bundle safely, refusing each member the manifest does not list, or
+lists with another size or link, before a byte of it is written; once extracted, every
+member is hashed against the manifest: a missing, changed or unlisted member is a
+:class:`VerifyError` that names it, and nothing is built.  An unsafe member keeps its own
+error (:class:`UnsafeArchiveError`), and a full disk its own (:class:`DiskFullError`).
+Unpacking holds the lock of the bundles' directory, and every path the bundle's plan names
+must lie inside the bundle.
 The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
 second run with the same bundle skips the verification.  :func:`import_bundle` puts the
 sources and wheels into the cache under their upstream keys; :func:`prepared_from_bundle`
@@ -17,7 +22,6 @@ with the same bundle finds its copy and build directory again and resumes.
 
 from __future__ import annotations
 
-import json
 import lzma
 import os
 import shutil
@@ -31,10 +35,18 @@ from packaging.utils import canonicalize_name
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import info, step
-from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
-from sparkbuild.sources.archive import extract_archive
+from sparkbuild.errors import SourceError, UnsafeArchiveError, UsageError, VerifyError
+from sparkbuild.recipe import parse_json
+from sparkbuild.sources.archive import (
+    ArchiveMember,
+    MemberCheck,
+    clean_member_name,
+    extract_archive,
+    read_tar_member,
+)
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase
 from sparkbuild.store.tree_sync import sync_tree
 from sparkbuild.vendoring.fetch import store_tree_tarball
@@ -46,6 +58,11 @@ if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
 
 IN_PLACE = ("applied", "already-applied")
+MANIFEST_LIMIT = 256 << 20
+"""The most a bundle's manifest may take (a vLLM bundle's lists some 10,000 members in
+about 2 MB)."""
+REWRITE_HINT = ("the bundle was changed or damaged after it was written; nothing was built; "
+                "copy it again or write a new one with `sparkbuild bundle`")
 
 
 @dataclass(frozen=True)
@@ -61,11 +78,36 @@ class UnpackedBundle:
 
     @property
     def recipe_path(self) -> Path:
-        return self.root / "recipe" / str(self.plan["recipe_file"])
+        name = self.plan.get("recipe_file")
+        return self.inside(f"recipe/{name}", file_name=name)
+
+    def inside(self, relative: object, *, file_name: object = None) -> Path:
+        """The path the plan names (``relative`` to the bundle's root), refused unless it
+        is a clean relative path that stays inside the bundle (``file_name``: a part that
+        must be a file's name alone)."""
+        text = str(relative)
+        try:
+            clean = clean_member_name(text, "the bundle's plan")
+        except UnsafeArchiveError:
+            clean = ""
+        path = self.root / clean
+        named = file_name is None or (isinstance(file_name, str) and "/" not in file_name
+                                      and file_name not in ("", ".", ".."))
+        if not clean or not named or not path.resolve().is_relative_to(self.root.resolve()):
+            raise VerifyError(f"the bundle's {PLAN} names a path outside the bundle: {text!r}",
+                              where=str(self.root), hint=REWRITE_HINT)
+        return path
+
+
+def _mismatches(problems: list[str], bundle: Path) -> VerifyError:
+    shown = "\n  ".join(problems[:12]) + (
+        f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else "")
+    return VerifyError(f"{len(problems)} bundle member(s) do not match its manifest:\n  {shown}",
+                       where=str(bundle), hint=REWRITE_HINT)
 
 
 def _problems(root: Path, manifest: dict[str, Any]) -> list[str]:
-    expected: dict[str, dict[str, Any]] = manifest.get("members", {})
+    expected: dict[str, dict[str, Any]] = manifest["members"]
     present = set(members_of(root)) - {MANIFEST}
     problems = []
     for name, meta in sorted(expected.items()):
@@ -94,6 +136,91 @@ def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return found
 
 
+def _entry_ok(meta: object) -> bool:
+    if not isinstance(meta, dict):
+        return False
+    if "link" in meta:
+        return isinstance(meta["link"], str)
+    size = meta.get("size")
+    return (isinstance(meta.get("sha256"), str) and isinstance(size, int)
+            and not isinstance(size, bool) and size >= 0)
+
+
+def read_manifest(bundle: Path) -> dict[str, Any]:
+    """The bundle's manifest, read before anything of the bundle is extracted (the manifest
+    comes first in the archive); each member's entry checked for its form."""
+    try:
+        raw = read_tar_member(bundle, f"{TOP}/{MANIFEST}", limit=MANIFEST_LIMIT)
+    except SourceError as exc:
+        raise VerifyError(f"the bundle cannot be read: {exc.what}", where=str(bundle),
+                          hint="copy it again; its sha256 is printed by `bundle`") from exc
+    if raw is None:
+        raise VerifyError(f"the bundle has no {MANIFEST}", where=str(bundle),
+                          hint="it was not written by `sparkbuild bundle`")
+    try:
+        manifest = parse_json(raw.decode("utf-8"), object_pairs_hook=_once_each)
+    except _ListedTwice as exc:
+        raise VerifyError(f"the bundle's {MANIFEST} lists {exc.args[0]} twice",
+                          where=str(bundle), hint="the bundle was changed after it was "
+                          "written; nothing was built; write a new one with "
+                          "`sparkbuild bundle`") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise VerifyError(f"the bundle has no readable {MANIFEST}: {exc}", where=str(bundle),
+                          hint="it was not written by `sparkbuild bundle`") from exc
+    members = manifest.get("members") if isinstance(manifest, dict) else None
+    if not isinstance(members, dict) or not all(_entry_ok(m) for m in members.values()):
+        raise VerifyError(f"the bundle's {MANIFEST} does not map each member to its sha256 "
+                          "and size, or its link", where=str(bundle), hint=REWRITE_HINT)
+    return dict(manifest)
+
+
+def admit_listed(manifest: dict[str, Any], bundle: Path) -> MemberCheck:
+    """The test each member passes before it is written: listed in the manifest, as the
+    kind, size and link the manifest gives, and present once."""
+    members: dict[str, dict[str, Any]] = manifest["members"]
+    directories = {TOP} | {f"{TOP}/{parent}" for name in members
+                           for parent in _parents(name)}
+    seen: set[str] = set()
+
+    def admit(member: ArchiveMember) -> None:
+        if member.kind == "dir" and member.name in directories:
+            return
+        relative = member.name.removeprefix(f"{TOP}/")
+        if member.name in seen:
+            problem = f"{relative}: in the bundle twice"
+        elif relative == MANIFEST and member.name == f"{TOP}/{MANIFEST}":
+            problem = ""
+        elif relative not in members or member.name == relative:
+            problem = f"{relative}: not in the manifest"
+        else:
+            problem = _unlike(members[relative], member, relative)
+        seen.add(member.name)
+        if problem:
+            raise _mismatches([problem], bundle)
+
+    return admit
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split("/")[:-1]
+    return ["/".join(parts[:end]) for end in range(1, len(parts) + 1)]
+
+
+def _unlike(meta: dict[str, Any], member: ArchiveMember, relative: str) -> str:
+    """What makes ``member`` other than the manifest's entry; empty when it matches."""
+    if "link" in meta:
+        return "" if member.kind == "symlink" and member.target == meta["link"] else (
+            f"{relative}: not the link the manifest names")
+    if member.kind == "hardlink":  # a copy of a file stored once: hashed once extracted
+        return ""
+    if member.kind != "file":
+        return f"{relative}: not the file the manifest names"
+    if member.size != meta["size"]:
+        return (f"{relative}: changed (it holds {member.size} bytes, the manifest says "
+                f"{meta['size']})")
+    return ""
+
+
 def check_recipe(unpacked: UnpackedBundle, recipe: Recipe) -> None:
     """A bundle carries its recipe: building it under another name is refused."""
     bundled = str(unpacked.plan.get("recipe"))
@@ -114,52 +241,49 @@ def unpack_bundle(bundle: Path, into: Path) -> UnpackedBundle:
         digest = sha256_file(bundle)
     dest = into / f"bundle-{digest[:16]}"
     marker = dest / VERIFIED_MARKER
-    if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest):
-        step(f"verifying the bundle {bundle}")
-        staging = into / f".bundle-{digest[:16]}.partial-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
-        try:
-            with phase("bundle unpack"):
-                extract_archive(bundle, staging)
-        except (SparkbuildError, lzma.LZMAError, tarfile.TarError, EOFError) as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            what = exc.what if isinstance(exc, SparkbuildError) else str(exc)
-            raise VerifyError(f"the bundle cannot be read: {what}", where=str(bundle),
-                              hint="copy it again; its sha256 is printed by `bundle`") from exc
-        root = staging / TOP
-        try:
-            manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"),
-                                  object_pairs_hook=_once_each)
-        except _ListedTwice as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise VerifyError(f"the bundle's {MANIFEST} lists {exc.args[0]} twice",
-                              where=str(bundle), hint="the bundle was changed after it was "
-                              "written; nothing was built; write a new one with "
-                              "`sparkbuild bundle`") from exc
-        except (OSError, ValueError) as exc:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise VerifyError(f"the bundle has no readable {MANIFEST}", where=str(bundle),
-                              hint="it was not written by `sparkbuild bundle`") from exc
-        with phase("bundle verify"):
-            problems = _problems(root, manifest)
-        if problems:
-            shutil.rmtree(staging, ignore_errors=True)
-            shown = "\n  ".join(problems[:12]) + (
-                f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else "")
-            raise VerifyError(
-                f"{len(problems)} bundle member(s) do not match its manifest:\n  {shown}",
-                where=str(bundle),
-                hint="the bundle was changed or damaged after it was written; nothing was "
-                "built; copy it again or write a new one with `sparkbuild bundle`")
-        shutil.rmtree(dest, ignore_errors=True)
-        staging.rename(dest)
-        marker = dest / VERIFIED_MARKER
-        marker.write_text(digest + "\n", encoding="utf-8")
-        info(f"bundle verified: {len(manifest['members'])} members match the manifest")
+    with CacheLock(into.with_name(into.name + ".lock")).held():
+        if not (marker.is_file() and marker.read_text(encoding="utf-8").strip() == digest):
+            _verify_into(bundle, into, dest, digest)
     root = dest / TOP
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    plan = json.loads((root / PLAN).read_text(encoding="utf-8"))
+    manifest = parse_json((root / MANIFEST).read_text(encoding="utf-8"))
+    try:
+        plan = parse_json((root / PLAN).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise VerifyError(f"the bundle has no readable {PLAN}: {exc}", where=str(bundle),
+                          hint="it was not written by `sparkbuild bundle`") from exc
+    if not isinstance(plan, dict):
+        raise VerifyError(f"the bundle's {PLAN} is not a JSON object", where=str(bundle),
+                          hint="it was not written by `sparkbuild bundle`")
     return UnpackedBundle(root, digest, manifest, plan)
+
+
+def _verify_into(bundle: Path, into: Path, dest: Path, digest: str) -> None:
+    """Read the manifest, extract what it lists (nothing else is written), hash every
+    member against it; the verified tree becomes ``dest``."""
+    step(f"verifying the bundle {bundle}")
+    manifest = read_manifest(bundle)
+    staging = into / f".bundle-{digest[:16]}.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with phase("bundle unpack"):
+            extract_archive(bundle, staging, admit=admit_listed(manifest, bundle))
+        with phase("bundle verify"):
+            problems = _problems(staging / TOP, manifest)
+        if problems:
+            raise _mismatches(problems, bundle)
+    except BaseException as exc:  # an unsafe member, a full disk keep their own errors
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, SourceError):  # the bundle's file itself cannot be read
+            raise VerifyError(f"the bundle cannot be read: {exc.what}", where=str(bundle),
+                              hint="copy it again; its sha256 is printed by `bundle`") from exc
+        if isinstance(exc, (lzma.LZMAError, tarfile.TarError, EOFError)):
+            raise VerifyError(f"the bundle cannot be read: {exc}", where=str(bundle),
+                              hint="copy it again; its sha256 is printed by `bundle`") from exc
+        raise
+    shutil.rmtree(dest, ignore_errors=True)
+    staging.rename(dest)
+    (dest / VERIFIED_MARKER).write_text(digest + "\n", encoding="utf-8")
+    info(f"bundle verified: {len(manifest['members'])} members match the manifest")
 
 
 def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
@@ -169,7 +293,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
         for source in unpacked.plan["sources"]:
             if source_entry_by_key(cache, source["key"]) is not None:
                 continue
-            digest = store_tree_tarball(cache, unpacked.root / source["dir"])
+            digest = store_tree_tarball(cache, unpacked.inside(source["dir"]))
             record_source(cache, source["key"], {
                 "kind": source["kind"], "name": source["name"], "url": source["url"],
                 "ref": source["ref"], "commit": source["commit"], "sha256": digest,
@@ -180,7 +304,7 @@ def import_bundle(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
             imported.append(source["name"])
         wheelset = unpacked.plan.get("wheelset")
         if wheelset:
-            files = {name: cache.put_file(unpacked.root / "wheels" / name, sha256=digest)
+            files = {name: cache.put_file(unpacked.inside(f"wheels/{name}"), sha256=digest)
                      for name, digest in wheelset["files"].items()}
             record_wheelset(cache, wheelset["key"], {
                 "requirements": wheelset["requirements"], "files": files,
@@ -201,7 +325,8 @@ def _import_runtime(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
     if not runtime:
         return []
     for item in [*runtime["pins"], *runtime["files"]]:
-        cache.put_file(unpacked.root / RUNTIME_DIR / item["file"], sha256=item["sha256"])
+        cache.put_file(unpacked.inside(f"{RUNTIME_DIR}/{item['file']}"),
+                       sha256=item["sha256"])
     for pin in runtime["pins"]:
         key = f"{canonicalize_name(pin['name'])}=={pin['version']}"
         cache.record("pins", key, {"url": pin["url"], "filename": pin["file"],

@@ -21,15 +21,17 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   the series;
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
   what was stripped;
-* ``manifest.json``, the last member: the sha256 and size of every other member.
+* ``manifest.json``, the first member: the sha256 and size of every other member, so that a
+  reader knows what the bundle holds before it extracts anything.
 
 Identical files are stored once (tar hard links) and members are ordered by name, so the
 copies of CUTLASS that several dependencies carry cost little after compression.
 
-:func:`unpack_bundle` extracts a bundle safely and checks every member against the
-manifest before anything else happens: a missing, changed or unlisted member is a
+:func:`unpack_bundle` reads the manifest, extracts only what it lists and checks every
+member against it before anything else happens: a missing, changed or unlisted member is a
 :class:`VerifyError` naming it.  :func:`import_bundle` then puts the sources and wheels
 into the cache under their upstream keys, so the ordinary offline build runs unchanged.
+``bundle`` holds the recipe's work lock, as ``wheel`` does.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_r
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.vendoring.index import source_entry, wheelset_entry
 from sparkbuild.vendoring.unread import referenced_paths
 
@@ -353,10 +356,11 @@ def make_bundle(options: BundleOptions) -> BundleResult:
 
     recipe = options.recipe
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
-    tree, prepared = _prepared_tree(options, cache)
-    vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
-                                 offline=options.offline, wheels=options.with_wheels)
-    require_complete(vendored.plan, cache)
-    return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
-                    cache=cache, out=options.out, with_wheels=options.with_wheels,
-                    runtime=options.runtime)
+    with recipe_work_lock(cache.root, recipe.name).held():  # wheel's lock: one at a time
+        tree, prepared = _prepared_tree(options, cache)
+        vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
+                                     offline=options.offline, wheels=options.with_wheels)
+        require_complete(vendored.plan, cache)
+        return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
+                        cache=cache, out=options.out, with_wheels=options.with_wheels,
+                        runtime=options.runtime)

@@ -5,7 +5,8 @@ the end, or not at all: a kernel whose arch guard shuts the target out compiles 
 and nvcc exits 0.  ``check`` records the tree's CMake as the build would run it (see
 :mod:`sparkbuild.checks.check_plan`), picks the units, compiles exactly the nvcc commands the
 build would run, as many at once as doctor's plan allows, and reads each object's machine
-code for the target arch with cuobjdump (:mod:`sparkbuild.toolchain.sass`).
+code for the target arch with cuobjdump (:mod:`sparkbuild.toolchain.sass`), judged by the
+kernel policy verify applies (:mod:`sparkbuild.toolchain.kernel_policy`).
 
 Which units: by default those whose text the series changed (directly or through a
 header) and those whose ``-gencode`` the series changed; ``--unit PATH`` only the named
@@ -17,7 +18,6 @@ with the header named; the result says how to get them.  See
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.machine import BuildPlan, plan_build, read_memory
+from sparkbuild.jobplan.machine import recipe_plan
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes
+from sparkbuild.toolchain.kernel_policy import because, coverage_refusals, refusals
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -109,11 +110,6 @@ def target_code(gencode: tuple[str, ...], native: str) -> str | None:
     return min((c for c in codes if sass.runs_on(c, native)), key=preference, default=None)
 
 
-def short_names(names: tuple[str, ...], width: int = 96) -> str:
-    """Kernel names for a message; the full names are in the JSON's ``sass``."""
-    return ", ".join(n if len(n) <= width else n[:width] + "..." for n in names)
-
-
 # --- running it ------------------------------------------------------------------------
 
 def _missing_source(plan: CheckPlan, unit: str) -> UnitOutcome | None:
@@ -142,25 +138,7 @@ def _read_machine_code(plan: CheckPlan, command: UnitCommand, obj: Path, log: Pa
 
 def unit_coverage(plan: CheckPlan, obj: Path) -> tuple[sass.Coverage, ...]:
     """Every kernel of the object, per target arch of the recipe."""
-    kernels = sass.read_kernels(obj)
-    return tuple(sass.coverage(kernels, sass.target_name(a)) for a in plan.archs)
-
-
-def coverage_failure(found: tuple[sass.Coverage, ...], allow_jit: bool) -> str | None:
-    """Why the object's kernels fail the check: some with no code for a target, or (unless
-    ``allow_jit``) some that reach it as PTX only; None when they do not."""
-    reasons = []
-    for cover in found:
-        none = [k.name for k in cover.of_kind(sass.NO_CODE)]
-        ptx = cover.of_kind(sass.PTX_ONLY)
-        if none:
-            reasons.append(f"{len(none)} kernel(s) with no code for {cover.target}: "
-                           f"{short_names(tuple(none))}")
-        if ptx and not allow_jit:
-            archs = ", ".join(sorted({k.code or "?" for k in ptx}))
-            reasons.append(f"{len(ptx)} kernel(s) PTX only for {cover.target} ({archs}, "
-                           f"JIT-compiled at load): {short_names(tuple(k.name for k in ptx))}")
-    return "; ".join(reasons) or None
+    return sass.coverage_at(sass.read_kernels(obj), plan.archs)
 
 
 def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
@@ -187,12 +165,13 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
         summary, stubs, note = _read_machine_code(plan, command, obj, log)
         reason += note
         covered = unit_coverage(plan, obj)
-        uncovered = coverage_failure(covered, plan.allow_jit)
+        uncovered = because(coverage_refusals(covered, allow_jit=plan.allow_jit))
         if summary is not None and stubs:
+            (stub,) = refusals((), allow_jit=plan.allow_jit, stub_archs=(summary.arch,),
+                               guard_stubs=stubs, trap_only=summary.trap_only_kernels)
             status = "failed"
-            reason = (f"{len(stubs)} kernel(s) for {summary.arch} compiled to a guard stub "
-                      f"({len(summary.trap_only_kernels)} trap-only): {short_names(stubs)} "
-                      "(a feature guard left printf + trap or exit; nvcc exited 0)")
+            reason = (f"{stub.describe()} (a feature guard left printf + trap or exit; "
+                      "nvcc exited 0)")
         elif uncovered:
             status, reason = "failed", uncovered
     return UnitOutcome(unit, status, reason, result.seconds, command.target, command.gencode,
@@ -210,16 +189,6 @@ def _compile_all(plan: CheckPlan, jobs: int) -> list[UnitOutcome]:
             update(len(outcomes), len(units))
             info(f"{outcome.status}: {outcome.path} ({outcome.seconds:.0f} s)")
     return outcomes
-
-
-def machine_plan(recipe: Recipe) -> BuildPlan:
-    """doctor's MAX_JOBS for this machine and the recipe's per-job memory budget."""
-    total, available = read_memory()
-    return plan_build(
-        total_memory_bytes=total, available_memory_bytes=available, cores=os.cpu_count() or 1,
-        job_memory_gib=recipe.build.job_memory_gib, nvcc_threads=recipe.build.nvcc_threads,
-        arch_count=len(recipe.target.cuda_archs), requested_jobs=recipe.build.jobs,
-    )
 
 
 def _notes(plan: CheckPlan, selection: str) -> list[str]:
@@ -246,7 +215,7 @@ def check_tree(
     started = time.monotonic()
     plan = plan_check(tree, recipe, only=only, all_units=all_units)
     selection = "named" if only else "all" if all_units else "series"
-    build_plan = machine_plan(recipe)
+    build_plan = recipe_plan(recipe)
     if plan.no_target_sass:
         step(f"{len(plan.no_target_sass)} unit(s) of the build get no SASS for the target "
              "from their recorded gencode (before anything compiles):")

@@ -1,12 +1,13 @@
 """What ``check`` found: one outcome per unit, and whether that is a pass.
 
-A check passes only when it compiled something, every unit it chose compiled, every
-kernel of them has native code for the target (or PTX only, with ``allow_jit``), no unit's
-recorded gencode leaves the target without SASS, and no kernel for the target arch is a
-trap: nvcc exits 0 when a feature guard compiles a kernel's body to ``printf`` plus
-``trap``, so the machine code (:mod:`sparkbuild.toolchain.sass`) is what counts.  A unit
-skipped because its headers or sources are not on this machine, or a configure that would
-stop before the build, is not a pass either.
+A check passes only when it compiled something, every unit it chose compiled, and the
+kernel policy (:mod:`sparkbuild.toolchain.kernel_policy`) accepts every kernel of them and
+every unit's recorded gencode: native code for the target (or PTX only, with
+``allow_jit``), and no kernel for the target arch a trap: nvcc exits 0 when a feature guard
+compiles a kernel's body to ``printf`` plus ``trap``, so the machine code
+(:mod:`sparkbuild.toolchain.sass`) is what counts.  A unit skipped because its headers or
+sources are not on this machine, or a configure that would stop before the build, is not a
+pass either.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError
 from sparkbuild.proc import format_command
+from sparkbuild.toolchain.kernel_policy import kernel_names, refused
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -91,7 +93,7 @@ class CheckResult:
         """The units of :attr:`no_target_sass` that fail: no code, or PTX without allow_jit;
         with ``--unit``, only the named units' (the others are reported, not failed)."""
         named = {u.path for u in self.units}
-        return [u for u in self.no_target_sass if (u.kind != "ptx" or not self.allow_jit)
+        return [u for u in self.no_target_sass if refused(u.kind, allow_jit=self.allow_jit)
                 and (self.selection != "named" or u.unit in named)]
 
     def with_status(self, status: str) -> list[UnitOutcome]:
@@ -103,8 +105,7 @@ class CheckResult:
         failed = self.with_status("failed")
         traps = [f"{u.path}: {len(u.guard_stubs)} kernel(s), "
                  f"{len(u.sass.trap_only_kernels) if u.sass else 0} trap-only: "
-                 + ", ".join(k[:96] + ("..." if len(k) > 96 else "") for k in u.guard_stubs)
-                 for u in failed if u.guard_stubs]
+                 + kernel_names(u.guard_stubs) for u in failed if u.guard_stubs]
         if traps:
             found.append((CommandFailed, "kernels for the target arch compiled to a trap or "
                           "a printf-and-exit stub by a feature guard: " + "; ".join(traps)))

@@ -13,7 +13,9 @@ recipe's targets, the build environment's torch and the materialized dependencie
 configure-time generators need CUTLASS's Python library), on a scratch copy of the tree
 (the generators write next to themselves).  Every CUDA unit of the extensions this build
 compiles (``--targets``) whose gencode gives a target no SASS is named, before anything
-compiles, and refused as verify would refuse it: unless the recipe sets ``allow_jit``.
+compiles, and refused as verify would refuse its kernels, by the kernel policy
+(:mod:`sparkbuild.toolchain.kernel_policy`): no code always, PTX only unless the recipe sets
+``allow_jit``.
 
 A forecast that could not read the tree, or read no CUDA unit of the built extensions,
 passes nothing: it says so, and verify stays the judge after the build.
@@ -39,6 +41,7 @@ from sparkbuild.console import info, step, warn
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.toolchain import tools
 from sparkbuild.toolchain.cmake_recorder import record_build
+from sparkbuild.toolchain.kernel_policy import refused
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -92,14 +95,26 @@ class CodeForecast:
 
     def describe(self) -> str:
         """One line per extension: how many units, of which kind, and the first few."""
-        lines = []
-        for target, found in self.lacking.items():
-            kinds = sorted({f"PTX only ({c.code})" if c.code else "no code" for c in found})
-            names = ", ".join(c.unit for c in found[:SHOWN])
-            more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
-            lines.append(f"{target}: {len(found)} unit(s), {' / '.join(kinds)} for "
-                         f"{found[0].target}: {names}{more}")
-        return "\n  ".join(lines)
+        return describe_units(self.lacking)
+
+    def refusing(self, *, allow_jit: bool) -> dict[str, list[GencodeCoverage]]:
+        """Extension -> its units the kernel policy refuses (no code; PTX only unless
+        ``allow_jit``), as verify would refuse their kernels after the build."""
+        found = {target: [c for c in units if refused(c.kind, allow_jit=allow_jit)]
+                 for target, units in self.lacking.items()}
+        return {target: units for target, units in found.items() if units}
+
+
+def describe_units(lacking: Mapping[str, Sequence[GencodeCoverage]]) -> str:
+    """One line per extension of ``lacking``: how many units, of which kind, the first few."""
+    lines = []
+    for target, found in lacking.items():
+        kinds = sorted({f"PTX only ({c.code})" if c.code else "no code" for c in found})
+        names = ", ".join(c.unit for c in found[:SHOWN])
+        more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
+        lines.append(f"{target}: {len(found)} unit(s), {' / '.join(kinds)} for "
+                     f"{found[0].target}: {names}{more}")
+    return "\n  ".join(lines)
 
 
 def lacking_by_target(record: BuildRecord, root: Path, archs: Sequence[str],
@@ -156,7 +171,8 @@ def forecast_code(inputs: ForecastInputs, recipe: Recipe) -> CodeForecast:
 
 
 def judge_forecast(forecast: CodeForecast, recipe: Recipe) -> None:
-    """Print the forecast; refuse, before the build, what verify would refuse after it."""
+    """Print the forecast; refuse, before the build, what verify would refuse after it (the
+    kernel policy: no code always, PTX only unless ``allow_jit``)."""
     if forecast.status == "unknown":
         warn(f"code forecast: not made ({forecast.reason}); verify reads the machine code "
              "after the build")
@@ -167,22 +183,21 @@ def judge_forecast(forecast: CodeForecast, recipe: Recipe) -> None:
         info(f"code forecast: {forecast.units} CUDA unit(s), each with native code for "
              f"{', '.join(recipe.target.cuda_archs)} ({made})")
         return
-    if recipe.target.allow_jit:
+    allow_jit = recipe.target.allow_jit
+    refusing = forecast.refusing(allow_jit=allow_jit)
+    if not refusing:
         warn("code forecast: allow_jit: the driver will JIT-compile these at first use:\n  "
              + forecast.describe())
         return
+    first = next(iter(refusing.values()))[0]
     raise VerifyError(
-        f"the tree's arch lists give {sum(map(len, forecast.lacking.values()))} unit(s) no "
+        f"the tree's arch lists give {sum(map(len, refusing.values()))} unit(s) no "
         f"native code for {', '.join(recipe.target.cuda_archs)}; verify would refuse the "
-        f"wheelhouse after the build, so nothing was compiled:\n  " + forecast.describe(),
-        where=_first_unit(forecast),
-        hint="add the target to the arch lists that give these units PTX only (a series edit: "
-        "the Spark's cmake-sm121-archs does it for 12.1a), or set `allow_jit = true` under "
-        "[target] to ship them as PTX, JIT-compiled on every node at first use",
+        f"wheelhouse after the build, so nothing was compiled:\n  " + describe_units(refusing),
+        where=f"{first.unit} [{' '.join(first.gencode)}]",
+        hint="add the target to the arch lists that give these units no native code (a series "
+        "edit: the Spark's cmake-sm121-archs does it for 12.1a)" + (
+            "; allow_jit accepts PTX only, never a unit with no code for the target"
+            if allow_jit else ", or set `allow_jit = true` under [target] to ship PTX-only "
+            "units, JIT-compiled on every node at first use"),
     )
-
-
-def _first_unit(forecast: CodeForecast) -> str:
-    """Where the refusal points: the gencode of the first unit lacking code."""
-    first = next(iter(forecast.lacking.values()))[0]
-    return f"{first.unit} [{' '.join(first.gencode)}]"

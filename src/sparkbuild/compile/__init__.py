@@ -6,6 +6,7 @@ build itself (:mod:`.tree_build`), with sparkbuild's cmake inside it, which skip
 configure that would repeat the last one (:mod:`.cmake_shim`), the build directories an
 earlier CUDA compiler left (:mod:`.stale_cmake`), the tree's wheel written uncompressed
 (:mod:`.uncompressed_wheel`) and each CUDA object's machine code read as ninja finishes it
-(:mod:`.unit_code_watch`).  It hands :mod:`sparkbuild.wheelhouse` the built wheels and the
-settings they were built with.
+(:mod:`.unit_code_watch`); what the wheels were built with, the torch read once and the
+manifest's build settings (:mod:`.build_record`).  It hands :mod:`sparkbuild.wheelhouse` the
+built wheels and the settings they were built with.
 """

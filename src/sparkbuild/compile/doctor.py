@@ -20,6 +20,7 @@ from typing import Any
 from packaging.version import Version
 
 from sparkbuild.compile.own_requirements import check_own_requirements
+from sparkbuild.console import warn
 from sparkbuild.errors import ToolchainError, UsageError
 from sparkbuild.jobplan.machine import (
     GIB,
@@ -29,7 +30,13 @@ from sparkbuild.jobplan.machine import (
     read_memory,
     with_pools,
 )
-from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
+from sparkbuild.recipe import (
+    BuildSettings,
+    Recipe,
+    check_job_memory_gib,
+    parse_toml,
+    require_spark_target,
+)
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
@@ -81,6 +88,12 @@ class DoctorReport:
 
     def warnings(self) -> list[Check]:
         return [check for check in self.checks if not check.ok and not check.hard]
+
+    @property
+    def launcher(self) -> str | None:
+        """The compiler launcher found (ccache, or a shared cache's sccache), as a path."""
+        tool = self.tools.get("launcher")
+        return str(tool.path) if tool else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -152,7 +165,7 @@ def tree_torch_pin(tree: Path) -> tuple[Version, str] | None:
     pyproject = tree / "pyproject.toml"
     if pyproject.is_file():
         try:
-            requires = tomllib.loads(pyproject.read_text(encoding="utf-8")).get(
+            requires = parse_toml(pyproject.read_text(encoding="utf-8")).get(
                 "build-system", {}).get("requires", [])
         except tomllib.TOMLDecodeError:
             requires = []
@@ -240,6 +253,18 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
     return Check("compile cache", True, value, f"{sccache.path}: a server starts on it; "
                  "used as CMAKE_<LANG>_COMPILER_LAUNCHER, keys scoped by CUDA, torch, "
                  "archs and series")
+
+
+def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
+                    ) -> DoctorReport:
+    """doctor before a build: each warning printed, a hard failure raised."""
+    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
+                        existing_torch=existing_torch)
+    for check in report.warnings():
+        warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
+    if report.error is not None:
+        raise report.error
+    return report
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,

@@ -319,9 +319,33 @@ def _fill_build_env(venv: Path, python: Path, deps: Materialized) -> None:
 
 # -- the build ---------------------------------------------------------------------------
 
+PACKAGING_SCRATCH = ("build/bdist.*",)
+"""What the build backend packs a wheel in (setuptools' ``bdist_wheel``), inside the tree."""
+
+
+def clear_packaging_scratch(tree: Path) -> list[str]:
+    """Remove the build backend's packaging scratch from ``tree``; the names removed.
+
+    A warm rebuild keeps the tree's ``build/`` (CMake's build directory lives there), but a
+    packaging step that failed half-way (a full disk) leaves ``build/bdist.*`` behind, and
+    setuptools then fails every later build with "File exists".  Compiled objects are not
+    in it: clearing it costs only the copy into the wheel.
+    """
+    removed = []
+    for pattern in PACKAGING_SCRATCH:
+        for scratch in sorted(tree.glob(pattern)):
+            if scratch.is_dir() and not scratch.is_symlink():
+                shutil.rmtree(scratch)
+            else:
+                scratch.unlink()
+            removed.append(scratch.relative_to(tree).as_posix())
+    return removed
+
 
 def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
     """Build the wheel(s) of ``request.tree`` with ``python`` (the build environment)."""
+    for name in clear_packaging_scratch(request.tree):
+        info(f"removed {name}, the packaging scratch of an earlier build that did not finish")
     logs = request.work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / "build.log"
@@ -401,26 +425,3 @@ def refused_while_compiling(refusal: ObjectRefusal, targets: tuple[str, ...],
              "target cannot run; fix the series or the recipe's cuda_archs "
              "(`sparkbuild check --tree TREE --unit SOURCE` reads one unit's code in "
              "minutes); nothing was written")
-
-
-def read_fetch_log(path: Path) -> dict[str, dict[str, tuple[str, ...]]]:
-    """The provider's record: dependency name -> {KEY: values}."""
-    recorded: dict[str, dict[str, tuple[str, ...]]] = {}
-    if not path.is_file():
-        return recorded
-    keys = {"GIT_REPOSITORY", "GIT_TAG", "URL", "URL_HASH", "SOURCE_DIR", "SOURCE_SUBDIR",
-            "GIT_SUBMODULES"}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        fields = line.split("\t")
-        if not fields or not fields[0]:
-            continue
-        options: dict[str, list[str]] = {}
-        key: str | None = None
-        for value in fields[1:]:
-            if value in keys:
-                key = value
-                options.setdefault(key, [])
-            elif key is not None:
-                options[key].append(value)
-        recorded[fields[0]] = {k: tuple(v) for k, v in options.items()}
-    return recorded

@@ -3,7 +3,7 @@
 vLLM's setup.py ends with setuptools' ``bdist_wheel``, which deflates every member; the
 wheelhouse then rewrites that wheel member by member (:mod:`sparkbuild.wheelhouse.
 wheel_rewrite`: relabelled, deterministic) and deflates each one again.  The first
-compression is thrown away.  On the device's warm rebuild (session 19) the two took 20.8 s
+compression is thrown away.  On the device's 9.0a warm rebuild (2026-12-04) they took 20.8 s
 ("install and package") and 21.1 s ("wheel rewrite") of 196 s.  A 317 MB payload here: the
 backend's wheel in 17.2 s deflated, 4.5 s stored; the rewritten wheel is the same bytes
 either way (``bench/stored_wheel.py``).

@@ -1,17 +1,17 @@
 """Each CUDA object's machine code, read as ninja finishes it: the first one verify would
 refuse stops the build.
 
-verify reads the built libraries once the compile has ended.  On the device in session 17
+verify reads the built libraries once the compile has ended.  On the device on 2026-12-03
 that was 1011 s into ``wheel``: 208 kernels of ``_C_stable_libtorch`` only trapped at 9.0a,
 all of one unit (``scaled_mm_c2x.cu``) that ninja had finished about 390 s in.  So while the
 build runs, this watch takes ninja's status lines from the build's output (ninja prints
 ``[n/m] Building CUDA object OUT`` when the edge finishes, its output not being a terminal),
 finds ``OUT`` under the build directory that sparkbuild's ninja announces
 (:data:`ANNOUNCE`, :mod:`sparkbuild.jobplan.ninja_shim`), and reads the object with the same
-readers and the same judgement as verify and ``check``: a kernel that only traps or prints
-and exits on a target (:func:`~sparkbuild.toolchain.sass.machine_code`), one with no code
-for a target, or (unless ``allow_jit``) one with PTX only
-(:func:`~sparkbuild.checks.check.coverage_failure`).  The first such object sets
+readers and the same judgement as verify and ``check``, the kernel policy
+(:mod:`sparkbuild.toolchain.kernel_policy`): a kernel that only traps or prints and exits on
+a target (:func:`~sparkbuild.toolchain.sass.machine_code`), one with no code for a target,
+or (unless ``allow_jit``) one with PTX only.  The first such object sets
 :attr:`UnitCodeWatch.stop`, which ``proc.run`` answers by stopping the build.
 
 It is an early refusal, never a pass: objects it could not find or did not reach before the
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.checks.check import coverage_failure, short_names
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.jobplan.ninja_shim import ANNOUNCE
 from sparkbuild.toolchain import sass
+from sparkbuild.toolchain.kernel_policy import because, refusals
 from sparkbuild.toolchain.sass_library import KeptCubins, read_library_facts
 
 if TYPE_CHECKING:
@@ -64,16 +64,9 @@ def object_refusal(obj: Path, targets: Sequence[str], allow_jit: bool,
     """Why verify would refuse the code of ``obj`` for ``targets``; None when it would not."""
     functions = [sass.as_facts(f) for f in readers.functions(obj)]
     archs, _, traps, stubs = sass.machine_code(functions, targets)
-    reasons = []
-    if stubs:
-        reasons.append(f"{len(stubs)} kernel(s) for {', '.join(archs)} only trap or print "
-                       f"and exit ({len(traps)} trap-only): {short_names(stubs)}")
-    kernels = readers.kernels(obj)
-    covered = tuple(sass.coverage(kernels, sass.target_name(t)) for t in targets)
-    uncovered = coverage_failure(covered, allow_jit)
-    if uncovered:
-        reasons.append(uncovered)
-    return "; ".join(reasons) or None
+    covered = sass.coverage_at(readers.kernels(obj), targets)
+    return because(refusals(covered, allow_jit=allow_jit, stub_archs=archs, guard_stubs=stubs,
+                            trap_only=traps))
 
 
 @dataclass(frozen=True)

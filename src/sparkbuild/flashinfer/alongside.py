@@ -1,7 +1,7 @@
 """flashinfer's modules built alongside vLLM's compile instead of after it.
 
 ``[flashinfer] aot`` used to start when vLLM's compile had ended.  On the device machine
-(session 15, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
+(2026-12-03, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
 18 % idle (the last wave), behind a configure that ran one core for 53 s: the builder's
 work fits in cores the build leaves idle.  So the builder starts as soon as the build's
 interpreter and torch are known (after the code forecast, before the configure), in a thread
@@ -27,6 +27,9 @@ of its own, and the wheel waits for it once the compile is done.
 
 from __future__ import annotations
 
+import functools
+import os
+import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,8 +40,11 @@ from sparkbuild.jobplan.machine import GIB
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
+    from pathlib import Path
 
     from sparkbuild.flashinfer.builder import AotResult
+    from sparkbuild.recipe import Recipe
+    from sparkbuild.store.cache import Cache
 
 ALONGSIDE_SHARE = 4
 """The builder runs one job per this many of the compile's (at least one)."""
@@ -55,6 +61,33 @@ def reserved_bytes(cores: int) -> float:
     """What the compile's plan leaves to a builder beside it on ``cores`` cores (the plan's
     jobs are not known yet when the memory is counted: at most one per core)."""
     return alongside_jobs(cores) * BUILDER_JOB_GIB * GIB
+
+
+def builder_reserve(recipe: Recipe) -> float:
+    """The memory the compile's plan keeps for the builder: none without ``[flashinfer] aot``."""
+    return reserved_bytes(os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
+
+
+def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
+                offline: bool, compile_jobs: int) -> Callable[[], AotResult] | None:
+    """The build of flashinfer's modules that runs beside a compile of ``compile_jobs``
+    (a kept one reused, flashinfer/kept_builds.py); None without ``[flashinfer] aot``."""
+    if not recipe.flashinfer.aot:
+        return None
+    return functools.partial(_build, recipe, python=python, torch=torch, cache=cache,
+                             work=work, offline=offline, jobs=alongside_jobs(compile_jobs))
+
+
+def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
+           offline: bool, jobs: int) -> AotResult:
+    from sparkbuild.flashinfer.builder import request_for_recipe
+    from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
+
+    dist = work / "flashinfer-aot-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
+                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs)
+    return reusing_jit_cache(cache, request, torch)
 
 
 @dataclass

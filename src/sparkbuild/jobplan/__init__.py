@@ -2,7 +2,8 @@
 
 MAX_JOBS and NVCC_THREADS from the machine's memory and cores (:mod:`.machine`); the pool
 plan that gives every core to the build and holds the heavy units in a pool that memory
-bounds (:mod:`.pools`), judged by list scheduling over the measured unit table
+bounds (:mod:`.pools`; which units are heavy, the one test the planner and the ninja
+wrapper share: :mod:`.heavy_units`), judged by list scheduling over the measured unit table
 (:mod:`.schedule`) in longest-first order (:mod:`.unit_order`); each unit's peak memory,
 measured while the build runs and kept for the next plan (:mod:`.unit_memory`); what ninja
 builds and when it built it (:mod:`.ninja_graph`, :mod:`.timeline`); and sparkbuild's

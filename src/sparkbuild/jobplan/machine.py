@@ -3,21 +3,26 @@
 A pure function of memory and cores, so that the choice for a 128 GB Spark can be tested
 on any machine; each number carries its reason.  With the pool plan
 (:mod:`sparkbuild.jobplan.pools`) every core builds and the heavy units share a pool that
-memory holds.  doctor (:mod:`sparkbuild.compile.doctor`) prints it, ``check`` and the build
-use it.
+memory holds.  doctor (:mod:`sparkbuild.compile.doctor`) prints it; ``check`` and ``wheel``
+take a recipe's plan from :func:`recipe_plan` (``wheel``'s over the cache's unit table).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.pools import PoolPlan
 from sparkbuild.jobplan.schedule import KnownUnit
+from sparkbuild.jobplan.unit_memory import known_units, measured_for
+
+if TYPE_CHECKING:
+    from sparkbuild.recipe import Recipe
 
 GIB = 1024**3
 MAX_SYSTEM_RESERVE_GIB = 4.0
@@ -40,6 +45,11 @@ class BuildPlan:
         return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
                 "launcher": self.launcher, "reasons": list(self.reasons),
                 "pool": self.pool.to_dict() if self.pool else None}
+
+    def with_launcher(self, launcher: str, why: str) -> BuildPlan:
+        """The plan with another compiler launcher (the shared cache's sccache), and why."""
+        return dataclasses.replace(self, launcher=launcher,
+                                   reasons=(*self.reasons, f"compiler launcher: {why}"))
 
     def pool_lines(self) -> list[str]:
         """doctor's account of the pool plan: its depth and why."""
@@ -131,13 +141,42 @@ def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_byt
                       known=known)
     jobs = requested_jobs or pool.jobs
     if jobs != pool.jobs or pool.depth > jobs:
-        import dataclasses
-
         pool = dataclasses.replace(pool, jobs=jobs, depth=min(pool.depth, jobs))
     reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
     return BuildPlan(jobs, plan.nvcc_threads, plan.launcher,
                      (*reasons, f"MAX_JOBS={jobs}: " + ("as requested" if requested_jobs
                       else "every core; memory is held by the heavy units' pool")), pool)
+
+
+def recipe_plan(recipe: Recipe, *, requested_jobs: int | None = None,
+                launcher: str | None = None, units_from: Path | None = None,
+                reserved_bytes: float = 0.0, reserved_for: str = "") -> BuildPlan:
+    """The plan a build of ``recipe`` runs with on this machine: MAX_JOBS from the memory
+    available and the cores, at the recipe's per-job budget and NVCC_THREADS;
+    ``requested_jobs`` (else the recipe's ``jobs``) wins.  ``reserved_bytes`` of the available
+    memory are kept for work beside the compile (``reserved_for`` says which).  With
+    ``units_from`` (the cache's root) the pool plan over the unit table measured there for
+    the recipe's archs; without it, one MAX_JOBS for every unit (``check``)."""
+    total, available = read_memory()
+    available = max(0, int(available - reserved_bytes))
+    cores = os.cpu_count() or 1
+    budget, jobs = recipe.build.job_memory_gib, requested_jobs or recipe.build.jobs
+    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
+                      job_memory_gib=budget, nvcc_threads=recipe.build.nvcc_threads,
+                      arch_count=len(recipe.target.cuda_archs), launcher=launcher,
+                      requested_jobs=jobs)
+    if units_from is not None:
+        arch = recipe.target.torch_cuda_arch_list
+        measured, killed = measured_for(units_from, arch)
+        plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
+                          cores=cores, job_memory_gib=budget, measured=measured,
+                          killed=killed, requested_jobs=jobs,
+                          known=known_units(units_from, arch))
+    if reserved_bytes:
+        plan = dataclasses.replace(plan, reasons=(
+            *plan.reasons, f"{reserved_for}: {reserved_bytes / GIB:.1f} GiB of the available "
+            "memory kept for it"))
+    return plan
 
 
 def parse_meminfo(text: str) -> tuple[int, int]:

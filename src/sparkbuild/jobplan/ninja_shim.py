@@ -2,17 +2,18 @@
 
 CMake is told to use this as its ``CMAKE_MAKE_PROGRAM`` (a two-line script written by
 :func:`write_wrapper`), so ``cmake --build`` -- which vLLM's setup.py runs after the
-configure -- comes here with ninja's own arguments.  Before ninja starts, the edges of
-the units the plan file (``$SPARKBUILD_POOL_PLAN``, :mod:`sparkbuild.jobplan.pools`) calls
-heavy get ``pool = sparkbuild_heavy`` in ``build.ninja`` (CMake has no per-source job
-pool: ``JOB_POOL_COMPILE`` is a target property, and vLLM's ``_C`` is one target), and
-the compile edges are listed longest first by the plan's measured seconds, the order
-ninja starts them in (:mod:`sparkbuild.jobplan.unit_order`). Ninja's output is passed
-through line by line. When the build fails and every failed unit was killed (SIGKILL, exit
-137, nvcc's "died due to signal 9"), those units join the pool -- its depth halved when
-they were in it already -- and ninja runs again: it builds only what is left. Each run is
-appended to ``$SPARKBUILD_NINJA_RECORD`` (one JSON line: build directory, wall-clock start
-and end, exit status, the units retried).
+configure -- comes here with ninja's own arguments. Before ninja starts, the edges of the
+units the plan file (``$SPARKBUILD_POOL_PLAN``, :mod:`sparkbuild.jobplan.pools`) calls heavy
+(by the planner's own test, :mod:`sparkbuild.jobplan.heavy_units`) get ``pool =
+sparkbuild_heavy`` in ``build.ninja`` (CMake has no per-source job pool:
+``JOB_POOL_COMPILE`` is a target property, and vLLM's ``_C`` is one target), and the compile
+edges are listed longest first by the plan's measured seconds, the order ninja starts them
+in (:mod:`sparkbuild.jobplan.unit_order`). Ninja's output is passed through line by line.
+When the build fails and every failed unit was killed (SIGKILL, exit 137, nvcc's "died due
+to signal 9"), those units join the pool -- its depth halved when they were in it already --
+and ninja runs again: it builds only what is left. Each run is appended to
+``$SPARKBUILD_NINJA_RECORD`` (one JSON line: build directory, wall-clock start and end, exit
+status, the units retried).
 
 Anything but a build (``--version``, ``-t TOOL``, ``-n``) goes to ninja unchanged.
 """
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.ninja_graph import Edge, logical_lines, read_graph, read_ninja_file
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
 
@@ -50,14 +52,13 @@ def relative_source(source: str, tree: str) -> str:
     return source[len(prefix):] if tree and source.startswith(prefix) else source
 
 
-def is_heavy(edge: Edge, plan: dict[str, Any]) -> bool:
+def heavy_edge(edge: Edge, plan: dict[str, Any]) -> bool:
+    """Whether the plan file calls the edge's unit heavy
+    (:func:`sparkbuild.jobplan.heavy_units.is_heavy`, the planner's test)."""
     source = relative_source(edge.source, plan.get("tree", ""))
-    if source in plan.get("killed", ()):
-        return True
-    peak = plan_measure(plan, "measured", "by_source", source, edge.flags_key())
-    if peak is not None:
-        return peak > float(plan.get("threshold", 0))
-    return any(re.search(p, source, re.IGNORECASE) for p in plan.get("patterns", ()))
+    return is_heavy(plan_measure(plan, "measured", "by_source", source, edge.flags_key()),
+                    float(plan.get("threshold", 0)), killed=source in plan.get("killed", ()),
+                    by_rule=rule_match(source, plan.get("patterns", ())))
 
 
 def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
@@ -78,7 +79,7 @@ def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
             end += 1
         spans.append((edge.line, end))
         body = lines[edge.line:end]
-        if is_heavy(edge, plan):
+        if heavy_edge(edge, plan):
             heavy.append(edge.outputs[0])
             body = _in_pool(body, pool)
         bodies.append(body)

@@ -6,13 +6,14 @@ build every core (MAX_JOBS = cores) and puts the units known to be heavy into a 
 pool, :data:`HEAVY_POOL`, whose depth is what the memory holds: ``depth`` heavy units
 and ``cores - depth`` light ones at once fit the usable memory.
 
-Which units are heavy: those whose measured peak (:mod:`sparkbuild.jobplan.unit_memory`)
-is above their fair share of memory (usable / cores); a unit never measured is judged by
-:data:`HEAVY_PATTERNS` (CUTLASS GEMMs and the like), the rule the first build uses.  A
-unit killed for memory is heavy from then on.  The pool itself is declared by
-sparkbuild's top-level CMake include (``JOB_POOLS``); the ninja wrapper
-(:mod:`sparkbuild.jobplan.ninja_shim`) puts the heavy units' edges into it after CMake
-wrote ``build.ninja``, from the plan file :func:`write_plan_file` writes.
+Which units are heavy: those whose measured peak (:mod:`sparkbuild.jobplan.unit_memory`) is
+above their fair share of memory (usable / cores); a unit never measured is judged by
+:data:`HEAVY_PATTERNS` (CUTLASS GEMMs and the like), the rule the first build uses. A unit
+killed for memory is heavy from then on (the test itself:
+:func:`sparkbuild.jobplan.heavy_units.is_heavy`, the one the ninja wrapper applies). The
+pool itself is declared by sparkbuild's top-level CMake include (``JOB_POOLS``); the ninja
+wrapper (:mod:`sparkbuild.jobplan.ninja_shim`) puts the heavy units' edges into it after
+CMake wrote ``build.ninja``, from the plan file :func:`write_plan_file` writes.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.schedule import KnownUnit, simulate
 from sparkbuild.jobplan.unit_order import longest_first, max_by_source
 from sparkbuild.store.files import write_text_atomic
@@ -87,6 +88,12 @@ class PoolPlan:
     seconds: Mapping[str, float] = field(default_factory=dict)
     """``source|flags`` -> measured seconds: the ninja wrapper starts units longest first."""
 
+    @property
+    def peak_threshold(self) -> float:
+        """A unit whose measured peak is above this is heavy (the threshold before the
+        headroom): what the plan file gives the ninja wrapper."""
+        return self.threshold_bytes / HEADROOM
+
     def heavy_measured(self) -> list[str]:
         return sorted(k.split("|")[0] for k, v in self.measured.items()
                       if v * HEADROOM > self.threshold_bytes)
@@ -129,10 +136,6 @@ def today_jobs(cores: int, usable_bytes: float, job_memory_gib: float,
     return max(1, min(cores // threads, math.floor(usable_bytes / per_job)))
 
 
-def rule_match(source: str, patterns: tuple[str, ...] = HEAVY_PATTERNS) -> bool:
-    return any(re.search(p, source, re.IGNORECASE) for p in patterns)
-
-
 def fitting_depth(heavy: list[float], light: list[float], jobs: int,
                   usable: float) -> int | None:
     """The largest depth at which the ``depth`` largest heavy peaks and the
@@ -162,9 +165,10 @@ class _Unit:
     killed: bool
 
     def heavy(self, threshold: float) -> bool:
-        if self.killed:
-            return True
-        return self.peak > threshold and (self.measured or self.rule)
+        """An unmeasured unit the rule names counts while its estimate (the per-job budget)
+        is above ``threshold``: the plan keeps the rule's patterns only then."""
+        return is_heavy(self.peak if self.measured else None, threshold, killed=self.killed,
+                        by_rule=self.rule and self.peak > threshold)
 
 
 @dataclass(frozen=True)
@@ -184,7 +188,7 @@ def _table(known: Sequence[KnownUnit], measured: Mapping[str, int], killed: tupl
     table = []
     for unit in sorted(units, key=lambda u: u.start) if known else units:
         peak = unit.peak_bytes or measured.get(f"{unit.source}|{unit.flags}")
-        rule = rule_match(unit.source)
+        rule = rule_match(unit.source, HEAVY_PATTERNS)
         table.append(_Unit(max(0.0, unit.seconds), peak * HEADROOM if peak else
                            (heavy_est if rule else light_est), bool(peak), rule,
                            unit.source in killed))
@@ -317,22 +321,19 @@ _RETRY = "a unit killed for memory (SIGKILL, exit 137) is retried in the pool"
 
 
 def heavy_indices(plan: PoolPlan, units: Sequence[KnownUnit]) -> set[int]:
-    """Which of ``units`` the plan pools: what the ninja wrapper decides for them."""
-    found = set()
-    for index, unit in enumerate(units):
-        peak = unit.peak_bytes or plan.measured.get(f"{unit.source}|{unit.flags}")
-        if unit.source in plan.killed or (
-                peak * HEADROOM > plan.threshold_bytes if peak
-                else rule_match(unit.source, plan.patterns)):
-            found.add(index)
-    return found
+    """Which of ``units`` the plan pools: the ninja wrapper's test
+    (:func:`sparkbuild.jobplan.heavy_units.is_heavy`) on what the plan file says."""
+    return {index for index, unit in enumerate(units) if is_heavy(
+        unit.peak_bytes or plan.measured.get(f"{unit.source}|{unit.flags}"),
+        plan.peak_threshold, killed=unit.source in plan.killed,
+        by_rule=rule_match(unit.source, plan.patterns))}
 
 
 def write_plan_file(plan: PoolPlan, path: Path, tree: Path) -> Path:
     """The file the ninja wrapper reads (see :mod:`sparkbuild.jobplan.ninja_shim`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"pool": HEAVY_POOL, "depth": plan.depth, "tree": str(tree),
-            "threshold": plan.threshold_bytes / HEADROOM, "patterns": list(plan.patterns),
+            "threshold": plan.peak_threshold, "patterns": list(plan.patterns),
             "measured": dict(plan.measured), "by_source": max_by_source(plan.measured),
             "killed": list(plan.killed), "seconds": dict(plan.seconds),
             "by_source_seconds": max_by_source(plan.seconds)}

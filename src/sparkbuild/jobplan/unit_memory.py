@@ -18,10 +18,13 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.schedule import KnownUnit
 from sparkbuild.store.files import write_text_atomic
+
+if TYPE_CHECKING:
+    from sparkbuild.jobplan.timeline import BuildTimeline
 
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -177,6 +180,15 @@ def known_units(cache_root: Path, arch: str) -> list[KnownUnit]:
         units.append(KnownUnit(source, flags, float(seconds), int(peak) if peak else None,
                                float(entry.get("start") or 0.0)))
     return sorted(units, key=lambda u: (u.start, u.source))
+
+
+def remember_build(cache_root: Path, arch: str, timeline: BuildTimeline) -> int:
+    """Store a finished build's units, from its timeline (seconds, start, flags and the
+    peaks measured), and the sources killed for memory; returns how many had a peak."""
+    return remember(cache_root, arch,
+                    [unit.to_dict() | {"source": unit.source,
+                                       "peak_rss_bytes": unit.peak_rss_bytes}
+                     for unit in timeline.units], timeline.killed_sources)
 
 
 def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],

@@ -78,7 +78,7 @@ PIP_TIMEOUT = 3600.0
 _ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
              "PYTHONPATH": "", "PYTHONNOUSERSITE": "1"}
 """The venv's pip, pip check and import see the venv alone: with the caller's PYTHONPATH
-(session 15 on the device: sparkbuild's own site, holding setuptools 80.10.2), pip took
+(on the device, 2026-12-03: sparkbuild's own site, holding setuptools 80.10.2), pip took
 setuptools for installed and left it out of the venv, pip check passed on it, and vLLM's
 first start, without that PYTHONPATH, failed on ``import setuptools``.  An empty
 PYTHONPATH is an unset one for Python."""

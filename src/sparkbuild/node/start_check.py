@@ -1,6 +1,6 @@
 """Before a node installs a wheelhouse: can its built package start at all?
 
-Session 14's wheelhouse (vLLM 0.20.0 built with ``--targets _C``) verified, installed,
+A 2026-12-03 wheelhouse (vLLM 0.20.0 built with ``--targets _C``) verified, installed,
 passed ``pip check`` and ``import vllm``, and then failed at the first start with
 ``No module named 'vllm._C_stable_libtorch'``: ``vllm/platforms/cuda.py`` imports it at
 module level and every start resolves the CUDA platform.  ``wheel --targets`` now refuses

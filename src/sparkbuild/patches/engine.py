@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, UsageError
 from sparkbuild.patches.edits import EditContext, applied_check, plan_diff
+from sparkbuild.patches.edits.edit_plan import SKIP_DIRS
 from sparkbuild.patches.journal import (
     Journal,
     Recovery,
@@ -46,7 +47,6 @@ from sparkbuild.patches.report import (
     FAILED,
     NOT_APPLIED,
     REVERTED,
-    SKIP_DIRS,
     UPSTREAM,
     PatchOutcome,
     SeriesReport,
@@ -62,7 +62,7 @@ from sparkbuild.patches.series import (
     parse_diff,
     render_diff,
 )
-from sparkbuild.proc import run
+from sparkbuild.sources.git import run_git
 from sparkbuild.store.files import walk_files
 
 if TYPE_CHECKING:
@@ -84,17 +84,18 @@ def git_apply(
     GIT_CEILING_DIRECTORIES keeps git from treating a repository *around* the tree as the
     one to patch, so the tree need not be a git checkout and paths stay tree-relative.
     """
-    args = ["git", "apply", "--whitespace=nowarn"]
+    args = ["apply", "--whitespace=nowarn"]
     args += ["-R"] if reverse else []
     args += ["--check"] if check else []
-    result = run(
+    result = run_git(
         args,
-        cwd=tree,
+        tree,
         env={"GIT_CEILING_DIRECTORIES": str(tree.parent)},
         stdin_data=diff,
         check=False,
         echo=not check,
         timeout=300,
+        foreign=tree,  # the user's tree: its git config runs nothing
     )
     return result.returncode == 0, result.output
 
@@ -121,12 +122,21 @@ def _write_record(path: Path, diff: str) -> None:
 
 
 def _inside(tree: Path, files: list[FileDiff], origin: str) -> None:
+    """Each file a patch writes is a plain file inside the tree: not reached through a link
+    that leads out, and no link itself (git apply would rewrite where the link points)."""
     root = tree.resolve()
     for file in files:
         if not (tree / file.path).resolve().is_relative_to(root):
             raise PatchError(
                 f"patch reaches outside the tree through a symbolic link: {file.path}",
                 where=origin,
+            )
+        if (tree / file.path).is_symlink():
+            raise PatchError(
+                f"patch changes {file.path}, a symbolic link in the tree: the series writes "
+                "plain files only",
+                where=origin,
+                hint="patch the file the link points to, under its own name",
             )
 
 

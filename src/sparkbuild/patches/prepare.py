@@ -86,11 +86,12 @@ class PrepareResult:
 def _check_destination(dest: Path) -> None:
     if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
         raise DestinationError(
-            "--dest exists and is not a directory", where=str(dest), hint="choose a new path"
+            "the destination exists and is not a directory", where=str(dest),
+            hint="choose a new path",
         )
     if dest.is_dir() and any(dest.iterdir()):
         raise DestinationError(
-            "--dest is not empty; refusing to overwrite it",
+            "the destination is not empty; refusing to overwrite it",
             where=str(dest),
             hint="choose a new directory, or remove this one first",
         )
@@ -130,7 +131,8 @@ def _workspace(dest: Path) -> Iterator[Path]:
         work = Path(tempfile.mkdtemp(prefix=prefix, dir=dest.parent))
     except OSError as exc:
         raise DestinationError(
-            f"cannot create a directory beside --dest: {exc.strerror}", where=str(dest.parent)
+            f"cannot create a directory beside the destination: {exc.strerror}",
+            where=str(dest.parent),
         ) from exc
     try:
         yield work
@@ -147,7 +149,7 @@ def _move_into_place(tree: Path, dest: Path) -> None:
         raise DestinationError(
             f"cannot move the prepared tree into place: {exc.strerror}",
             where=str(dest),
-            hint="make sure --dest is empty and on a writable filesystem",
+            hint="make sure the destination is empty and on a writable filesystem",
         ) from exc
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, SparkbuildError
+from sparkbuild.patches.edits.edit_plan import C_SUFFIXES, SKIP_DIRS
 from sparkbuild.patches.edits.inline_asm import INSTRUCTION, instruction_lines
 from sparkbuild.patches.journal import Recovery
-from sparkbuild.patches.series import FileDiff
 from sparkbuild.store.files import walk_files
+
+if TYPE_CHECKING:
+    from sparkbuild.patches.series import FileDiff
 
 APPLIED = "applied"
 ALREADY = "already-applied"
@@ -29,8 +32,6 @@ APPLIED_HERE = "applied-here"
 UPSTREAM = "upstream"
 """An already-applied patch whose change the source carried (no record of sparkbuild's)."""
 
-SKIP_DIRS = frozenset({".git", ".sparkbuild", "node_modules", "__pycache__"})
-C_SUFFIXES = frozenset({".cu", ".cuh", ".h", ".hh", ".hpp", ".c", ".cc", ".cpp", ".cxx", ".inl"})
 OWN_HEADER = ("e2m1.cuh", "SPARKBUILD_E2M1_HW")
 """sparkbuild's own header uses the instruction only where the target has it: not a raw use."""
 

@@ -10,10 +10,12 @@ in git's form (``a/`` and ``b/`` prefixes); a ``.toml`` file is a *structured ed
 a line diff cannot carry across upstream releases.
 
 Everything is parsed and checked here, before any tree is touched: a malformed diff, a path
-that is absolute, climbs out with ``..`` or reaches into ``.git``, a rename, a mode change or
-a binary patch is refused with :class:`PatchError`; a series file that names a missing or
-unknown file is a :class:`RecipeError`.  Diffs are kept as :class:`FileDiff` values so the
-engine can re-aim a file whose target moved between releases and render the diff again.
+that is absolute, climbs out with ``..`` or reaches into ``.git``, a rename, a mode change,
+a binary patch or a diff that declares anything but a plain file (a symbolic link, a
+submodule, an executable new file) is refused with :class:`PatchError`; a series file that
+names a missing or unknown file is a :class:`RecipeError`.  Diffs are kept as
+:class:`FileDiff` values so the engine can re-aim a file whose target moved between releases
+and render the diff again.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
 from sparkbuild.patches.edits import Edit, EditContext, applied_check_names, make_edit
+from sparkbuild.recipe import parse_toml
 from sparkbuild.store.hashing import is_sha256, sha256_bytes
 
 DIFF_SUFFIXES = (".diff", ".patch")
@@ -133,8 +136,43 @@ def _strip_prefix(raw: str, prefix: str, *, origin: str) -> str | None:
     return safe_relative_path(path[len(prefix):], origin=origin)
 
 
+_DECLARED_MODE = re.compile(
+    r"^(?:(new file mode|deleted file mode) (\d+)|index [0-9a-f]+\.\.[0-9a-f]+ (\d+))$")
+REGULAR_FILE = "100644"
+"""The one mode the series writes: a new file is created as a plain, non-executable file."""
+_MODE_NAMES = {"120000": "a symbolic link", "160000": "a submodule (gitlink)",
+               "100755": "an executable file", "040000": "a directory"}
+
+
+def _refuse_declared_mode(patched: PatchedFile, lines: list[str], origin: str) -> None:
+    """A header line that declares a file's mode must declare a plain file.
+
+    The series renders a file's diff again (``FileDiff.render``) without such lines, so a
+    mode is never applied: a symbolic link or a submodule would become a plain file, and
+    an executable one would lose its bit, without a word.  They are refused instead, as a
+    mode change is.  Deleting or changing a file that is executable (``100755``) keeps it.
+    """
+    for line in lines:
+        match = _DECLARED_MODE.match(line.rstrip("\r\n"))
+        if match is None:
+            continue
+        mode = match.group(2) or match.group(3)
+        allowed = {REGULAR_FILE} if match.group(1) == "new file mode" else {REGULAR_FILE,
+                                                                            "100755"}
+        if mode not in allowed:
+            kind = _MODE_NAMES.get(mode, f"mode {mode}")
+            raise PatchError(
+                f"patch for {patched.path} declares {kind} ({line.strip()!r}): the series "
+                "writes plain files only",
+                where=origin,
+                hint="the series carries text changes to plain files; make a symbolic link, "
+                "submodule or file mode with a structured edit or upstream",
+            )
+
+
 def _refuse_unsupported(patched: PatchedFile, origin: str) -> None:
-    info = "".join(str(line) for line in (patched.patch_info or []))
+    lines = [str(line) for line in (patched.patch_info or [])]
+    info = "".join(lines)
     unsupported = ("rename from", "copy from", "old mode", "new mode", "GIT binary patch")
     if patched.is_binary_file or patched.is_rename or any(word in info for word in unsupported):
         raise PatchError(
@@ -142,6 +180,7 @@ def _refuse_unsupported(patched: PatchedFile, origin: str) -> None:
             where=origin,
             hint="the series carries text changes only; express the rest as a structured edit",
         )
+    _refuse_declared_mode(patched, lines, origin)
 
 
 def _file_diff(patched: PatchedFile, origin: str) -> FileDiff:
@@ -256,7 +295,7 @@ def load_edit_patch(path: Path, data: bytes | None = None,
     ``context``: the recipe's target and toolchain the edit judges the tree for."""
     data = path.read_bytes() if data is None else data
     try:
-        table = tomllib.loads(data.decode("utf-8"))
+        table = parse_toml(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise RecipeError(f"structured edit is not valid TOML: {exc}", where=str(path)) from exc
     kind = table.pop("kind", None)

@@ -19,6 +19,10 @@ applies sparkbuild's own rules, which are stricter:
 On a Python whose tarfile has no data filter (before 3.11.4), nothing is extracted: a
 :class:`ToolchainError` says to use a newer one.  The archive is hashed before anything is
 written; on any error the destination (empty when extraction began) is emptied again.
+
+A caller that knows what the archive must hold (a bundle's manifest, read first with
+:func:`read_tar_member`) passes ``admit``: it sees each member (:class:`ArchiveMember`)
+before a byte of it is written, and refuses the ones it does not expect.
 """
 
 from __future__ import annotations
@@ -37,9 +41,10 @@ import tarfile
 import time
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from sparkbuild.console import byte_progress
 from sparkbuild.errors import (
@@ -53,7 +58,7 @@ from sparkbuild.errors import (
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Iterator
 
 BLOCK = 512
 HINT = "the archive is broken or hostile; nothing of it was kept; get a good copy"
@@ -70,6 +75,22 @@ _VOLUME_LABEL = b"V"
 def unsafe(what: str, origin: str) -> UnsafeArchiveError:
     """The error every refusal of an archive raises: ``what`` is wrong, in ``origin``."""
     return UnsafeArchiveError(what, where=origin, hint=HINT)
+
+
+@dataclass(frozen=True)
+class ArchiveMember:
+    """A member about to be extracted: its clean name, what it is, its size, its link."""
+
+    name: str
+    kind: str
+    """``file``, ``dir``, ``symlink`` or ``hardlink``."""
+    size: int
+    target: str | None = None
+    """A link's target (a hardlink's, clean and relative to the destination)."""
+
+
+MemberCheck = Callable[[ArchiveMember], None]
+"""Called with each member before it is written; raises to refuse it."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +170,8 @@ class _Tree:
 
     root: str
     origin: str
+    check: MemberCheck | None = None
+    """The caller's own test of each member (``extract_archive``'s ``admit``)."""
     files: set[str] = field(default_factory=set)
     """Regular files (hardlinks included): what a later hardlink may name."""
     symlinks: dict[str, str] = field(default_factory=dict)
@@ -278,6 +301,10 @@ def _tar_filter(tree: _Tree) -> Callable[[tarfile.TarInfo, str], tarfile.TarInfo
         elif kind == "symlink":
             tree.symlink(name, member.linkname)
         checked = _data_filter(member, dest, tree.origin)
+        if tree.check is not None:  # the caller's test, once the archive's rules passed
+            tree.check(ArchiveMember(name, kind, member.size if kind == "file" else 0,
+                                     member.linkname if kind in ("symlink", "hardlink")
+                                     else None))
         if kind == "hardlink":
             tree.hardlink(name, checked.linkname)
             return None
@@ -309,7 +336,7 @@ class _ReadProgress(io.BytesIO):
         return chunk
 
 
-def _decompressed(raw: io.BytesIO, compression: str) -> io.BufferedIOBase:
+def _decompressed(raw: IO[bytes], compression: str) -> IO[bytes] | io.BufferedIOBase:
     if compression == "gz":
         return gzip.GzipFile(fileobj=raw, mode="rb")
     if compression == "bz2":
@@ -402,6 +429,10 @@ def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, tree: _Tree) ->
             return
         raise unsafe("a zip member names the destination itself", tree.origin)
     checked = _data_filter(member, tree.root, tree.origin)
+    if tree.check is not None:  # the caller's test, once the archive's rules passed
+        kind = "dir" if member.isdir() else "symlink" if member.issym() else "file"
+        tree.check(ArchiveMember(name, kind, info.file_size if kind == "file" else 0,
+                                 member.linkname or None))
     if checked.isdir():
         Path(tree.root, name).mkdir(parents=True, exist_ok=True)
     elif checked.isreg():
@@ -516,12 +547,14 @@ def _write_errors(dest: Path) -> Iterator[None]:
         raise DestinationError(f"cannot write: {exc.strerror}", where=where) from exc
 
 
-def extract_archive(path: Path, dest: Path, *, sha256: str | None = None) -> ExtractedArchive:
+def extract_archive(path: Path, dest: Path, *, sha256: str | None = None,
+                    admit: MemberCheck | None = None) -> ExtractedArchive:
     """Extract ``path`` into the empty directory ``dest``, safely.
 
     The archive is hashed before anything is written: with ``sha256`` a mismatch is a
-    :class:`HashMismatchError` and nothing is extracted.  On any error what was written is
-    removed again (``dest`` is left empty, or absent if this call created it).
+    :class:`HashMismatchError` and nothing is extracted.  ``admit`` sees each member that
+    passed the rules before it is written, and may refuse it by raising.  On any error what
+    was written is removed again (``dest`` is left empty, or absent if this call created it).
     """
     path = Path(path)
     origin = str(path)
@@ -538,7 +571,7 @@ def extract_archive(path: Path, dest: Path, *, sha256: str | None = None) -> Ext
         raise unsafe("not a tar or zip archive (unknown format)", origin)
     require_data_filter()
     created = _ready_destination(dest)
-    tree = _Tree(root=os.fspath(dest.absolute()), origin=origin)
+    tree = _Tree(root=os.fspath(dest.absolute()), origin=origin, check=admit)
     try:
         with _write_errors(dest):
             if fmt == "zip":
@@ -552,3 +585,41 @@ def extract_archive(path: Path, dest: Path, *, sha256: str | None = None) -> Ext
     return ExtractedArchive(
         path, actual, fmt, tree.entries, tree.size, tuple(sorted(tree.top_level))
     )
+
+
+def read_tar_member(path: Path, name: str, *, limit: int) -> bytes | None:
+    """The bytes of the regular member ``name`` of the tar archive ``path`` (any of tar's
+    compressions), read before anything is extracted; None when it holds none.
+
+    Reading stops at the member, so a member near the start costs nothing of the rest.  A
+    member larger than ``limit`` bytes, or not a regular file, is an
+    :class:`UnsafeArchiveError`, as is a broken archive (the whole of it is read, to its
+    end-of-archive marker and its stream's end, when the member is not there).
+    """
+    origin = str(path)
+    try:
+        with path.open("rb") as raw:
+            fmt = detect_format(raw.read(BLOCK))
+            if fmt in ("zip", "unknown"):
+                raise unsafe("not a tar archive", origin)
+            raw.seek(0)
+            with (
+                _read_errors(origin),
+                _decompressed(raw, fmt.partition(".")[2]) as stream,
+                tarfile.TarFile(fileobj=stream, mode="r", errorlevel=2) as tar,
+            ):
+                for member in tar:
+                    if clean_member_name(member.name, origin) != name:
+                        continue
+                    if not member.isreg():
+                        raise unsafe(f"member {name!r} is not a regular file", origin)
+                    if member.size > limit:
+                        raise unsafe(f"member {name!r} is {member.size} bytes, more than the "
+                                     f"{limit} it may be", origin)
+                    data = tar.extractfile(member)
+                    assert data is not None
+                    return data.read()
+                _check_end(tar, origin)
+    except OSError as exc:
+        raise SourceError(f"cannot read archive: {exc.strerror}", where=origin) from exc
+    return None

@@ -19,7 +19,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.console import info
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import TreeRequirements
+from sparkbuild.recipe import TreeRequirements, parse_toml
 from sparkbuild.sources.requirements import RequirementLine, parse_requirement, read_requirements
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ REQUIREMENT_FILES = ("requirements/cuda.txt", "requirements.txt")
 
 def _pyproject_dependencies(path: Path) -> list[RequirementLine]:
     try:
-        project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+        project = parse_toml(path.read_text(encoding="utf-8")).get("project", {})
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"pyproject.toml is not valid TOML: {exc}", where=str(path)) from exc
     if "dependencies" in project.get("dynamic", []):

@@ -34,12 +34,10 @@ from sparkbuild.console import info, warn
 from sparkbuild.errors import DestinationError, HashMismatchError, SourceError
 from sparkbuild.sources.archive import ExtractedArchive, extract_archive
 from sparkbuild.sources.declared import record_pinned_requirements
-from sparkbuild.sources.git import checkout_ref, clone_at, git_module, status_paths
+from sparkbuild.sources.git import checkout_ref, clone_at, open_repo, status_paths
 from sparkbuild.store.context import RunContext
 
 if TYPE_CHECKING:
-    from types import ModuleType
-
     from sparkbuild.recipe import Recipe
 
 SourceKind = Literal["git", "directory", "sdist", "pypi"]
@@ -334,9 +332,9 @@ def _mirror_path_state(source: Path, dest: Path, relative: str) -> None:
         shutil.copy2(src, dst)
 
 
-def _copy_checkout(git: ModuleType, spec: SourceSpec, dest: Path) -> SourceResult:
+def _copy_checkout(spec: SourceSpec, dest: Path) -> SourceResult:
     assert spec.path is not None
-    with git.Repo(spec.path) as repo:
+    with open_repo(spec.path, foreign=True) as repo:  # the user's: its config runs nothing
         try:
             commit = str(repo.head.commit.hexsha)
         except ValueError:
@@ -363,7 +361,7 @@ def copy_directory(spec: SourceSpec, work: Path) -> SourceResult:
     _check_links(spec.path)
     dest = work / (spec.path.name or "tree")
     if (spec.path / ".git").exists():
-        return _copy_checkout(git_module(), spec, dest)
+        return _copy_checkout(spec, dest)
     info(f"copying {spec.path}")
     shutil.copytree(spec.path, dest, symlinks=True)
     return SourceResult("directory", spec.text, str(spec.path), None, None, None, dest)

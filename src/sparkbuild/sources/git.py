@@ -6,13 +6,24 @@ of the URL (so a second prepare needs no network); every used commit keeps a ref
 so ``git gc`` never drops a locked commit.
 
 Every git that runs goes through :func:`run_git` (``proc.run``: its echo, timeout, log
-tail and process-group handling) in the one git environment, :data:`GIT_ENV`; its
+tail and process-group handling) in the one git environment, :func:`git_environment`; its
 failures are classified once, by :func:`git_error`.  GitPython only reads repositories
-(commits, refs, status).  :mod:`sparkbuild.vendoring.fetch` uses the same helpers.
+(commits, refs, status), each opened by :func:`open_repo`, whose git runs in the same
+environment.  :mod:`sparkbuild.vendoring.fetch` and :mod:`sparkbuild.patches.engine` (``git
+apply``) use the same helpers.
+
+The environment carries :data:`SAFE_CONFIG` as git's command-line configuration, which
+outranks every configuration file, a repository's own included: a checkout's
+``core.fsmonitor`` command, its hooks and ``ext::`` URLs never run.  For a repository
+sparkbuild did not make (a local checkout, a tree given to ``patch``), it also empties every
+filter driver that repository's configuration defines, since ``git status`` and ``git apply``
+run a driver's ``clean`` command on the files they read.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -31,7 +42,7 @@ from sparkbuild.store.download import OFFLINE_HINT
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
     from types import ModuleType
 
@@ -41,6 +52,14 @@ if TYPE_CHECKING:
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GCM_INTERACTIVE": "never"}
 """Never let git stop and ask for a password (no prompt; an askpass that answers nothing):
 a repository that needs one fails at once instead of hanging an unattended run."""
+SAFE_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", os.devnull),
+    ("protocol.ext.allow", "never"),
+)
+"""Configuration every git runs with, above any file's: no fsmonitor command (git status
+runs it), no hooks, no ``ext::`` transport (it runs a command named in the URL)."""
+FILTER_COMMANDS = ("clean", "smudge", "process")
 GIT_TIMEOUT = 3 * 3600.0
 """A clone of a big repository over a slow link takes long, but not forever."""
 
@@ -60,6 +79,25 @@ _NETWORK = re.compile(
 )
 
 
+def _config_count(raw: str | None) -> int:
+    return int(raw) if raw is not None and raw.strip().isdigit() else 0
+
+
+def git_environment(config: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """The variables every git runs with: :data:`GIT_ENV`, and :data:`SAFE_CONFIG` plus
+    ``config`` as command-line configuration (``GIT_CONFIG_COUNT``), after the entries the
+    caller's own environment may hold.  Every git that git starts (a submodule's status,
+    an upload-pack) inherits them."""
+    base = _config_count(os.environ.get("GIT_CONFIG_COUNT"))
+    entries = [*SAFE_CONFIG, *config]
+    env = dict(GIT_ENV)
+    for number, (key, value) in enumerate(entries, start=base):
+        env[f"GIT_CONFIG_KEY_{number}"] = key
+        env[f"GIT_CONFIG_VALUE_{number}"] = value
+    env["GIT_CONFIG_COUNT"] = str(base + len(entries))
+    return env
+
+
 def run_git(
     args: Sequence[str | Path],
     cwd: Path | None = None,
@@ -67,13 +105,51 @@ def run_git(
     check: bool = True,
     echo: bool = False,
     timeout: float = GIT_TIMEOUT,
+    env: Mapping[str, str] | None = None,
+    stdin_data: str | None = None,
+    foreign: Path | None = None,
 ) -> ProcResult:
-    """``git ARGS`` through :func:`sparkbuild.proc.run`, in :data:`GIT_ENV`."""
-    return run(["git", *args], cwd=cwd, env=GIT_ENV, timeout=timeout, check=check, echo=echo)
+    """``git ARGS`` through :func:`sparkbuild.proc.run`, in :func:`git_environment`
+    (``env``: more variables).  ``foreign``: a repository sparkbuild did not make, whose
+    filter drivers are emptied (:func:`foreign_config`)."""
+    config = foreign_config(foreign) if foreign is not None else ()
+    return run(["git", *args], cwd=cwd, env={**git_environment(config), **(env or {})},
+               timeout=timeout, check=check, echo=echo, stdin_data=stdin_data)
+
+
+def _filter_drivers(output: str) -> set[str]:
+    """Driver names from ``git config --name-only --null`` lines ``filter.NAME.KEY``."""
+    names = set()
+    for key in output.split("\0"):
+        key = key.strip()
+        if key.startswith("filter.") and key.count(".") >= 2:
+            names.add(key[len("filter."):key.rindex(".")])
+    return names
+
+
+def foreign_config(repository: Path) -> tuple[tuple[str, str], ...]:
+    """For a repository sparkbuild did not make: each filter driver its configuration
+    defines (its own, its submodules', and what they include), emptied.
+
+    ``git config`` only reads.  A directory that is no repository has none.
+    """
+    pattern = r"^filter\..*\.(" + "|".join(FILTER_COMMANDS) + ")$"
+    query = ["config", "--null", "--name-only", "--includes", "--get-regexp", pattern]
+    found = run_git(query, repository, check=False)
+    names = _filter_drivers(found.output) if found.returncode == 0 else set()
+    common = run_git(["rev-parse", "--git-common-dir"], repository, check=False)
+    if common.returncode == 0 and common.output.strip():
+        git_dir = (repository / common.output.strip()).resolve()
+        for config in sorted(git_dir.glob("modules/**/config")):
+            nested = run_git([*query[:1], "--file", str(config), *query[1:]], repository,
+                             check=False)
+            names |= _filter_drivers(nested.output) if nested.returncode == 0 else set()
+    emptied = [(f"filter.{name}.{key}", "") for name in sorted(names) for key in FILTER_COMMANDS]
+    return tuple(emptied + [(f"filter.{name}.required", "false") for name in sorted(names)])
 
 
 def git_module() -> ModuleType:
-    """GitPython, for reading repositories."""
+    """GitPython, for reading repositories (open them with :func:`open_repo`)."""
     try:
         import git
     except ImportError as exc:
@@ -81,6 +157,17 @@ def git_module() -> ModuleType:
             f"git is not usable: {exc}", hint="install git (GitPython runs the git program)"
         ) from exc
     return git
+
+
+@contextlib.contextmanager
+def open_repo(path: Path, *, foreign: bool = False) -> Iterator[Any]:
+    """GitPython's ``Repo`` at ``path``, its git in :func:`git_environment` (``foreign``:
+    a repository sparkbuild did not make; see :func:`foreign_config`)."""
+    git = git_module()
+    with git.Repo(path) as repo:
+        config = foreign_config(path) if foreign else ()
+        repo.git.update_environment(**git_environment(config))
+        yield repo
 
 
 def _output(failure: str | BaseException) -> str:
@@ -99,9 +186,16 @@ def git_message(output: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def network_trouble(output: str) -> bool:
-    """Whether git's output says the remote could not be reached."""
-    return _NETWORK.search(output) is not None
+def is_local_url(url: str) -> bool:
+    """A remote on this machine: ``file://``, an absolute path, or a path with no scheme."""
+    return url.startswith(("file://", "/")) or ("://" not in url and ":" not in url)
+
+
+def network_trouble(output: str, url: str) -> bool:
+    """Whether git's output says the remote ``url`` could not be reached over the network
+    (git says "could not read from remote repository" for a local path that is no
+    repository too: a remote on this machine is never network trouble)."""
+    return not is_local_url(url) and _NETWORK.search(output) is not None
 
 
 def git_error(failure: str | BaseException, url: str, ref: str | None) -> SparkbuildError:
@@ -116,9 +210,10 @@ def git_error(failure: str | BaseException, url: str, ref: str | None) -> Sparkb
             where=url,
             hint="check the ref: a branch, a tag, a full commit or refs/pull/N/head",
         )
-    if any(marker in lower for marker in _NO_REPO):
+    unreadable_here = is_local_url(url) and "could not read from remote" in lower
+    if unreadable_here or any(marker in lower for marker in _NO_REPO):
         return SourceError(f"no git repository at {url}: {message}", where=url)
-    if network_trouble(output):
+    if network_trouble(output, url):
         return NetworkError(f"cannot reach git remote: {message}", where=url, hint=OFFLINE_HINT)
     return SourceError(f"git failed: {message}", where=url)
 
@@ -162,7 +257,7 @@ class _Mirror:
 
     def has_commit(self, commit: str) -> bool:
         git = git_module()
-        with git.Repo(self.path) as repo:
+        with open_repo(self.path) as repo:
             try:
                 repo.commit(commit)
             except (ValueError, git.BadName, git.BadObject):
@@ -170,7 +265,7 @@ class _Mirror:
         return True
 
     def commit_of(self, ref: str) -> str:
-        with git_module().Repo(self.path) as repo:
+        with open_repo(self.path) as repo:
             return str(repo.commit(ref).hexsha)
 
     def fetch(self, refspecs: list[str], ref: str | None) -> None:

@@ -100,6 +100,12 @@ class CacheLock:
         return f"waiting for another sparkbuild run that holds the cache lock ({self.path}{holder})"
 
 
+def recipe_work_lock(root: Path, recipe: str) -> CacheLock:
+    """The lock of ``ROOT/work/RECIPE``, the recipe's work directory: ``wheel`` and
+    ``bundle`` hold it while they use it (one at a time, a second run waits)."""
+    return CacheLock(root / "work" / f"{recipe}.lock")
+
+
 def unusable_directory(directory: Path, exc: OSError) -> UsageError:
     """A cache (or work) directory that cannot be written: which one, and why."""
     existing = directory

@@ -23,7 +23,7 @@ The compile's unit watch (:mod:`sparkbuild.compile.unit_code_watch`) keeps each 
 cubins as it reads them, so even a first build's libraries are mostly read from here.
 
 Only ``wheel`` uses it, and only for the wheelhouse it has just built: a :class:`CodeCache`
-is an explicit argument (``code_cache``) that :mod:`sparkbuild.pipeline` alone passes, to
+is an explicit argument (``kept_code``) that :mod:`sparkbuild.pipeline` alone passes, to
 :func:`~sparkbuild.wheelhouse.write.write_wheelhouse`; nothing makes one by default.  The
 standalone ``sparkbuild verify DIR`` cannot use it: ``verify_wheelhouse`` takes no such
 argument, so a wheelhouse that travelled is judged by its machine code read afresh, never

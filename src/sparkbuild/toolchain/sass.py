@@ -591,6 +591,11 @@ def target_name(arch: str) -> str:
     return arch.removesuffix("+PTX")
 
 
+def coverage_at(kernels: Sequence[KernelCode], archs: Iterable[str]) -> tuple[Coverage, ...]:
+    """Every kernel at each of a recipe's ``archs`` (``12.1a``, ``8.0+PTX``)."""
+    return tuple(coverage(kernels, target_name(arch)) for arch in archs)
+
+
 def dump_listing(binary: Path, option: str) -> str:
     """``cuobjdump OPTION binary``; empty for a file with no device code."""
     argv: list[str | os.PathLike[str]] = [find_cuobjdump(), option, binary]

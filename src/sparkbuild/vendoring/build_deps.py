@@ -20,6 +20,7 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
 from sparkbuild.errors import RecipeError
+from sparkbuild.recipe import parse_toml
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.hashing import sha256_file
 
@@ -85,7 +86,7 @@ def plan_wheels(tree: Path) -> tuple[list[WheelPlan], str | None]:
     pyproject = tree / "pyproject.toml"
     if pyproject.is_file():
         try:
-            data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            data = parse_toml(pyproject.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as exc:
             raise RecipeError(
                 f"pyproject.toml is not valid TOML: {exc}", where=str(pyproject)
@@ -115,7 +116,7 @@ def plan_crates(tree: Path) -> list[CratePlan]:
         if any(part in ("target", "build", ".git", "tests") for part in relative.parts[:-1]):
             continue
         try:
-            data = tomllib.loads(lock.read_text(encoding="utf-8"))
+            data = parse_toml(lock.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise RecipeError(f"Cargo.lock is not valid TOML: {exc}", where=str(lock)) from exc
         count = sum(

@@ -147,7 +147,7 @@ def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) ->
                       repo, check=False)
     if shallow.returncode == 0:
         return _git(["rev-parse", "FETCH_HEAD^{commit}"], repo).strip()
-    if network_trouble(shallow.output):
+    if network_trouble(shallow.output, origin):
         raise NetworkError(
             f"cannot reach the git remote of {source.name}{through}: "
             f"{git_message(shallow.output)}", where=source.url,

@@ -17,7 +17,8 @@ target anything.  Nothing here knows a dependency by name.
   is never served for a patched one, nor one patched for other targets or another series.
 * The index entry records what the edit did (``patched``: per edit, the lists before and
   after, the files changed); the bundle's plan, the wheelhouse manifest and ``patch status
-  --json`` (``dependencies``) report it.
+  --json`` (``dependencies``) report it, and the wheel's SBOM says whether each source built
+  into it was patched (:func:`built_in_sources`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendoring.plan import SourcePlan, VendorPlan
 
-KIND = "cuda-arch-lists"
 KEY_MARK = "#series:"
 
 
@@ -137,13 +137,24 @@ def tree_utils(tree: Path) -> Path | None:
 
 def dependency_records(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
     """Per planned source: what the arch edit did to its cached copy (``patch status``)."""
+    return [source_record(source, entry) for source, entry in _cached(plan, cache)]
+
+
+def built_in_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
+    """The sources built into the wheel, for its SBOM: each with the commit its ref resolved
+    to and whether the series' arch edit changed it (``patched``), both from the cache's
+    record (:func:`source_record`)."""
+    return [{"name": source.name, "kind": source.kind, "url": source.url, "ref": source.ref,
+             "commit": (entry or {}).get("commit"), "sha256": source.sha256,
+             "patched": source_record(source, entry)["status"] == "applied"}
+            for source, entry in _cached(plan, cache)]
+
+
+def _cached(plan: VendorPlan, cache: Cache) -> list[tuple[SourcePlan, dict[str, Any] | None]]:
+    """Each planned source with the cache's index entry of it (None: not in the cache)."""
     from sparkbuild.vendoring.index import source_entry
 
-    records = []
-    for source in plan.sources:
-        entry = source_entry(cache, source)
-        records.append(source_record(source, entry))
-    return records
+    return [(source, source_entry(cache, source)) for source in plan.sources]
 
 
 def source_record(source: SourcePlan, entry: dict[str, Any] | None) -> dict[str, Any]:

@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from sparkbuild.errors import CommandFailed, NetworkError, SourceError
-from sparkbuild.sources.git import git_error, git_message, network_trouble, run_git
+from sparkbuild.sources.git import (
+    git_error,
+    git_message,
+    is_local_url,
+    network_trouble,
+    run_git,
+)
 
 if TYPE_CHECKING:
     from sparkbuild.sources.mirrors import Mirrors
@@ -42,10 +48,6 @@ def _git(args: list[str], cwd: Path, mirrors: Mirrors, *, check: bool = True) ->
             f"git {' '.join(args)} failed:\n{result.output.strip()[-2000:]}", where=str(cwd)
         )
     return result.returncode, result.output
-
-
-def _is_local(url: str) -> bool:
-    return url.startswith(("file://", "/")) or ("://" not in url and ":" not in url)
 
 
 def resolve_submodule_url(parent: str, url: str) -> str:
@@ -92,7 +94,7 @@ def _fetch(repo: Path, source: SourcePlan, ref: str, mirrors: Mirrors) -> str:
     code, output = _git(["fetch", "-q", "--depth", "1", "--filter=blob:none", "origin", ref],
                         repo, mirrors, check=False)
     if code != 0:
-        if network_trouble(output):
+        if network_trouble(output, mirrors.rewrite(source.url)):
             raise NetworkError(f"cannot reach the git remote of {source.name}: "
                                f"{git_message(output)}",
                                where=source.url, hint="check the network or the --mirror rules")
@@ -115,7 +117,7 @@ def _checkout(url: str, ref: str, dest: Path, source: SourcePlan, mirrors: Mirro
     dest.mkdir(parents=True, exist_ok=True)
     _git(["init", "-q"], dest, mirrors)
     _git(["remote", "add", "origin", url], dest, mirrors)
-    if _is_local(mirrors.rewrite(url)):
+    if is_local_url(mirrors.rewrite(url)):
         _git(["config", "remote.origin.uploadpack", LOCAL_UPLOAD_PACK], dest, mirrors)
     commit = _fetch(dest, source, ref, mirrors)
     _git(["sparse-checkout", "set", "--no-cone", *patterns], dest, mirrors)

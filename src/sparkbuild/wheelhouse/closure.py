@@ -10,6 +10,7 @@ the same files from there.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from sparkbuild.wheelhouse.lock import (
 from sparkbuild.wheelhouse.overrides import resolve_pinned
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Pin, Recipe
@@ -316,6 +317,13 @@ def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, clos
     }
 
 
+def bundle_runtime_for(recipe: Recipe, *, closure: bool, offline: bool
+                       ) -> Callable[[Path, Cache, Path], dict[str, Any]]:
+    """:func:`bundle_runtime` for ``recipe`` as ``bundle`` calls it
+    (:func:`sparkbuild.bundle.write.assemble`, a room below this one, takes it as given)."""
+    return functools.partial(bundle_runtime, recipe, closure=closure, offline=offline)
+
+
 def bundle_lacks(requirements: Sequence[str], have: set[str], target: ClosureTarget
                  ) -> list[str]:
     """The requirements (live at ``target``) whose project is not in ``have``."""
@@ -361,6 +369,24 @@ def runtime_gaps(pins: Sequence[Pin], cache: Cache, runtime: dict[str, Any] | No
                 gaps.append(f"closure {item['file']}: not in the cache")
     return gaps
 
+
+
+def refuse_runtime_gaps(recipe: Recipe, cache: Cache, runtime: dict[str, Any] | None,
+                        tree: Path, *, closure: bool, bundle: Path | None,
+                        also: Sequence[str] = ()) -> None:
+    """For an offline build, before anything compiles: every pin, and a bundle's closure
+    for the tree's requirements, must be there (:func:`runtime_gaps`), with ``also`` (the
+    wheels flashinfer's builder needs); each one missing is named."""
+    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=closure,
+                        skip={canonicalize_name(recipe.package)}) + list(also)
+    if gaps:
+        where = f"the bundle {bundle}" if bundle else "the cache"
+        raise CacheMissError(
+            f"{where} lacks {len(gaps)} wheel(s) the wheelhouse needs:\n  " + "\n  ".join(gaps),
+            where=str(bundle or cache.root),
+            hint="write the bundle again with this sparkbuild (`sparkbuild bundle` carries the "
+            "pins, the closure and flashinfer's builder wheels), or run `sparkbuild wheel` once "
+            "online with this cache; nothing was built")
 
 def place_bundled(bundled: Sequence[dict[str, Any]], requirements: Sequence[str],
                   skip: set[str], cache: Cache, staging: Path, target: ClosureTarget

@@ -380,6 +380,19 @@ def tree_demands(recipe: Recipe, declared: Sequence[RequirementLine], tree: Path
     return own + recorded_demands(recipe)
 
 
+def refuse_contradicted_pins(recipe: Recipe, tree: Path, platform: str | None) -> None:
+    """A pin the tree's own requirements contradict (without ``override``) fails before
+    the build, not hours later; the wheelhouse checks every shipped wheel again.
+    ``platform``: the wheelhouse's (None: this machine's)."""
+    try:
+        declared = declared_requirements(tree)
+    except RecipeError:
+        declared = []  # a tree without requirement files: the built wheel's metadata decides
+    env = target_environment(platform, recipe.target.python if platform else None)
+    settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
+           where=str(recipe.path))
+
+
 def require_pins_on_index(recipe: Recipe, index: str) -> None:
     """Every pin names a project the index has: asked before uv runs, whose answer for an
     unknown name reads as a contradiction of the closure."""

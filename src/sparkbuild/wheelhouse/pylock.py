@@ -14,13 +14,13 @@ few forms this file needs are written here.
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
+from sparkbuild.recipe import parse_toml
 from sparkbuild.wheelhouse.wheel_check import normal_version, same_project, same_version
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def write_pylock(directory: Path, wheels: Sequence[PylockWheel], *, env: Mapping
 
 def read_pylock(path: Path) -> dict[str, Any]:
     """The parsed lock; :class:`ValueError` (or OSError) when it is not a PEP 751 lock."""
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    data = parse_toml(path.read_text(encoding="utf-8"))
     if data.get("lock-version") != LOCK_VERSION or not isinstance(data.get("packages"), list):
         raise ValueError(f"not a PEP 751 lock (lock-version {LOCK_VERSION!r} and [[packages]])")
     return data

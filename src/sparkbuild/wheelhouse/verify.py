@@ -5,10 +5,11 @@ air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
 carries (cuobjdump) and judges every kernel of it for each target arch of the manifest
-(:func:`sparkbuild.toolchain.sass.coverage`): native code the target loads, PTX only (the
-driver JIT-compiles it at load), or none.  A kernel with no code for a target fails verify;
-a PTX-only kernel fails it too unless the recipe set ``allow_jit`` (the manifest's target
-says so, and its ``jit_kernels`` must list that kernel).  It also reads the machine code itself
+(:func:`sparkbuild.toolchain.sass.coverage`) by the kernel policy
+(:mod:`sparkbuild.toolchain.kernel_policy`): native code the target loads passes; a kernel
+with no code for a target fails verify; a PTX-only one (the driver JIT-compiles it at load)
+fails it too unless the recipe set ``allow_jit`` (the manifest's target says so, and its
+``jit_kernels`` must list that kernel).  It also reads the machine code itself
 (``cuobjdump -sass``) that a GPU of each target would load (``sm_121a``, and the family
 code ``sm_121f``/``sm_120f`` that runs there too): per library, the block-scaled MMA
 instructions (``OMMA.SF``: the FP4 GEMMs are real) and the kernels that are only a trap
@@ -18,9 +19,9 @@ wheel's ``Requires-Dist`` on the target, recorded overrides aside, and ship the 
 build was compiled against (:mod:`sparkbuild.wheelhouse.requirements_check`).
 
 ``verify`` reads the machine code afresh every time: :func:`verify_wheelhouse` takes no
-machine code cache, so nothing a cache holds can vouch for a wheelhouse that travelled.
-Only ``wheel``, reading the libraries it has just built, passes one to
-:func:`gpu_libraries` (``code_cache``, :mod:`sparkbuild.toolchain.kept_sass`), and then
+kept machine code facts, so nothing the cache holds can vouch for a wheelhouse that
+travelled.  Only ``wheel``, reading the libraries it has just built, passes them to
+:func:`gpu_libraries` (``kept_code``, :mod:`sparkbuild.toolchain.kept_sass`), and then
 checks its staged wheelhouse with those very facts.
 """
 
@@ -41,15 +42,14 @@ from sparkbuild.console import escaped, shown
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain.kept_sass import LibraryCode
+from sparkbuild.toolchain.kernel_policy import Refusal, refusals
 from sparkbuild.toolchain.sass import (
-    NO_CODE,
     PTX_ONLY,
     Coverage,
     arch_digits,
     as_facts,
-    coverage,
+    coverage_at,
     machine_code,
-    target_name,
 )
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
@@ -118,37 +118,17 @@ class LibraryArchs:
         """(target, kernel, code) of every kernel of ``kind`` (``ptx``, ``none``)."""
         return [(c.target, k.name, k.code) for c in self.coverage for k in c.of_kind(kind)]
 
+    def refusals(self, *, allow_jit: bool) -> list[Refusal]:
+        """What the kernel policy refuses of this library: its guard stubs, then the
+        kernels with no code for a target and (unless ``allow_jit``) those with PTX only."""
+        return refusals(self.coverage, allow_jit=allow_jit, stub_archs=self.sass_archs,
+                        guard_stubs=self.guard_stub_kernels, trap_only=self.trap_only_kernels)
+
     def jit_kernels(self) -> list[dict[str, Any]]:
         """The PTX-only kernels, as the manifest's ``jit_kernels`` lists them."""
         return [{"wheel": self.wheel, "library": self.library, "target": target,
                  "kernel": name, "ptx_arch": code}
                 for target, name, code in self.kernels_of(PTX_ONLY)]
-
-
-def _named(names: Sequence[str]) -> str:
-    shown = [n if len(n) <= 160 else n[:160] + "..." for n in names[:NAMED_KERNELS]]
-    more = len(names) - len(shown)
-    return ", ".join(shown) + (f" and {more} more (--json names them all)" if more else "")
-
-
-def coverage_problems(libraries: Sequence[LibraryArchs], *, allow_jit: bool
-                      ) -> list[str]:
-    """One message per library with a kernel that cannot run on a target, and, unless
-    ``allow_jit``, per library with a kernel that reaches a target as PTX only."""
-    found = []
-    for lib in libraries:
-        none = lib.kernels_of(NO_CODE)
-        if none:
-            found.append(f"{lib.wheel}:{lib.library} ({len(none)} kernel(s) with no code "
-                         f"for {', '.join(sorted({t for t, _, _ in none}))}: "
-                         f"{_named([n for _, n, _ in none])})")
-        ptx = lib.kernels_of(PTX_ONLY)
-        if ptx and not allow_jit:
-            archs = sorted({f"{t} from {c}" for t, _, c in ptx})
-            found.append(f"{lib.wheel}:{lib.library} ({len(ptx)} kernel(s) PTX only, "
-                         f"JIT-compiled at load ({', '.join(archs)}): "
-                         f"{_named([n for _, n, _ in ptx])})")
-    return found
 
 
 @dataclass
@@ -189,25 +169,22 @@ class VerifyResult:
             sass = (f"  [{', '.join(lib.sass_archs)}: {lib.block_scaled_mma} block-scaled MMA]"
                     if lib.sass_archs else "")
             kernels = "".join(f"; kernels {c.describe()}" for c in lib.coverage)
-            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{sass}{kernels}")
-            lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
-            lines += [f"    GUARD STUB (prints and exits) {name}" for name in lib.guard_stub_kernels
-                      if name not in lib.trap_only_kernels]
+            lines.append(f"  {shown(lib.wheel)}: {shown(lib.library)}: {archs}{sass}{kernels}")
+            lines += [f"    TRAP-ONLY {shown(name)}" for name in lib.trap_only_kernels]
+            lines += [f"    GUARD STUB (prints and exits) {shown(name)}"
+                      for name in lib.guard_stub_kernels if name not in lib.trap_only_kernels]
         lines += [item.line() for item in self.agreement]
         lines += [f"  note: {note}" for note in self.notes]
         return lines
 
     @property
     def error(self) -> SparkbuildError | None:
-        lacking = coverage_problems(self.libraries, allow_jit=self.allow_jit)
-        trapping = [lib for lib in self.libraries if lib.guard_stub_kernels]
-        if not self.mismatches and not lacking and not trapping:
+        refused = [f"{shown(f'{lib.wheel}:{lib.library}')} "
+                   f"({escaped(found.describe(width=160, shown=NAMED_KERNELS))})"
+                   for lib in self.libraries for found in lib.refusals(allow_jit=self.allow_jit)]
+        if not self.mismatches and not refused:
             return None
-        named = [m.describe() for m in self.mismatches]
-        named += lacking
-        named += [f"{lib.wheel}:{lib.library} ({len(lib.guard_stub_kernels)} kernel(s) for "
-                  f"{', '.join(lib.sass_archs)} only trap or print and exit: "
-                  f"{', '.join(lib.guard_stub_kernels)})" for lib in trapping]
+        named = [m.describe() for m in self.mismatches] + refused
         return VerifyError(
             f"{len(named)} problem(s) in the wheelhouse: " + "; ".join(named),
             where=str(self.directory),
@@ -390,34 +367,33 @@ def judged(wheel: str, member: str, code: LibraryCode, targets: Sequence[str]) -
     sass: tuple[tuple[str, ...], int, tuple[str, ...], tuple[str, ...]] = ((), 0, (), ())
     if code.archs and targets:
         sass = machine_code(code.functions, targets)
-    covered = (tuple(coverage(code.kernels, target_name(t)) for t in targets)
-               if code.kernels else ())
+    covered = coverage_at(code.kernels, targets) if code.kernels else ()
     return LibraryArchs(wheel, member, code.archs, missing, sass[1], sass[2], sass[0],
                         sass[3], covered)
 
 
 def _library_code(path: Path, readers: Readers, *, with_code: bool,
-                  code_cache: CodeCache | None) -> LibraryCode:
+                  kept_code: CodeCache | None) -> LibraryCode:
     read = functools.partial(readers.read, with_code=with_code)
-    if code_cache is None:
+    if kept_code is None:
         return read(path)
-    return code_cache.library_code(path, read, scope="archs+functions+kernels" if with_code
+    return kept_code.library_code(path, read, scope="archs+functions+kernels" if with_code
                                    else "archs")
 
 
 def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
                   read_functions: SassReader, read_kernels: KernelReader | None = None,
-                  code_cache: CodeCache | None = None) -> list[LibraryArchs]:
+                  kept_code: CodeCache | None = None) -> list[LibraryArchs]:
     """cuobjdump's architectures of each shared library in ``wheel``, what is missing, what
     the machine code for the targets holds, and each kernel's coverage per target.
-    ``code_cache``: ``wheel``'s facts of libraries by their bytes (never ``verify``'s)."""
+    ``kept_code``: ``wheel``'s facts of libraries by their bytes (never ``verify``'s)."""
     readers = Readers(list_archs, read_functions, read_kernels or _default_kernels)
     with_code = bool(targets)
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
         for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
             path = Path(archive.extract(member, tmp))
-            code = _library_code(path, readers, with_code=with_code, code_cache=code_cache)
+            code = _library_code(path, readers, with_code=with_code, kept_code=kept_code)
             found.append(judged(wheel.name, member, code, targets))
             path.unlink()
     return found
@@ -427,18 +403,18 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                   list_archs: ArchLister | None = None,
                   read_functions: SassReader | None = None,
                   read_kernels: KernelReader | None = None,
-                  code_cache: CodeCache | None = None,
+                  kept_code: CodeCache | None = None,
                   ) -> tuple[list[LibraryArchs], list[str]]:
     """Every shared library of the built wheels with its GPU code; and notes.
-    ``code_cache``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.kept_sass`)."""
+    ``kept_code``: only ``wheel`` passes one (:mod:`sparkbuild.toolchain.kept_sass`)."""
     libraries: list[LibraryArchs] = []
     notes: list[str] = []
     for wheel in built:
         try:
             libraries += library_archs(
                 wheel, targets, list_archs or _default_lister,
-                read_functions or (code_cache.read_functions if code_cache else _default_reader),
-                read_kernels, code_cache)
+                read_functions or (kept_code.read_functions if kept_code else _default_reader),
+                read_kernels, kept_code)
         except zipfile.BadZipFile:
             notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
     return libraries, notes

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import UnsafeArchiveError, VerifyError
+from sparkbuild.recipe import ZIP_FIRST_EPOCH, ZIP_LAST_EPOCH, check_source_date_epoch
 from sparkbuild.store.files import replacing
 from sparkbuild.store.hashing import CHUNK, record_form, sha256_file
 
@@ -36,10 +37,9 @@ if TYPE_CHECKING:
     """(project name, new version) -> files to add under the new ``.dist-info`` (relative
     path -> bytes), such as the SBOM PEP 770 puts in ``sboms/``."""
 
-DEFAULT_EPOCH = 315532800
+DEFAULT_EPOCH = ZIP_FIRST_EPOCH
 """1980-01-01 00:00:00 UTC: the earliest time a zip entry can hold."""
-MAX_EPOCH = 4354819199
-"""2107-12-31: the latest time a zip entry can hold."""
+MAX_EPOCH = ZIP_LAST_EPOCH
 APPLIED_STATUSES = ("applied", "already-applied")
 _SIGNATURES = ("RECORD.jws", "RECORD.p7s")
 _COMPRESSLEVEL = 6
@@ -108,12 +108,11 @@ def relabel_version(version: str, label: str | None) -> str:
 
 
 def source_date_epoch(source: Mapping[str, Any] | None = None) -> int:
-    """$SOURCE_DATE_EPOCH, else the source's commit time when known, else 1980."""
-    raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
-    if raw:
-        if not raw.isdigit():
-            raise VerifyError(f"SOURCE_DATE_EPOCH must be whole seconds, not {raw!r}")
-        return min(max(int(raw), DEFAULT_EPOCH), MAX_EPOCH)
+    """$SOURCE_DATE_EPOCH (a value out of a zip's range is refused: ``wheel`` checks it
+    before the build), else the source's commit time when known, else 1980."""
+    given = check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))
+    if given is not None:
+        return given
     for key in ("source_date_epoch", "commit_time"):
         value = (source or {}).get(key)
         if isinstance(value, int) and not isinstance(value, bool):

@@ -318,7 +318,7 @@ def write_wheelhouse(
     vendored: Sequence[Mapping[str, Any]] = (),
     read_kernels: KernelReader | None = None,
     bundled_closure: Sequence[dict[str, Any]] | None = None,
-    code_cache: CodeCache | None = None,
+    kept_code: CodeCache | None = None,
 ) -> WheelhouseResult:
     """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
 
@@ -326,7 +326,7 @@ def write_wheelhouse(
     ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
     the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
     the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
-    cache); ``code_cache``: the machine code facts of libraries by their bytes, so that a
+    cache); ``kept_code``: the machine code facts of libraries by their bytes, so that a
     library a rebuild did not change is not read again (:mod:`sparkbuild.toolchain.kept_sass`;
     ``wheel`` passes one, ``verify`` never does).
     """
@@ -373,9 +373,9 @@ def write_wheelhouse(
             result.libraries, _notes = gpu_libraries(
                 [staging / f.file for f in built], recipe.target.cuda_archs,
                 list_archs=list_archs, read_functions=read_functions,
-                read_kernels=read_kernels, code_cache=code_cache)
+                read_kernels=read_kernels, kept_code=kept_code)
         count = len(result.libraries)
-        result.machine_code = code_cache.reads() if code_cache else CodeReads(count, count, 0)
+        result.machine_code = kept_code.reads() if kept_code else CodeReads(count, count, 0)
         result.manifest = build_manifest(
             recipe, target=target.key(), label=label, epoch=epoch, source=source,
             patches=patches, toolchain=toolchain,

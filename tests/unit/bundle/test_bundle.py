@@ -11,7 +11,7 @@ import pytest
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.read import import_bundle, prepared_from_bundle, unpack_bundle
 from sparkbuild.bundle.write import assemble
-from sparkbuild.errors import RecipeError, VerifyError
+from sparkbuild.errors import RecipeError, UnsafeArchiveError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache
 from sparkbuild.store.hashing import sha256_file
@@ -77,7 +77,7 @@ def test_a_bundle_holds_tree_sources_wheels_recipe_and_a_manifest(setup: dict[st
     with tarfile.open(bundle) as tar:
         names = tar.getnames()
         manifest = json.loads(tar.extractfile(f"{TOP}/{MANIFEST}").read())  # type: ignore[union-attr]
-    assert names[-1] == f"{TOP}/{MANIFEST}"
+    assert names[0] == f"{TOP}/{MANIFEST}"  # first: read before anything is extracted
     members = manifest["members"]
     assert "tree/csrc/kernel.cu" in members and "tree/docs/big.md" not in members
     assert "sources/dep/include/dep.h" in members
@@ -150,11 +150,14 @@ def test_a_tampered_bundle_is_refused_naming_the_member(setup: dict[str, object]
 
 
 def test_a_truncated_bundle_is_refused(setup: dict[str, object], tmp_path: Path) -> None:
+    """The archive's own error, as for any truncated archive (exit 5): its manifest, first,
+    was read, and nothing of the rest is kept."""
     bundle = _bundle(setup)
     cut = tmp_path / "cut.tar.xz"
     cut.write_bytes(bundle.read_bytes()[: bundle.stat().st_size // 2])
-    with pytest.raises(VerifyError, match="cannot be read"):
+    with pytest.raises(UnsafeArchiveError, match="truncated"):
         unpack_bundle(cut, tmp_path / "unpacked")
+    assert not [p.name for p in (tmp_path / "unpacked").iterdir() if p.suffix != ".lock"]
 
 
 def test_without_wheels_leaves_them_out(setup: dict[str, object]) -> None:

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.checks.check import coverage_failure, target_code
+from sparkbuild.checks.check import target_code
 from sparkbuild.checks.check_plan import GencodeCoverage, units_without_target_sass
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.errors import CommandFailed
 from sparkbuild.jobplan.machine import plan_build
 from sparkbuild.toolchain.compile_flags import gencode_codes
+from sparkbuild.toolchain.kernel_policy import because, coverage_refusals
 from sparkbuild.toolchain.sass import KernelCode, coverage
 
 MARLIN = "csrc/quantization/gptq_marlin/gptq_marlin.cu"
@@ -66,16 +67,6 @@ MIXED_OBJECT = [KernelCode("_Z8native_kPf", ("sm_121a",)),
                 KernelCode("_Z8hopper_kPf", ("sm_90a",))]
 
 
-def test_an_objects_kernels_fail_for_none_always_and_for_ptx_unless_allowed() -> None:
-    found = (coverage(MIXED_OBJECT, "12.1a"),)
-    reason = coverage_failure(found, allow_jit=False)
-    assert reason == ("1 kernel(s) with no code for 12.1a: _Z8hopper_kPf; 1 kernel(s) PTX "
-                      "only for 12.1a (compute_80, JIT-compiled at load): _ZN2ns5ptx_kEPfi")
-    assert coverage_failure(found, allow_jit=True) == (
-        "1 kernel(s) with no code for 12.1a: _Z8hopper_kPf")
-    assert coverage_failure((coverage(MIXED_OBJECT[:1], "12.1a"),), allow_jit=False) is None
-
-
 def _result(units: list[UnitOutcome], lacking: list[GencodeCoverage], *, allow_jit: bool
             ) -> CheckResult:
     plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
@@ -86,7 +77,7 @@ def _result(units: list[UnitOutcome], lacking: list[GencodeCoverage], *, allow_j
 
 def test_check_reports_coverage_per_unit_and_fails_on_a_ptx_only_unit() -> None:
     covered = (coverage(MIXED_OBJECT[:2], "12.1a"),)
-    why = coverage_failure(covered, allow_jit=False)
+    why = because(coverage_refusals(covered, allow_jit=False))
     unit = UnitOutcome("csrc/mixed.cu", "failed", why or "", coverage=covered,
                        coverage_failure=why)
     lacking = units_without_target_sass({MARLIN: GENCODES[MARLIN]}, ("12.1a",))

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkbuild.compile import existing_torch
+from sparkbuild.compile.build_record import build_torch
 from sparkbuild.compile.tree_build import BuildOutcome
-from sparkbuild.pipeline import _build_torch
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,12 +26,15 @@ def test_the_build_envs_installed_torch_is_recorded(tmp_path: Path) -> None:
     # a torch wheel of another version lying in the find-links directory does not count
     (venv / "wheels").mkdir(parents=True)
     (venv / "wheels" / "torch-2.99.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"")
-    assert _build_torch(outcome(venv).python, existing_torch=False) is None
+    assert build_torch(outcome(venv).python, existing_torch=False).version is None
     dist_info = venv / "lib" / "python3.12" / "site-packages" / "torch-2.14.0+cu130.dist-info"
     dist_info.mkdir(parents=True)
     (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\n"
                                         "Version: 2.14.0+cu130\n")
-    assert _build_torch(outcome(venv).python, existing_torch=False) == "2.14.0+cu130"
+    found = build_torch(outcome(venv).python, existing_torch=False)
+    assert found.version == "2.14.0+cu130"
+    assert found.site == venv / "lib" / "python3.12" / "site-packages"
+    assert found.toolchain() == {"torch": "2.14.0+cu130"}
 
 
 def test_with_the_existing_torch_it_is_the_running_one(tmp_path: Path,
@@ -40,6 +43,11 @@ def test_with_the_existing_torch_it_is_the_running_one(tmp_path: Path,
     # "torch unknown" namespace.
     monkeypatch.setattr(existing_torch, "running_torch", lambda: existing_torch.RunningTorch(
         "2.11.0+cu130", "13.0", "/usr/lib/python3/dist-packages/torch"))
-    assert _build_torch(tmp_path / "bin" / "python", existing_torch=True) == "2.11.0+cu130"
+    found = build_torch(tmp_path / "bin" / "python", existing_torch=True)
+    assert found.version == "2.11.0+cu130" and found.site is None
+    assert found.toolchain() == {"torch": "2.11.0+cu130", "torch_cuda": "13.0",
+                                 "torch_from": "existing: /usr/lib/python3/dist-packages/torch"}
     monkeypatch.setattr(existing_torch, "running_torch", lambda: None)
-    assert _build_torch(tmp_path / "bin" / "python", existing_torch=True) is None
+    none = build_torch(tmp_path / "bin" / "python", existing_torch=True)
+    assert none.version is None
+    assert none.toolchain() == {"torch": None, "torch_cuda": None, "torch_from": None}

@@ -13,7 +13,7 @@ from sparkbuild.jobplan.ninja_shim import (
     _not_a_build,
     assign_pool,
     failed_units,
-    is_heavy,
+    heavy_edge,
     relative_source,
 )
 from sparkbuild.jobplan.pools import HEAVY_PATTERNS, HEAVY_POOL
@@ -44,18 +44,18 @@ def test_failed_units_tells_killed_from_broken() -> None:
     assert failed_units(["[1/1] Linking", "ninja: no work to do."]) == {}
 
 
-def test_is_heavy_killed_then_measured_then_source_then_rule() -> None:
+def test_heavy_edge_killed_then_measured_then_source_then_rule() -> None:
     edge = Edge([OBJ + "q.cu.o"], "CUDA_COMPILER__C", ["/TREE/csrc/gemm_q.cu"],
                 variables={"FLAGS": "-O3"})
     key = f"csrc/gemm_q.cu|{edge.flags_key()}"
-    assert is_heavy(edge, _plan())  # the rule: "gemm"
-    assert not is_heavy(edge, _plan(patterns=[]))
-    assert not is_heavy(edge, _plan(measured={key: 3e9}))  # measured light beats the rule
-    assert is_heavy(edge, _plan(measured={key: 5e9}, patterns=[]))
-    assert not is_heavy(edge, _plan(by_source={"csrc/gemm_q.cu": 1e9}))
-    assert is_heavy(edge, _plan(measured={key: 1e9}, killed=["csrc/gemm_q.cu"]))
+    assert heavy_edge(edge, _plan())  # the rule: "gemm"
+    assert not heavy_edge(edge, _plan(patterns=[]))
+    assert not heavy_edge(edge, _plan(measured={key: 3e9}))  # measured light beats the rule
+    assert heavy_edge(edge, _plan(measured={key: 5e9}, patterns=[]))
+    assert not heavy_edge(edge, _plan(by_source={"csrc/gemm_q.cu": 1e9}))
+    assert heavy_edge(edge, _plan(measured={key: 1e9}, killed=["csrc/gemm_q.cu"]))
     light = Edge([OBJ + "a.cu.o"], "CUDA_COMPILER__C", ["/TREE/csrc/act.cu"])
-    assert not is_heavy(light, _plan())
+    assert not heavy_edge(light, _plan())
 
 
 def test_assign_pool_puts_the_heavy_units_into_the_declared_pool(tmp_path: Path) -> None:
@@ -96,14 +96,14 @@ def test_a_pool_declared_by_the_include_gets_its_depth_there(tmp_path: Path) -> 
     assert read_graph(build)[1][HEAVY_POOL] == 2
 
 
-def test_the_wrapper_imports_the_standard_library_ninja_graph_and_unit_order_alone() -> None:
+def test_the_wrapper_imports_the_standard_library_and_three_jobplan_modules_alone() -> None:
     """CMake runs the wrapper in the build's environment: nothing of sparkbuild's console
-    (rich) or store, only ninja_graph and unit_order, which import the standard library
-    alone."""
+    (rich) or store, only heavy_units, ninja_graph and unit_order, which import the standard
+    library alone."""
     import ast
     import sys
 
-    from sparkbuild.jobplan import ninja_graph, ninja_shim, unit_order
+    from sparkbuild.jobplan import heavy_units, ninja_graph, ninja_shim, unit_order
 
     def imported(module: object) -> set[str]:
         tree = ast.parse(Path(str(getattr(module, "__file__", ""))).read_text(encoding="utf-8"))
@@ -111,8 +111,10 @@ def test_the_wrapper_imports_the_standard_library_ninja_graph_and_unit_order_alo
         names |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         return {name for name in names if name.split(".")[0] not in sys.stdlib_module_names}
 
-    assert imported(ninja_shim) == {"sparkbuild.jobplan.ninja_graph",
+    assert imported(ninja_shim) == {"sparkbuild.jobplan.heavy_units",
+                                    "sparkbuild.jobplan.ninja_graph",
                                     "sparkbuild.jobplan.unit_order"}
+    assert imported(heavy_units) == set()
     assert imported(unit_order) == set()
     assert imported(ninja_graph) == set()
 

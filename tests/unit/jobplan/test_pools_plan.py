@@ -8,15 +8,16 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild.jobplan.heavy_units import rule_match
 from sparkbuild.jobplan.ninja_graph import Edge
-from sparkbuild.jobplan.ninja_shim import is_heavy
+from sparkbuild.jobplan.ninja_shim import heavy_edge
 from sparkbuild.jobplan.pools import (
     HEADROOM,
+    HEAVY_PATTERNS,
     fitting_depth,
     heavy_indices,
     plan_pools,
     pool_depth,
-    rule_match,
     today_jobs,
     write_plan_file,
 )
@@ -24,6 +25,10 @@ from sparkbuild.jobplan.schedule import KnownUnit, simulate
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first
 
 GIB = 1024**3
+
+
+def by_rule(source: str) -> bool:
+    return rule_match(source, HEAVY_PATTERNS)
 
 
 def _unit(name: str, seconds: float, peak_gib: float | None, start: float = 0.0) -> KnownUnit:
@@ -141,25 +146,25 @@ def test_the_plan_file_makes_the_wrapper_decide_as_the_planner(tmp_path: Path) -
         assert data["depth"] == plan.depth
         edges = [Edge([f"{u.source}.o"], "CUDA_COMPILER__C", [f"/TREE/{u.source}"],
                       variables={"FLAGS": "-O3"}) for u in units]
-        by_wrapper = {i for i, edge in enumerate(edges) if is_heavy(edge, data)}
+        by_wrapper = {i for i, edge in enumerate(edges) if heavy_edge(edge, data)}
         assert by_wrapper == heavy_indices(plan, units), usable
 
 
 def test_the_rule_counts_flash_attention_2_light_and_its_hopper_units_heavy() -> None:
     # measured at 12.1a on the device: every FA2 unit peaked at 3.9-4.2 GiB (part 1)
     dep = "deps/vllm-flash-attn-e0b575756f09"
-    assert not rule_match(f"{dep}/csrc/flash_attn/src/flash_fwd_split_hdim64_bf16_sm80.cu")
-    assert rule_match(f"{dep}/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu")
+    assert not by_rule(f"{dep}/csrc/flash_attn/src/flash_fwd_split_hdim64_bf16_sm80.cu")
+    assert by_rule(f"{dep}/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu")
 
 
 def test_the_rule_counts_marlin_light_and_the_cutlass_gemms_beside_it_heavy() -> None:
     # measured at 12.1a on the device (parts 2-3): 33 Marlin units at 2.4-2.7 GiB, the
     # CUTLASS GEMMs at 6.9-9.3 GiB
-    assert not rule_match("csrc/moe/marlin_moe_wna16/sm80_kernel_bfloat16_u8b128_bfloat16.cu")
-    assert not rule_match("csrc/quantization/gptq_marlin/gptq_marlin.cu")
-    assert rule_match("csrc/libtorch_stable/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8.cu")
-    assert rule_match("deps/qutlass-a2a935190698/qutlass/csrc/gemm.cu")
-    assert rule_match("csrc/libtorch_stable/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu")
+    assert not by_rule("csrc/moe/marlin_moe_wna16/sm80_kernel_bfloat16_u8b128_bfloat16.cu")
+    assert not by_rule("csrc/quantization/gptq_marlin/gptq_marlin.cu")
+    assert by_rule("csrc/libtorch_stable/quantization/w8a8/cutlass/c3x/scaled_mm_sm120_fp8.cu")
+    assert by_rule("deps/qutlass-a2a935190698/qutlass/csrc/gemm.cu")
+    assert by_rule("csrc/libtorch_stable/quantization/fp4/nvfp4_scaled_mm_sm120_kernels.cu")
 
 
 def test_measured_seconds_start_the_longest_units_first(tmp_path: Path) -> None:

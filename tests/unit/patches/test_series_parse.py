@@ -93,6 +93,31 @@ def test_hunk_at_maps_gits_line_number_to_the_hunk() -> None:
             "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -5 +5 @@\n-c\n+d\n",
             "twice",
         ),
+        (
+            "diff --git a/l b/l\nnew file mode 120000\nindex 0000000..1b2c3d4\n--- /dev/null\n"
+            "+++ b/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n",
+            "declares a symbolic link",
+        ),
+        (
+            "diff --git a/l b/l\ndeleted file mode 120000\n--- a/l\n+++ /dev/null\n"
+            "@@ -1 +0,0 @@\n-x\n",
+            "declares a symbolic link",
+        ),
+        (
+            "diff --git a/l b/l\nindex 1b2c3d4..5e6f7a8 120000\n--- a/l\n+++ b/l\n"
+            "@@ -1 +1 @@\n-x\n+/etc\n",
+            "declares a symbolic link",
+        ),
+        (
+            "diff --git a/m b/m\nnew file mode 160000\n--- /dev/null\n+++ b/m\n"
+            "@@ -0,0 +1 @@\n+Subproject commit 1b2c3d4\n",
+            "declares a submodule",
+        ),
+        (
+            "diff --git a/run.sh b/run.sh\nnew file mode 100755\n--- /dev/null\n+++ b/run.sh\n"
+            "@@ -0,0 +1 @@\n+echo hi\n",
+            "declares an executable file",
+        ),
     ],
 )
 def test_bad_diffs_are_refused(text: str, message: str) -> None:
@@ -106,6 +131,16 @@ def test_bad_diffs_are_refused(text: str, message: str) -> None:
 def test_safe_relative_path_refuses(raw: str) -> None:
     with pytest.raises(PatchError):
         safe_relative_path(raw, origin="t")
+
+
+def test_an_executable_file_may_be_changed_and_deleted() -> None:
+    """Its mode stays as it is: only a mode the series would have to write is refused."""
+    changed = ("diff --git a/run.sh b/run.sh\nindex 1b2c3d4..5e6f7a8 100755\n--- a/run.sh\n"
+               "+++ b/run.sh\n@@ -1 +1 @@\n-a\n+b\n")
+    deleted = ("diff --git a/run.sh b/run.sh\ndeleted file mode 100755\n--- a/run.sh\n"
+               "+++ /dev/null\n@@ -1 +0,0 @@\n-a\n")
+    assert parse_diff(changed, origin="c")[0].change == "modify"
+    assert parse_diff(deleted, origin="d")[0].change == "delete"
 
 
 def test_safe_relative_path_normalises() -> None:
@@ -271,3 +306,15 @@ def test_the_projects_series_pins_every_patch() -> None:
     assert len(pins) == 4 and all(pin is not None for pin in pins.values())
     for patch in load_series(series).patches:  # loads only when every pin matches
         assert pins[patch.path.name] == patch.sha256
+
+
+def test_a_diff_may_not_change_a_symbolic_link_of_the_tree(tmp_path: Path) -> None:
+    """git apply would rewrite where the link points (a diff without a mode line, too)."""
+    from sparkbuild.patches.engine import _inside
+
+    (tmp_path / "real.h").write_text("x\n")
+    (tmp_path / "link.h").symlink_to("real.h")
+    files = list(parse_diff("--- a/link.h\n+++ b/link.h\n@@ -1 +1 @@\n-x\n+y\n", origin="p"))
+    with pytest.raises(PatchError, match=r"link\.h, a symbolic link in the tree"):
+        _inside(tmp_path, files, "p.diff")
+    _inside(tmp_path, [files[0].at("real.h")], "p.diff")

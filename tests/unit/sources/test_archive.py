@@ -23,7 +23,13 @@ from sparkbuild.errors import (
     ToolchainError,
     UnsafeArchiveError,
 )
-from sparkbuild.sources.archive import clean_member_name, detect_format, extract_archive
+from sparkbuild.sources.archive import (
+    ArchiveMember,
+    clean_member_name,
+    detect_format,
+    extract_archive,
+    read_tar_member,
+)
 
 LONG_DIR = "pkg-1.0/" + "/".join(["a-rather-long-directory-name"] * 5)
 
@@ -425,3 +431,53 @@ def test_a_link_under_a_link_recorded_later_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UnsafeArchiveError, match="written through symlink 'p/c'"):
         extract_archive(archive, dest)
     assert set(tmp_path.rglob("*")) == before
+
+
+class _Refused(Exception):
+    pass
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_the_caller_sees_each_member_before_it_is_written(tmp_path: Path, kind: str) -> None:
+    """``admit`` is asked about each member the archive's own rules let through, before a
+    byte of it is written; its refusal leaves the destination empty."""
+    files = {"pkg/a.txt": b"a", "pkg/big.bin": bytes(1 << 16)}
+    if kind == "tar":
+        data = make_tar([(_info(name), payload) for name, payload in files.items()])
+        archive = write(tmp_path, data)
+    else:
+        archive = write(tmp_path, _zip(list(files.items())), "p.zip")
+    seen: list[ArchiveMember] = []
+
+    def admit(member: ArchiveMember) -> None:
+        seen.append(member)
+        if member.name == "pkg/big.bin":
+            assert not (tmp_path / "out" / "pkg" / "big.bin").exists()
+            raise _Refused(member.name)
+
+    with pytest.raises(_Refused):
+        extract_archive(archive, tmp_path / "out", admit=admit)
+    assert [(m.name, m.kind, m.size) for m in seen] == [("pkg/a.txt", "file", 1),
+                                                        ("pkg/big.bin", "file", 1 << 16)]
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_member_the_rules_refuse_never_reaches_the_caller(tmp_path: Path) -> None:
+    data = make_tar([(_info("pkg/link", tarfile.SYMTYPE, linkname="/etc"), None)])
+    seen: list[ArchiveMember] = []
+    with pytest.raises(UnsafeArchiveError, match="points outside the tree"):
+        extract_archive(write(tmp_path, data), tmp_path / "out", admit=seen.append)
+    assert seen == []
+
+
+def test_one_member_is_read_without_extracting(tmp_path: Path) -> None:
+    data = make_tar([(_info("top/first.json"), b"{}"), (_info("top/rest"), bytes(1 << 16))],
+                    mode="w:xz")
+    archive = write(tmp_path, data, "b.tar.xz")
+    assert read_tar_member(archive, "top/first.json", limit=10) == b"{}"
+    assert read_tar_member(archive, "top/absent", limit=10) is None
+    with pytest.raises(UnsafeArchiveError, match="more than the 10 it may be"):
+        read_tar_member(archive, "top/rest", limit=10)
+    with pytest.raises(UnsafeArchiveError, match="truncated"):
+        read_tar_member(write(tmp_path, data[: len(data) // 2], "cut.tar.xz"), "top/absent",
+                        limit=10)

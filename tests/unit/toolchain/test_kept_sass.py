@@ -191,7 +191,7 @@ def write(tmp_path: Path, out: Path, readers: Readers, cache: CodeCache | None) 
                             cache_root=tmp_path / "cache", offline=False, platform=None,
                             toolchain={"python": "3.11"}, outside=NoNetwork(),
                             list_archs=readers.archs, read_functions=readers.functions,
-                            read_kernels=readers.kernels, code_cache=cache)
+                            read_kernels=readers.kernels, kept_code=cache)
 
 
 def test_wheel_reads_each_unchanged_library_once_and_says_so(tmp_path: Path) -> None:
@@ -235,7 +235,7 @@ def test_verify_never_consults_the_cache(tmp_path: Path, monkeypatch: pytest.Mon
                                read_kernels=readers.kernels)
     assert result.error is None, result.summary()
     assert readers.read == ["_C.so", "_moe_C.so"]  # read afresh
-    assert "code_cache" not in inspect.signature(verify_wheelhouse).parameters
+    assert "kept_code" not in inspect.signature(verify_wheelhouse).parameters
 
 
 def test_a_cubin_s_facts_are_kept_by_its_bytes_arch_and_tools(tmp_path: Path) -> None:

@@ -12,12 +12,7 @@ from pathlib import Path
 import pytest
 
 from corpus.builders import write_tree
-from sparkbuild.compile.tree_build import (
-    BuildRequest,
-    NinjaProgress,
-    build_environment,
-    read_fetch_log,
-)
+from sparkbuild.compile.tree_build import BuildRequest, NinjaProgress, build_environment
 from sparkbuild.errors import HashMismatchError, UsageError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.sources.fetch import fetch_source
@@ -27,8 +22,9 @@ from sparkbuild.toolchain.cmake_recorder import (
     cmake_files,
     parse_record,
 )
+from sparkbuild.vendoring.fetch_log import read_fetch_log, unplanned_sources
 from sparkbuild.vendoring.materialize import Materialized
-from sparkbuild.vendoring.plan import plan_sources_from, recorder_notes
+from sparkbuild.vendoring.plan import SourcePlan, VendorPlan, plan_sources_from, recorder_notes
 from sparkbuild.vendoring.sources import (
     Assumption,
     Recorded,
@@ -200,6 +196,22 @@ def test_fetch_log_of_the_provider_is_read(tmp_path: Path) -> None:
     assert read_fetch_log(log) == {"dep": {
         "SOURCE_DIR": ("/b/_deps/dep-src",), "URL": ("https://a/x.tgz", "https://b/x.tgz"),
         "URL_HASH": ("SHA256=00",)}}
+
+
+def test_what_cmake_fetched_beyond_the_plan_becomes_sources_to_vendor(tmp_path: Path) -> None:
+    planned = SourcePlan(name="CUTLASS", kind="git", url="https://g/cutlass", ref="v4.2.0")
+    plan = VendorPlan(tmp_path, (planned,), (), (), (), None)
+    recorded: dict[str, dict[str, tuple[str, ...]]] = {
+        "cutlass": {"GIT_REPOSITORY": ("https://g/cutlass",)},  # planned (any case)
+        "dep": {"URL": ("https://a/x.tgz", "https://b/x.tgz"), "URL_HASH": ("SHA256=00",)},
+        "lib": {"GIT_REPOSITORY": ("https://g/lib",)},
+        "local": {"SOURCE_DIR": ("/b/_deps/local-src",)}}  # neither git nor a URL
+    assert unplanned_sources(recorded, plan) == [
+        SourcePlan(name="dep", kind="url", url="https://a/x.tgz", ref=None,
+                   url_hash="SHA256=00", mirrors=("https://b/x.tgz",),
+                   where="recorded by CMake"),
+        SourcePlan(name="lib", kind="git", url="https://g/lib", ref="HEAD",
+                   where="recorded by CMake")]
 
 
 def test_relative_source_of_a_recipe_is_taken_from_the_recipe_directory(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import pytest
 from packaging.utils import parse_wheel_filename
 
-from sparkbuild.errors import UnsafeArchiveError, VerifyError
+from sparkbuild.errors import UnsafeArchiveError, UsageError, VerifyError
 from sparkbuild.wheelhouse.wheel_rewrite import (
     DEFAULT_EPOCH,
     local_label,
@@ -183,9 +183,10 @@ def test_epoch_from_env_source_or_default(monkeypatch: pytest.MonkeyPatch) -> No
     assert source_date_epoch({"commit_time": 5}) == DEFAULT_EPOCH  # zip cannot go before 1980
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1600000000")
     assert source_date_epoch({"commit_time": 1700000000}) == 1600000000
-    monkeypatch.setenv("SOURCE_DATE_EPOCH", "yesterday")
-    with pytest.raises(VerifyError, match="SOURCE_DATE_EPOCH"):
-        source_date_epoch()
+    for refused in ("yesterday", "-1", "315532799", "99999999999", "1.7e9"):
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", refused)
+        with pytest.raises(UsageError, match="SOURCE_DATE_EPOCH must be whole seconds from"):
+            source_date_epoch()
 
 
 def test_damaged_entry_found_midway_leaves_no_wheel_behind(tmp_path: Path) -> None:

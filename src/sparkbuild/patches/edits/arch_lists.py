@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError, RecipeError
-from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
+from sparkbuild.patches.edits.edit_plan import EditContext, EditPlan, FileChange, Params
 from sparkbuild.toolchain.arch_eval import (
     Evaluation,
     Verdicts,

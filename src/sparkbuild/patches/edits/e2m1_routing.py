@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
-from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
+from sparkbuild.patches.edits.edit_plan import EditContext, EditPlan, FileChange, Params
 from sparkbuild.patches.edits.inline_asm import route_conversions
 from sparkbuild.store.files import walk_files
 from sparkbuild.store.hashing import is_sha256, sha256_bytes

@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError
-from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
+from sparkbuild.patches.edits.edit_plan import (
+    C_SUFFIXES,
+    SKIP_DIRS,
+    EditContext,
+    EditPlan,
+    FileChange,
+    Params,
+)
 from sparkbuild.patches.edits.preprocessor import (
     SM120A,
     SM121A,
@@ -40,7 +47,6 @@ from sparkbuild.patches.edits.preprocessor import (
     evaluate,
     is_tuning,
 )
-from sparkbuild.patches.report import C_SUFFIXES, SKIP_DIRS
 from sparkbuild.store.files import walk_files
 
 if TYPE_CHECKING:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import PatchError
-from sparkbuild.patches.edits import EditContext, EditPlan, FileChange, Params
+from sparkbuild.patches.edits.edit_plan import EditContext, EditPlan, FileChange, Params
 from sparkbuild.patches.edits.inline_asm import strip_comments
 from sparkbuild.patches.edits.shuffle_guard_check import (
     KERNEL,
