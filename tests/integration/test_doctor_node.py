@@ -26,7 +26,7 @@ def _doctor(venv: Path) -> tuple[int, str]:
 def test_doctor_node_names_every_check(tmp_path: Path) -> None:
     (tmp_path / "pyvenv.cfg").write_text("home = /usr/bin\n")  # a venv install did not make
     code, output = _doctor(tmp_path)
-    report = json.loads(output[output.index("{"):])
+    report = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]
     checks = {c["name"]: c for c in report["checks"]}
     assert set(checks) == CHECKS
     assert all(c["status"] in {"ok", "warn", "fail", "absent"} and c["value"]
@@ -40,5 +40,5 @@ def test_doctor_node_on_what_is_no_venv(tmp_path: Path) -> None:
     for path, said in ((tmp_path / "absent", "the venv does not exist"),
                        (tmp_path, "not a venv: it has no pyvenv.cfg")):
         code, output = _doctor(path)
-        error = json.loads(output[output.index("{"):])["error"]
+        error = json.JSONDecoder().raw_decode(output[output.index("{"):])[0]["error"]
         assert (code, error["error"]) == (2, "UsageError") and said in error["what"]
