@@ -596,6 +596,46 @@ def _manifest_fifo(work: Path) -> Invocation:
     return Invocation(["verify", str(out)])
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+"""JSON nested deeper than the reader follows (json.loads raises RecursionError)."""
+
+
+def _deep_manifest(work: Path) -> Invocation:
+    out = b.node_wheelhouse(work / "wheelhouse")
+    (out / "manifest.json").write_text(DEEP)
+    return Invocation(["verify", str(out)])
+
+
+def _deep_record(work: Path, venv: Path) -> None:
+    (venv / "sparkbuild-wheelhouse.json").write_text(DEEP)
+
+
+def _deep_sbom(work: Path) -> Invocation:
+    """The SBOM's components nested deeper than the reader follows, resealed."""
+    marker = "CORPUS-DEEP"
+    inv = _sbom_case(lambda data: data.update(components=[marker]))(work)
+    sbom = Path(inv.args[1]) / "sbom.cdx.json"
+    sbom.write_text(sbom.read_text().replace(f'"{marker}"', DEEP))
+    manifest = json.loads((sbom.parent / "manifest.json").read_text())
+    manifest["files"]["sbom.cdx.json"] = b.sha256_of(sbom)
+    (sbom.parent / "manifest.json").write_text(json.dumps(manifest))
+    return inv
+
+
+def _pylock_package_not_table(work: Path) -> Invocation:
+    """A pylock.toml whose packages are strings, resealed."""
+    out = _crafted(work, _members(), pylock=True)
+    (out / "pylock.toml").write_text('lock-version = "1.0"\npackages = ["demo"]\n')
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"]["pylock.toml"] = b.sha256_of(out / "pylock.toml")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return Invocation(["verify", str(out)])
+
+
+def _sbom_component_not_object(data: dict[str, object]) -> None:
+    data["components"] = ["not a component"]
+
+
 def _installed_pep440(work: Path) -> Invocation:
     """A wheelhouse whose manifest spells demo's version 1.0.0 (PEP 440: 1.0), installed."""
     out = _manifest_edit(lambda m: _wheel_entry(m).update(version="1.0.0"))(work)
@@ -792,4 +832,15 @@ CASES: list[Case] = [
          "manifest.json is over 16 MiB", _padded_manifest("install"), INSTALL),
     Case("verify-manifest-is-a-fifo", "manifest", VerifyError,
          "manifest.json is not a plain file", _manifest_fifo, VERIFY),
+    Case("verify-manifest-nested-too-deeply", "manifest", VerifyError, "nested too deeply",
+         _deep_manifest, VERIFY),
+    Case("verify-installed-record-nested-too-deeply", "installed", VerifyError,
+         "nested too deeply", _installed_case(_deep_record), INSTALLED),
+    Case("verify-sbom-nested-too-deeply", "sbom", VerifyError, "nested too deeply",
+         _deep_sbom, VERIFY),
+    Case("verify-pylock-package-not-a-table", "manifest", VerifyError,
+         "pylock.toml (cannot be read: not a PEP 751 lock", _pylock_package_not_table, VERIFY),
+    Case("verify-sbom-component-not-an-object", "sbom", VerifyError,
+         "sbom.cdx.json (cannot be read: not a CycloneDX BOM with components)",
+         _sbom_case(_sbom_component_not_object), VERIFY),
 ]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
+from sparkbuild.recipe import parse_json
 from sparkbuild.store.files import read_at_most, write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT
@@ -80,7 +81,7 @@ class Installation:
     def manifest(self) -> dict[str, Any]:
         """The recorded manifest, parsed; :class:`VerifyError` when it is not an object."""
         try:
-            data = json.loads(self.manifest_text)
+            data = parse_json(self.manifest_text)
         except ValueError as exc:
             raise VerifyError(f"{RECORD_NAME}: its manifest is not JSON: {exc}") from exc
         if not isinstance(data, dict):
@@ -117,7 +118,7 @@ def read_installation(venv: Path) -> Installation:
         raw = read_at_most(path, RECORD_LIMIT)
         if len(raw) > RECORD_LIMIT:
             raise ValueError(f"it is over {RECORD_LIMIT >> 20} MiB")
-        data = json.loads(raw.decode("utf-8"))
+        data = parse_json(raw.decode("utf-8"))
     except FileNotFoundError as exc:
         raise VerifyError(f"the venv has no {RECORD_NAME}: it was not installed by "
                           "`sparkbuild install`", where=str(venv),

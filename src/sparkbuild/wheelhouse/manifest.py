@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import env_entry_problem
+from sparkbuild.recipe import env_entry_problem, parse_json
 from sparkbuild.store.files import read_at_most, usable_path
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def load_manifest(directory: Path) -> tuple[bytes, dict[str, Any]]:
             raise VerifyError(f"manifest.json is over {MANIFEST_LIMIT >> 20} MiB: not a manifest "
                               "sparkbuild wrote, not read", where=str(path),
                               hint="the wheelhouse is damaged or hostile: build it again")
-        data = json.loads(raw.decode("utf-8"))
+        data = parse_json(raw.decode("utf-8"))
     except FileNotFoundError as exc:
         raise VerifyError("not a sparkbuild wheelhouse: manifest.json is missing",
                           where=str(directory),

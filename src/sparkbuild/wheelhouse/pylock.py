@@ -92,7 +92,11 @@ def write_pylock(directory: Path, wheels: Sequence[PylockWheel], *, env: Mapping
 def read_pylock(path: Path) -> dict[str, Any]:
     """The parsed lock; :class:`ValueError` (or OSError) when it is not a PEP 751 lock."""
     data = parse_toml(path.read_text(encoding="utf-8"))
-    if data.get("lock-version") != LOCK_VERSION or not isinstance(data.get("packages"), list):
+    packages = data.get("packages")
+    if data.get("lock-version") != LOCK_VERSION or not isinstance(packages, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("wheels", []), list)
+            and all(isinstance(w, dict) and isinstance(w.get("hashes", {}), dict)
+                    for w in p.get("wheels", [])) for p in packages):
         raise ValueError(f"not a PEP 751 lock (lock-version {LOCK_VERSION!r} and [[packages]])")
     return data
 

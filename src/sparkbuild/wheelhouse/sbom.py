@@ -60,6 +60,7 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
+from sparkbuild.recipe import parse_json
 from sparkbuild.wheelhouse.pylock import listing_disagreements
 from sparkbuild.wheelhouse.wheel_check import normal_version
 
@@ -278,6 +279,18 @@ def write_wheelhouse_sbom(directory: Path, facts: BuildFacts,
 # -- reading it back (verify) ------------------------------------------------------------
 
 
+def _well_formed(data: object) -> bool:
+    """A CycloneDX BOM whose components, their properties and hashes are objects (what
+    :func:`sbom_files` and :func:`manifest_disagreements` read)."""
+    if not isinstance(data, dict) or data.get("bomFormat") != "CycloneDX":
+        return False
+    components = data.get("components")
+    return isinstance(components, list) and all(
+        isinstance(c, dict) and all(isinstance(c.get(key, []), list) and all(
+            isinstance(item, dict) for item in c.get(key, [])) for key in ("properties", "hashes"))
+        for c in components) and isinstance(data.get("metadata", {}), dict)
+
+
 def _property(component: Mapping[str, Any], name: str) -> str | None:
     for item in component.get("properties", []):
         if item.get("name") == f"{_PREFIX}:{name}":
@@ -305,8 +318,8 @@ def sbom_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str
     (with ``manifest``) each part of it that is not what the manifest says."""
     path = directory / SBOM_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("bomFormat") != "CycloneDX" or not isinstance(data.get("components"), list):
+        data = parse_json(path.read_text(encoding="utf-8"))
+        if not _well_formed(data):
             raise ValueError("not a CycloneDX BOM with components")
     except (OSError, ValueError) as exc:
         return [(SBOM_NAME, f"cannot be read: {exc}")]

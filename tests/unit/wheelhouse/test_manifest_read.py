@@ -74,3 +74,30 @@ def test_names_in_verifys_output_cannot_forge_a_line() -> None:
     assert forged.describe() == ('"stray\\n  MISMATCH requirements.lock" (not listed '
                                  "in\\u202e manifest.json)")
     assert forged.to_dict()["file"] == "stray\n  MISMATCH requirements.lock"  # JSON escapes it
+
+
+def test_a_manifest_nested_too_deeply_is_a_named_error(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(VerifyError, match="nested too deeply"):
+        load_manifest(tmp_path)
+
+
+@pytest.mark.parametrize("components", [["a string"], [{"properties": "x"}],
+                                        [{"hashes": ["x"]}], "not a list"])
+def test_an_sbom_of_the_wrong_shape_cannot_be_read(tmp_path: Path, components: object) -> None:
+    from sparkbuild.wheelhouse.sbom import sbom_disagreements
+
+    (tmp_path / "sbom.cdx.json").write_text(json.dumps({"bomFormat": "CycloneDX",
+                                                        "components": components}))
+    assert sbom_disagreements(tmp_path, {}) == [
+        ("sbom.cdx.json", "cannot be read: not a CycloneDX BOM with components")]
+
+
+@pytest.mark.parametrize("packages", ['["demo"]', '[{wheels = ["x"]}]',
+                                      '[{wheels = [{hashes = "x"}]}]'])
+def test_a_pylock_of_the_wrong_shape_cannot_be_read(tmp_path: Path, packages: str) -> None:
+    from sparkbuild.wheelhouse.pylock import pylock_disagreements
+
+    (tmp_path / "pylock.toml").write_text(f'lock-version = "1.0"\npackages = {packages}\n')
+    ((file, problem),) = pylock_disagreements(tmp_path, {}, None)
+    assert file == "pylock.toml" and problem.startswith("cannot be read: not a PEP 751 lock")
