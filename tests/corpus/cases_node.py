@@ -367,6 +367,14 @@ def _site_linked(work: Path, venv: Path) -> None:
     site.symlink_to(elsewhere, target_is_directory=True)
 
 
+def _bin_linked(work: Path, venv: Path) -> None:
+    """bin/ moved behind a link, a script added where the link leads."""
+    elsewhere = work / "elsewhere-bin"
+    shutil.move(venv / "bin", elsewhere)
+    (venv / "bin").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "vllm").write_text("#!/bin/sh\n")
+
+
 # -- root causes 9, 11b, 17: doctor --node -----------------------------------------------
 
 
@@ -589,6 +597,42 @@ def _padded_manifest(command: str) -> Callable[[Path], Invocation]:
     return build
 
 
+SERVED_MIB = 64
+"""What the endless server sends of manifest.json before it gives up (no Content-Length)."""
+
+
+def _served_endless_manifest(work: Path) -> Invocation:
+    """A server whose manifest.json never says its length and runs on (64 MiB of white
+    space): install from its URL must stop reading at 16 MiB, not fill the disk first."""
+    import http.server
+    import threading
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()  # HTTP/1.0, no Content-Length: the body runs to the close
+            with contextlib.suppress(OSError):
+                for _ in range(SERVED_MIB):
+                    self.wfile.write(b" " * (1 << 20))
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    venv = work / "venv"
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        _no_venv(venv)()
+        kept = [p for p in Path(work).rglob("*") if p.is_file()]
+        assert not kept, f"the download left {kept}"
+
+    url = f"http://127.0.0.1:{server.server_address[1]}/wheelhouse/"
+    return Invocation(["install", url, "--venv", str(venv)], env=dict(ISOLATED), after=stop)
+
+
 def _manifest_fifo(work: Path) -> Invocation:
     out = b.node_wheelhouse(work / "wheelhouse")
     (out / "manifest.json").unlink()
@@ -723,6 +767,9 @@ CASES: list[Case] = [
          _installed_case(_dropped("bin/vllm", "#!/bin/sh\n")), INSTALLED),
     Case("verify-installed-site-packages-symlink", "installed", VerifyError,
          "a symbolic link (to", _installed_case(_site_linked), INSTALLED),
+    Case("verify-installed-bin-symlink", "installed", VerifyError,
+         "bin (a symbolic link (to", _installed_case(_bin_linked, wheelhouse=False),
+         INSTALLED),
     Case("verify-installed-pep440-equal-spelling", "installed", None, "fingerprint",
          _installed_pep440, INSTALLED),
     # 3: a built wheel's structure, in verify and in install
@@ -830,6 +877,9 @@ CASES: list[Case] = [
          "manifest.json is over 16 MiB", _padded_manifest("verify"), VERIFY),
     Case("install-manifest-over-16-mib", "manifest", VerifyError,
          "manifest.json is over 16 MiB", _padded_manifest("install"), INSTALL),
+    Case("install-served-manifest-endless", "manifest", VerifyError,
+         "the file served is over 16777216 bytes", _served_endless_manifest,
+         ("sparkbuild.node.remote",)),
     Case("verify-manifest-is-a-fifo", "manifest", VerifyError,
          "manifest.json is not a plain file", _manifest_fifo, VERIFY),
     Case("verify-manifest-nested-too-deeply", "manifest", VerifyError, "nested too deeply",

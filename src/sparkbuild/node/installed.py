@@ -5,7 +5,8 @@ and every ``*.dist-info`` in it.  A RECORD row is ``path,sha256=<urlsafe base64>
 rows without a hash (RECORD itself, ``.pyc`` files pip compiled) are listed but not checked
 here (the bytecode is: :mod:`sparkbuild.node.venv_files`).  A symbolic link on the way to
 site-packages is never followed: ``VENV/lib64`` may be the link to ``lib`` that venv makes,
-any other is a :func:`layout_problems` finding.
+any other is a :func:`layout_problems` finding, and so is a ``VENV/bin`` that is a link (its
+scripts and interpreter links would be read from elsewhere, and a file added there missed).
 """
 
 from __future__ import annotations
@@ -64,9 +65,12 @@ def _site_candidates(venv: Path) -> list[Path]:
 
 
 def layout_problems(venv: Path) -> list[tuple[Path, str]]:
-    """Each symbolic link on the way to site-packages (what would make a check read files
-    that are not the venv's), named with its target."""
+    """Each symbolic link on the way to site-packages or for ``bin/`` (what would make a
+    check read files that are not the venv's), named with its target."""
     found = []
+    if (venv / "bin").is_symlink():
+        found.append((venv / "bin", f"a symbolic link (to {(venv / 'bin').readlink()}): "
+                                    "not followed"))
     for lib in ("lib", "lib64"):
         base = venv / lib
         if base.is_symlink() and not (lib == "lib64" and str(base.readlink()) == "lib"):

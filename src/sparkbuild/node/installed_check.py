@@ -13,7 +13,7 @@ fingerprint`):
   ``node.env`` against the manifest's profile, and the bytecode of every checked module;
 * every file under site-packages and in ``bin/`` is one a RECORD lists (a ``.pth``, a
   ``sitecustomize.py`` dropped in beside is named), with or without the wheelhouse, and no
-  symbolic link on the way to site-packages or in it is followed;
+  symbolic link on the way to site-packages or in it, nor a linked ``bin/``, is followed;
 * where the wheelhouse is at hand (``verify --installed VENV DIR``, or the local directory
   it was installed from), the wheelhouse is verified first (the same check as ``verify``
   and ``install``), then every member of each of its wheels must be installed with the

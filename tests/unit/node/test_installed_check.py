@@ -353,6 +353,17 @@ def test_a_symlinked_site_packages_is_named_not_followed(venv: Path, tmp_path: P
     assert "demo==1.0" in problems  # its distributions are not read through the link
 
 
+def test_a_symlinked_bin_is_named_not_followed(venv: Path, tmp_path: Path) -> None:
+    """A bin/ moved elsewhere behind a link: the same interpreter links and activate, and
+    a script added there, which a walk of the link would not see."""
+    _installed(venv, tmp_path)
+    elsewhere = tmp_path / "elsewhere-bin"
+    (venv / "bin").rename(elsewhere)
+    (venv / "bin").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "vllm").write_text("#!/bin/sh\n")
+    assert _problems(venv)["bin"] == f"a symbolic link (to {elsewhere}): not followed"
+
+
 def test_a_symlink_inside_site_packages_is_named(venv: Path, tmp_path: Path) -> None:
     site = _installed(venv, tmp_path)
     (site / "linked").symlink_to(tmp_path, target_is_directory=True)
