@@ -35,6 +35,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from sparkbuild.console import escaped
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.node.fingerprint import Installation, fingerprint, read_installation
 from sparkbuild.node.installed import (
@@ -84,9 +85,9 @@ class InstalledCheckResult:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify --installed {self.venv}: {verdict} ({self.distributions} "
                  f"distributions, {self.files_checked} files re-hashed)",
-                 f"wheelhouse fingerprint: {self.fingerprint}"]
+                 f"wheelhouse fingerprint: {escaped(self.fingerprint)}"]
         lines += [m.line() for m in self.mismatches]
-        return lines + [f"  note: {note}" for note in self.notes]
+        return lines + [f"  note: {escaped(note)}" for note in self.notes]
 
     @property
     def error(self) -> SparkbuildError | None:

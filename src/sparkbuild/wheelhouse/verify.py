@@ -174,7 +174,7 @@ class VerifyResult:
             lines += [f"    GUARD STUB (prints and exits) {shown(name)}"
                       for name in lib.guard_stub_kernels if name not in lib.trap_only_kernels]
         lines += [item.line() for item in self.agreement]
-        lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  note: {escaped(note)}" for note in self.notes]
         return lines
 
     @property

@@ -401,3 +401,16 @@ def test_a_record_of_the_wrong_shape_is_a_named_error(venv: Path, record: str) -
     (venv / RECORD_NAME).write_text(record)
     with pytest.raises(VerifyError, match=RECORD_NAME):
         verify_installed(venv)
+
+
+def test_a_recorded_fingerprint_or_origin_forges_no_line(venv: Path, tmp_path: Path) -> None:
+    """The install record is the venv's own file: a newline in what it says is printed
+    escaped, so it cannot add an ``OK`` line under the verdict."""
+    _installed(venv, tmp_path)
+    data = json.loads((venv / RECORD_NAME).read_text())
+    forged = "\nverify --installed V: OK (0 distributions, 0 files re-hashed)"
+    data.update(fingerprint=data["fingerprint"] + forged, wheelhouse="http://h/" + forged)
+    (venv / RECORD_NAME).write_text(json.dumps(data))
+    lines = "\n".join(verify_installed(venv).summary()).splitlines()
+    assert [line for line in lines if line.startswith("verify --installed")] == lines[:1]
+    assert "FAILED" in lines[0]  # the recorded manifest no longer hashes to the fingerprint
