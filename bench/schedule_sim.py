@@ -18,6 +18,22 @@ A table from a build that started its units longest first lists them in that ord
 ``--today-order TODAY.json`` (a build with today's plan of the same units) the units are
 put in TODAY's start order first, CMake's, which today's plan would start them in.
 Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine.
+
+    python bench/schedule_sim.py UNITS.json --team SHARE.json [--sparks 1,2,4] [--cores 20]
+        [--link-gbps 10] [--second-table FLASHINFER.json] [--before S] [--after S] [--json]
+
+``--team``: a team of N Sparks through sccache-dist (issue 43), SHARE.json from
+``bench/dist_local_share.py``: the local share (CPU-seconds the build host keeps per unit:
+preprocessing, fatbinary, what sccache adds) and the bytes shipped per unit, both the mean
+of the measured real vLLM units.  One Spark is the pool plan above; for N > 1 the build
+host's cores do every unit's local share and the N - 1 others its remote part, each unit on
+the least-loaded server with a free core, a remote part that finds every core taken falling
+back to the build host (sparkbuild.jobplan.schedule.simulate_team), MAX_JOBS = the team's
+cores, the heavy pool as on one Spark, units longest first.  A unit's remote part pays its
+bytes at the link speed and four round trips (STEP_LATENCY_S each); the servers start once
+the client has packed and sent the toolchains.  The whole main job adds the measured
+seconds before and after the compile (BEFORE_S, AFTER_S).  ``--second-table``: another
+unit table compiled through the same client (flashinfer's model set), appended.
 """
 
 from __future__ import annotations
@@ -29,14 +45,26 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from sparkbuild.jobplan.machine import usable_memory
+from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, today_jobs
-from sparkbuild.jobplan.schedule import KnownUnit, simulate
+from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
 from sparkbuild.jobplan.unit_order import longest_first
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
 MACHINES = {"spark-20c-128GB": (20, 128 * 10**9), "device-16c-128GiB": (16, 128 * GIB)}
+BEFORE_S = 94.0
+AFTER_S = 100.0
+"""The whole 12.1a build's seconds before and after its compile, measured on the device
+(BENCHMARKS.md, "Full build, projected"): prepare, vendor, doctor, configure; link, wheel
+rewrite, machine code, verify, wheelhouse.  Local work: dist does not shorten it."""
+STEP_LATENCY_S = 0.5
+"""Per remote step: allocation, HTTPS, bwrap and overlay setup; 0.2 to 1 s measured on
+loopback under load (issue 43's prototype); four steps per nvcc unit."""
+TOOLCHAIN_PACK_S = 10.0
+"""The client packs cudafe++, cicc, ptxas and gcc once (about 10 s measured)."""
+TOOLCHAIN_BYTES = 85_244_633
+"""What a fresh server receives first (measured through a counting proxy)."""
 
 
 def _row(jobs: int, depth: int, pooled: set[int], seconds: list[float], peaks: list[float]
@@ -95,14 +123,115 @@ def _describe(row: dict[str, Any]) -> str:
             f"(peak {row['peak_gib']} GiB)")
 
 
+def measured_share(path: Path) -> dict[str, float]:
+    """The mean local share and bytes per unit of the real vLLM units in SHARE.json
+    (bench/dist_local_share.py), weighted by their CPU-seconds."""
+    rows = [r for r in json.loads(path.read_text(encoding="utf-8"))["units"]
+            if r["unit"].startswith("vllm ") and not r["failed_steps"]]
+    if not rows:
+        raise SystemExit(f"{path}: no real vLLM unit measured without a failed step")
+    cpu = sum(r["cpu_s"] for r in rows)
+    return {"local_share": sum(r["local_share"] * r["cpu_s"] for r in rows) / cpu,
+            "bytes": sum(r["up_bytes"] + r["down_bytes"] for r in rows) / len(rows),
+            "units": len(rows)}
+
+
+def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
+         share: dict[str, float], link_gbps: float) -> dict[str, Any]:
+    """The compile of ``units`` on ``sparks`` Sparks of ``cores`` cores (see --team)."""
+    one = plans(units, cores, total)
+    if sparks == 1:
+        return {"sparks": 1, "compile_s": one["pools"]["makespan_s"], "max_jobs": cores,
+                "plan": "the pool plan on one Spark"}
+    usable = usable_memory(total, total)
+    seconds = [float(u["seconds"]) for u in units]
+    peaks = [float(u["peak_rss_gib"]) for u in units]
+    table = [KnownUnit(str(u["path"]), "", s, int(p * GIB), float(i))
+             for i, (u, s, p) in enumerate(zip(units, seconds, peaks, strict=True))]
+    local = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,
+                       known=table)
+    plan = with_team_cores(BuildPlan(cores, 1, "sccache", (), local),
+                           team_cpus=cores * (sparks - 1), servers=sparks - 1,
+                           scheduler="projected", usable_bytes=usable).pool
+    assert plan is not None
+    order = longest_first(seconds)
+    pooled = heavy_indices(plan, [table[i] for i in order])
+    link = link_gbps * 1e9 / 8
+    moves = [share["bytes"] / link + 4 * STEP_LATENCY_S] * len(order)
+    run = simulate_team([seconds[i] for i in order], [peaks[i] for i in order],
+                        host_cores=cores, servers=[cores] * (sparks - 1),
+                        local_share=share["local_share"], transfer=moves, pool=pooled,
+                        depth=plan.depth, start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
+    return {"sparks": sparks, "compile_s": round(run.makespan, 1),
+            "max_jobs": cores * sparks, "pool_depth": plan.depth,
+            "local_pool_depth": local.depth, "pooled": len(pooled),
+            "host_busy": round(run.host_busy / (run.makespan * cores), 3),
+            "remote_busy": round(run.remote_busy / (run.makespan * cores * (sparks - 1)), 3),
+            "fallback_s": round(run.fallback_seconds, 1),
+            "server_peak_gib": round(run.server_peak, 1), "usable_gib": round(usable / GIB, 1),
+            "bytes_shipped_gb": round(share["bytes"] * len(units) / 1e9, 2)}
+
+
+def team_report(units: list[dict[str, Any]], sparks: list[int], cores: int,
+                share: dict[str, float], link_gbps: float, before: float, after: float
+                ) -> dict[str, Any]:
+    total = 128 * 10**9
+    rows = [team(units, n, cores, total, share, link_gbps) for n in sparks]
+    for row in rows:
+        row["whole_job_s"] = round(before + row["compile_s"] + after, 1)
+        row["whole_job_min"] = round(row["whole_job_s"] / 60, 1)
+    longest = max(float(u["seconds"]) for u in units)
+    return {"units": len(units), "unit_seconds": round(sum(float(u["seconds"])
+                                                           for u in units)),
+            "longest_unit_s": longest, "cores": cores, "link_gbps": link_gbps,
+            "local_share": round(share["local_share"], 4),
+            "bytes_per_unit": round(share["bytes"]), "share_units": share["units"],
+            "before_s": before, "after_s": after,
+            "floor_s": round(before + longest + after, 1), "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", type=Path)
     parser.add_argument("--today-order", type=Path, default=None,
                         help="a build with today's plan: its start order is today's")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--team", type=Path, metavar="SHARE.json",
+                        help="project a team of Sparks through sccache-dist")
+    parser.add_argument("--sparks", default="1,2,4")
+    parser.add_argument("--cores", type=int, default=20)
+    parser.add_argument("--link-gbps", type=float, default=10.0)
+    parser.add_argument("--second-table", type=Path, default=None,
+                        help="another unit table through the same client (flashinfer's)")
+    parser.add_argument("--local-share", type=float, default=None,
+                        help="instead of the measured one (a sensitivity run)")
+    parser.add_argument("--before", type=float, default=BEFORE_S)
+    parser.add_argument("--after", type=float, default=AFTER_S)
     args = parser.parse_args(argv)
     units = load(args.table, args.today_order)
+    if args.team is not None:
+        if args.second_table is not None:
+            units += load(args.second_table)
+        share = measured_share(args.team)
+        if args.local_share is not None:
+            share["local_share"] = args.local_share
+        report = team_report(units, [int(n) for n in args.sparks.split(",")], args.cores,
+                             share, args.link_gbps, args.before, args.after)
+        if args.json:
+            print(json.dumps(report, indent=1))
+            return 0
+        print(f"{report['units']} units, {report['unit_seconds']} unit-seconds, longest "
+              f"{report['longest_unit_s']:.0f} s; local share {report['local_share']}, "
+              f"{report['bytes_per_unit'] / 1e6:.1f} MB per unit at {args.link_gbps:g} Gb/s; "
+              f"whole job at least {report['floor_s']:.0f} s (before + longest + after)")
+        for row in report["rows"]:
+            extra = (f", host cores busy {row['host_busy']}, servers {row['remote_busy']}, "
+                     f"fallback {row['fallback_s']} s, server peak {row['server_peak_gib']} "
+                     f"GiB" if row["sparks"] > 1 else "")
+            print(f"{row['sparks']} Spark(s): compile {row['compile_s']:.0f} s, whole job "
+                  f"{row['whole_job_s']:.0f} s ({row['whole_job_min']} min), MAX_JOBS "
+                  f"{row['max_jobs']}{extra}")
+        return 0
     report = {name: plans(units, cores, total) for name, (cores, total) in MACHINES.items()}
     if args.json:
         print(json.dumps(report, indent=1))

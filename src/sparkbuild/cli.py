@@ -14,6 +14,7 @@ from sparkbuild.console import console, set_verbose
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
 from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
+from sparkbuild.team.dist_client import TOKEN_ENV
 
 if TYPE_CHECKING:
     from sparkbuild.store.context import RunContext
@@ -97,6 +98,8 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         closure=not args.no_closure,
         targets=tuple(t for t in (args.targets or "").split(",") if t),
         allow_unstartable=args.allow_unstartable,
+        dist=args.dist,
+        dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
     )
     return build_wheel(options)
 
@@ -130,8 +133,26 @@ def _doctor(args: argparse.Namespace) -> StageResult:
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
         recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
-        existing_torch=args.use_existing_torch,
+        existing_torch=args.use_existing_torch, dist=args.dist,
+        dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
+        build_server=Path(args.build_server) if args.build_server else None,
     )
+
+
+def _team(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.team.dist_services import run_scheduler, run_server
+
+    if args.role == "scheduler":
+        from sparkbuild.store.cache import default_cache_root
+
+        state = Path(args.dir) if args.dir else default_cache_root() / "team" / "scheduler"
+        return run_scheduler(
+            listen=args.listen, server_key_file=Path(args.server_key_file), state_dir=state,
+            client_token_file=Path(args.client_token_file) if args.client_token_file else None,
+            systemd=args.systemd)
+    return run_server(scheduler=args.scheduler, listen=args.listen,
+                      server_key_file=Path(args.server_key_file),
+                      cache_dir=Path(args.cache_dir), cpus=args.cpus, systemd=args.systemd)
 
 
 def _check(args: argparse.Namespace) -> StageResult:
@@ -197,6 +218,23 @@ def _add_mirror(parser: argparse.ArgumentParser) -> None:
         help="fetch URLs starting with BASE from REPLACEMENT instead (git's insteadOf); "
         "repeatable; also [vendor] mirrors in the recipe",
     )
+
+
+def _team_role(parser: argparse.ArgumentParser, listen: str, key: str
+               ) -> argparse.ArgumentParser:
+    """``team scheduler`` or ``team server``: the flags both take."""
+    parser.add_argument("--listen", required=True, metavar="ADDR:PORT", help=listen)
+    parser.add_argument("--server-key-file", required=True, metavar="FILE", help=key)
+    parser.add_argument("--systemd", action="store_true", help="print a systemd unit instead")
+    _add_common(parser)
+    parser.set_defaults(handler=_team)
+    return parser
+
+
+def _add_dist(parser: argparse.ArgumentParser, text: str) -> None:
+    parser.add_argument("--dist", metavar="URL", help=f"{text}: http://HOST:PORT")
+    parser.add_argument("--dist-token-file", metavar="FILE", help="the scheduler's client "
+                        f"token (default: ${TOKEN_ENV}; never on the command line)")
 
 
 VERBOSE_HELP = ("echo every command run and the environment it changes (without it, and "
@@ -304,6 +342,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unstartable", action="store_true",
                    help="let --targets leave out an extension the package imports at "
                    "module level (a part of a build that no node installs)")
+    _add_dist(p, "spread the compiles over a team's sccache-dist build servers (default: "
+              "the recipe's [build] dist)")
     _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)
@@ -337,8 +377,32 @@ def build_parser() -> argparse.ArgumentParser:
                    "start: GPU, driver, ptxas, flashinfer's modules, workspace, nofile, RDMA")
     p.add_argument("--venv", metavar="V", help="with --node: the venv `install` made "
                    "(default: the active one)")
+    _add_dist(p, "also check this sccache-dist scheduler: servers, cpus and the client token")
+    p.add_argument("--build-server", metavar="DIR", help="with --dist: check this machine as "
+                   "a build server with cache directory DIR (root, bubblewrap, the directory, "
+                   "the scheduler reached)")
     _add_common(p)
     p.set_defaults(handler=_doctor)
+
+    team = sub.add_parser("team", help="run a team's sccache-dist scheduler or build server")
+    roles = team.add_subparsers(dest="role", required=True, metavar="ROLE")
+    role = _team_role(roles.add_parser("scheduler", help="the team's sccache-dist scheduler, "
+                                       "in the foreground (or --systemd)"),
+                      "the address it binds and is reached at (e.g. 192.168.1.10:10600)",
+                      "the build servers' JWT HS256 key (generated when missing, mode 600)")
+    role.add_argument("--client-token-file", metavar="FILE", help="the builds' token "
+                      f"(generated when missing, mode 600; else ${TOKEN_ENV})")
+    role.add_argument("--dir", metavar="DIR", help="where its TOML is written (default: "
+                      "CACHE/team/scheduler)")
+    role = _team_role(roles.add_parser("server", help="a build server of the team (root, "
+                                       "bubblewrap), in the foreground (or --systemd)"),
+                      "its own address, reached by the scheduler and the builds",
+                      "the scheduler's JWT HS256 key (its token is made from it)")
+    role.add_argument("--scheduler", required=True, metavar="URL", help="http://HOST:PORT")
+    role.add_argument("--cache-dir", required=True, metavar="DIR",
+                      help="toolchains, and DIR/overlay, wiped at every start")
+    role.add_argument("--cpus", type=int, metavar="N", help="offer N cores (taskset; "
+                      "default: every core this process may use)")
 
     p = sub.add_parser("check", help="compile the units the series changed for the target "
                        "arch, and read their machine code")

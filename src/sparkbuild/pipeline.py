@@ -44,7 +44,9 @@ from sparkbuild.team.compile_cache import (
     cache_spec,
     units_by_language,
 )
-from sparkbuild.team.sccache_server import open_shared_cache
+from sparkbuild.team.dist_client import connect_for, team_plan
+from sparkbuild.team.dist_record import DistResult, write_build_trace
+from sparkbuild.team.sccache_server import dist_outcome, open_shared_cache
 from sparkbuild.vendoring.fetch import vendor_for_recipe
 from sparkbuild.vendoring.fetch_log import vendor_unplanned
 from sparkbuild.vendoring.materialize import materialize, require_complete
@@ -89,6 +91,10 @@ class WheelOptions:
     allow_unstartable: bool = False
     """``targets`` may leave out an extension the package imports at module level (a part
     of a build, measured, never installed on a node): warned, not refused."""
+    dist: str | None = None
+    """A sccache-dist scheduler URL overriding the recipe's ``[build] dist``."""
+    dist_token_file: Path | None = None
+    """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
 
 
 @dataclass
@@ -107,6 +113,9 @@ class WheelResult:
     """Every phase's seconds and the build's account (sparkbuild.jobplan.timeline)."""
     code_forecast: CodeForecast | None = None
     """What the arch lists give each unit, read before the first compile."""
+    dist: DistResult | None = None
+    build_trace: Path | None = None
+    """The build's units as Chrome trace-event JSON (sparkbuild.jobplan.build_trace)."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -130,6 +139,8 @@ class WheelResult:
             "timeline": self.timeline,
             "code_forecast": self.code_forecast.to_dict() if self.code_forecast else None,
             "units": self.build.timeline.units_table() if self.build.timeline else [],
+            "dist": self.dist.to_dict() if self.dist else None,
+            "build_trace": str(self.build_trace) if self.build_trace else None,
         }
 
     def summary(self) -> list[str]:
@@ -144,6 +155,8 @@ class WheelResult:
                      f" launcher={self.plan.launcher or 'none'}")
         lines.append(f"  {len(self.build.compiled_units)} units compiled; log: {self.build.log}")
         lines += self.compile_cache.summary() if self.compile_cache else []
+        lines += self.dist.summary() if self.dist else []
+        lines += [f"  build trace: {self.build_trace}"] if self.build_trace else []
         timing = ", ".join(f"{k} {v:.0f} s" for k, v in self.seconds.items())
         lines.append(f"  time: {timing}")
         lines += timeline_lines(self.timeline, self.build.timeline)
@@ -295,7 +308,8 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 compile_cache: CompileCacheResult | None = None,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
-                aot: AotResult | None = None) -> WheelhouseResult:
+                aot: AotResult | None = None,
+                dist: DistResult | None = None) -> WheelhouseResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
@@ -308,7 +322,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         use_existing_torch=options.use_existing_torch, targets=options.targets,
         bundle=options.bundle, compile_cache=compile_cache,
         vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
-        node_profile=_node_profile(recipe))
+        node_profile=_node_profile(recipe), dist=dist)
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
@@ -377,7 +391,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
     spec = cache_spec(options.compile_cache, recipe)
-    root = build_root() if spec else cache.root
+    link = connect_for(options.dist, recipe.build.dist, options.dist_token_file)
+    root = build_root() if spec or link else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with recipe_work_lock(root, recipe.name).held():
@@ -396,7 +411,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
         with phase("doctor"):
-            plan = _build_plan(options, tree, cache)
+            plan = team_plan(_build_plan(options, tree, cache), link,
+                             options.jobs or recipe.build.jobs)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
@@ -405,7 +421,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 python = use_existing_torch(tree, work / "logs")
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                          root=root if spec else None)
+                                          root=root if spec or link else None)
             torch = build_torch(python, options.use_existing_torch)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
@@ -414,11 +430,9 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                                   compile_jobs=plan.max_jobs)
             with aot_alongside(builder) as aot_run, open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch.version, work=work,
-                    cache_root=cache.root) as shared:
+                    cache_root=cache.root, dist=link) as shared:
                 if shared is not None and shared.launcher:
-                    plan = plan.with_launcher(shared.launcher, "sccache, shared cache "
-                                              f"{shared.result.spec.backend} "
-                                              f"{shared.result.spec.location}")
+                    plan = plan.with_launcher(shared.launcher, f"sccache, {shared.role}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
                                             tree) if plan.pool else None
                 request = BuildRequest(
@@ -438,14 +452,17 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             remember_build(cache.root, recipe.target.torch_cuda_arch_list, outcome.timeline)
         with phase("flashinfer aot"):  # what the wheel waits for it after the compile
             aot = aot_run.result()
-        compile_cache = shared.result if shared else None
+        compile_cache = shared.compile_cache if shared else None
+        dist = dist_outcome(link, shared)
+        trace = (write_build_trace(work / "logs" / "build-trace.json", outcome.timeline, dist)
+                 if outcome.timeline is not None else None)
         if compile_cache is not None:
             compile_cache.units = units_by_language(outcome.compiled_units)
         missed = [] if options.offline else vendor_unplanned(
             cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
-                                     compile_cache, vendored, runtime, aot)
+                                     compile_cache, vendored, runtime, aot, dist)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
-                       code_forecast=forecast)
+                       code_forecast=forecast, dist=dist, build_trace=trace)

@@ -27,6 +27,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import PinRefusedError, RecipeError, SparkbuildError, UsageError
 from sparkbuild.resources import recipes_dir, resource_root
 
@@ -135,6 +136,10 @@ class BuildSettings:
     compile_cache: str | None = None
     """A shared compile cache (sccache): ``redis://HOST:PORT[/DB]``, ``s3://BUCKET/PREFIX``
     or a directory (relative to the recipe); ``wheel --compile-cache`` overrides it."""
+    dist: str | None = None
+    """A team's sccache-dist scheduler, ``http://HOST:PORT``: the build's compiles are
+    spread over its build servers (sparkbuild.team.dist_client); ``wheel --dist`` overrides
+    it.  The client token never goes in a recipe."""
 
 
 @dataclass(frozen=True)
@@ -274,7 +279,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
                "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
-              "compile_cache": str},
+              "compile_cache": str, "dist": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
                "crates": bool},
     "flashinfer": {"aot": bool, "aot_args": list},
@@ -456,9 +461,9 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
 
 
 def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
-    """``[build] env``: what the build runs with; a SOURCE_DATE_EPOCH the wheel's zip cannot
-    hold is refused here, before any work."""
-    env = {str(k): str(v) for k, v in table.items()}
+    """``[build] env``: what the build runs with, each entry through :func:`_env_table`; a
+    SOURCE_DATE_EPOCH the wheel's zip cannot hold is refused here, before any work."""
+    env = _env_table(path, text, "build.env", table)
     check_source_date_epoch(env.get("SOURCE_DATE_EPOCH"), error=RecipeError,
                             where=_where(path, text, "build", "env"))
     return env
@@ -479,6 +484,36 @@ _ARCH = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
 """One entry of TORCH_CUDA_ARCH_LIST: ``12.1a``, ``12.1f``, ``9.0``, ``8.6+PTX``."""
 _PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
 """A valid project name (PEP 508)."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""An environment variable's name, as the shell and systemd take it."""
+
+
+def env_entry_problem(key: str, value: str) -> str | None:
+    """Why ``key=value`` cannot be an entry of an environment sparkbuild writes or sets (the
+    node profile, a build's environment); None when it can.  The one check of an
+    environment's entries, where the recipe is read (``[node] env``, ``[build] env``) and
+    where the manifest is (``build.node_profile``): a key is a shell name (``A=1;touch x;B``
+    would run at ``source VENV/bin/activate``), a value holds no control character (a
+    newline would add a line such as ``LD_PRELOAD=...`` to ``node.env``)."""
+    if not ENV_NAME.fullmatch(key):
+        return f"{key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    unsafe = unsafe_characters(value)
+    if unsafe:
+        return (f"the value of {key} holds {', '.join(unsafe)} (a control or bidirectional "
+                "character)")
+    return None
+
+
+def _env_table(path: Path, text: str, name: str, raw: dict[str, Any]) -> dict[str, str]:
+    """``[build] env`` or ``[node] env``, each entry through :func:`env_entry_problem`."""
+    env = {str(key): str(value) for key, value in raw.items()}
+    for key, value in env.items():
+        problem = env_entry_problem(key, value)
+        if problem is not None:
+            raise RecipeError(f"{name}: {problem}", where=_where(path, text, name, key),
+                              hint="an entry is NAME = \"VALUE\": a name of letters, digits "
+                              "and _ (not starting with a digit), a value on one line")
+    return env
 
 
 def check_job_memory_gib(value: object, *, where: str | None,
@@ -632,6 +667,7 @@ def load_recipe(path: Path) -> Recipe:
             nvcc_threads=build.get("nvcc_threads"),
             env=_build_env(path, text, build.get("env", {})),
             compile_cache=build.get("compile_cache"),
+            dist=build.get("dist"),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
         vendor=_parse_vendor(path, text, tables["vendor"]),
@@ -640,7 +676,7 @@ def load_recipe(path: Path) -> Recipe:
             aot_args=_strings(path, text, "aot_args", tables["flashinfer"].get("aot_args", []),
                               table="flashinfer")),
         node=NodeSettings(
-            env={str(k): str(v) for k, v in tables["node"].get("env", {}).items()},
+            env=_env_table(path, text, "node.env", tables["node"].get("env", {})),
             drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node"),
             start_modules=_strings(path, text, "start_modules",
                                    tables["node"].get("start_modules", []), table="node")),

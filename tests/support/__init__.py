@@ -68,3 +68,11 @@ cuda_archs = {archs}
 [build]
 {build}
 {tail}"""
+
+
+INICONFIG_PIN = """[[pins]]
+name = "iniconfig"
+version = "2.3.0"
+sha256 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fbf12"
+"""
+"""The example's one small runtime pin, for a test recipe's ``tail``."""

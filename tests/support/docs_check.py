@@ -62,7 +62,12 @@ class Cli:
         commands: dict[str, frozenset[str]] = {}
         choices: dict[str, tuple[frozenset[str] | None, ...]] = {}
         for name, command in sub._name_parser_map.items():
-            commands[name] = frozenset(command._option_string_actions)
+            options = set(command._option_string_actions)
+            for nested in command._actions:  # a command group (`team scheduler|server`):
+                if isinstance(nested, argparse._SubParsersAction):  # its roles' flags
+                    for role in nested._name_parser_map.values():
+                        options |= set(role._option_string_actions)
+            commands[name] = frozenset(options)
             choices[name] = tuple(
                 frozenset(str(c) for c in a.choices) if a.choices else None
                 for a in command._actions if not a.option_strings

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.team.compile_cache import CompileCacheResult
+    from sparkbuild.team.dist_record import DistResult
     from sparkbuild.vendoring.plan import VendorPlan
 
 RECORDED_ENVIRONMENT = ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "NVCC_THREADS", "CMAKE_ARGS",
@@ -82,7 +83,8 @@ def build_settings(recipe: Recipe, plan: BuildPlan, outcome: BuildOutcome, *, of
                    use_existing_torch: bool, targets: Sequence[str], bundle: Path | None,
                    compile_cache: CompileCacheResult | None, vendored: VendorPlan | None,
                    cache: Cache, aot: AotResult | None,
-                   node_profile: list[dict[str, str]]) -> dict[str, Any]:
+                   node_profile: list[dict[str, str]],
+                   dist: DistResult | None = None) -> dict[str, Any]:
     """The manifest's ``build_settings`` of one build."""
     from sparkbuild.vendoring.patched import dependency_records
 
@@ -98,6 +100,7 @@ def build_settings(recipe: Recipe, plan: BuildPlan, outcome: BuildOutcome, *, of
         "environment": {key: outcome.env[key] for key in RECORDED_ENVIRONMENT
                         if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
+        "dist": dist.to_dict() if dist else None,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
         "dependencies": dependency_records(vendored, cache) if vendored else [],

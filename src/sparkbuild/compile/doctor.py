@@ -21,14 +21,16 @@ from packaging.version import Version
 
 from sparkbuild.compile.own_requirements import check_own_requirements
 from sparkbuild.console import warn
-from sparkbuild.errors import ToolchainError, UsageError
+from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
 from sparkbuild.jobplan.machine import (
     GIB,
     BuildPlan,
     gib_text,
     plan_build,
     read_memory,
+    usable_memory,
     with_pools,
+    with_team_cores,
 )
 from sparkbuild.recipe import (
     BuildSettings,
@@ -79,11 +81,13 @@ def _env_int(name: str) -> int | None:
 class DoctorReport:
     checks: list[Check]
     plan: BuildPlan
-    hard_failure: ToolchainError | None = None
+    hard_failure: SparkbuildError | None = None
     tools: dict[str, Tool] = field(default_factory=dict)
+    dist: dict[str, Any] | None = None
+    """``--dist``: the scheduler, its servers and cpus (sparkbuild.team.dist_checks)."""
 
     @property
-    def error(self) -> ToolchainError | None:
+    def error(self) -> SparkbuildError | None:
         return self.hard_failure
 
     def warnings(self) -> list[Check]:
@@ -100,6 +104,7 @@ class DoctorReport:
             "checks": [check.to_dict() for check in self.checks],
             "plan": self.plan.to_dict(),
             "tools": {name: tool.to_dict() for name, tool in self.tools.items()},
+            "dist": self.dist,
         }
 
     def summary(self) -> list[str]:
@@ -255,6 +260,41 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
                  "archs and series")
 
 
+def _team_checks(dist: str, token_file: Path | None, plan: BuildPlan, usable: float
+                 ) -> tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None]:
+    """``--dist``: the scheduler and the client token; the plan counts the team's cores."""
+    from sparkbuild.team.dist_checks import client_checks
+
+    team = client_checks(dist, token_file)
+    link = team.link
+    if link is not None and link.connected and link.status:
+        plan = with_team_cores(plan, team_cpus=link.status.cpus, servers=link.status.servers,
+                               scheduler=link.scheduler, usable_bytes=usable,
+                               requested_jobs=_env_int("MAX_JOBS"))
+    checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
+    return checks, plan, team.to_dict(), team.error
+
+
+def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
+    """``--build-server DIR``: this machine as the team's build server (it needs no nvcc:
+    every client sends its own toolchain)."""
+    from sparkbuild.team.dist_checks import server_checks
+
+    if not dist:
+        raise UsageError("--build-server needs the team's scheduler: --dist URL")
+    team = server_checks(dist, cache_dir)
+    total, available = read_memory()
+    cores = os.cpu_count() or 1
+    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
+                      job_memory_gib=BuildSettings.job_memory_gib)
+    checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
+    checks += [Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
+                     "sccache-dist has no memory limit: a server takes cpus + 1 + cpus/8 "
+                     "jobs at once (--cpus caps it)"),
+               Check("cores", True, str(cores), "what the server offers the scheduler")]
+    return DoctorReport(checks, plan, team.error, {}, team.to_dict())
+
+
 def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
                     ) -> DoctorReport:
     """doctor before a build: each warning printed, a hard failure raised."""
@@ -269,7 +309,9 @@ def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
                compile_cache: str | None = None, recipe: Recipe | None = None,
-               existing_torch: bool = False) -> DoctorReport:
+               existing_torch: bool = False, dist: str | None = None,
+               dist_token_file: Path | None = None,
+               build_server: Path | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once.
 
@@ -277,6 +319,8 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
     without the recipe's opt-in is refused at once (RecipeError), and the recipe's
     ``job_memory_gib`` is the default budget."""
+    if build_server is not None:
+        return _build_server_doctor(dist, build_server)
     if job_memory_gib is not None:
         check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
                              name="--job-memory-gib")
@@ -301,6 +345,10 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     )
     plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
                       cores=cores, job_memory_gib=budget, requested_jobs=_env_int("MAX_JOBS"))
+    team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
+    if dist:
+        team = _team_checks(dist, dist_token_file, plan, usable_memory(total, available))
+        plan = team[1]
     checks = [
         nvcc_check,
         _check_tool("cmake", found["cmake"], MIN_CMAKE),
@@ -317,8 +365,10 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
         Check("MAX_JOBS", True, str(plan.max_jobs), "; ".join(
             r for r in plan.reasons if not r.startswith(("NVCC_THREADS", "compiler launcher")))),
         Check("NVCC_THREADS", True, str(plan.nvcc_threads), plan.reasons[2]),
+        *(team[0] if team else []),
     ]
-    if failure is None:
-        failure = next((ToolchainError(c.reason, where=c.name) for c in checks
-                        if c.hard and not c.ok), None)
-    return DoctorReport(checks, plan, failure, tools)
+    hard: SparkbuildError | None = failure or (team[3] if team else None)
+    if hard is None:
+        hard = next((ToolchainError(c.reason, where=c.name) for c in checks
+                     if c.hard and not c.ok), None)
+    return DoctorReport(checks, plan, hard, tools, team[2] if team else None)

@@ -6,7 +6,8 @@ bounds (:mod:`.pools`; which units are heavy, the one test the planner and the n
 wrapper share: :mod:`.heavy_units`), judged by list scheduling over the measured unit table
 (:mod:`.schedule`) in longest-first order (:mod:`.unit_order`); each unit's peak memory,
 measured while the build runs and kept for the next plan (:mod:`.unit_memory`); what ninja
-builds and when it built it (:mod:`.ninja_graph`, :mod:`.timeline`); and sparkbuild's
+builds and when it built it (:mod:`.ninja_graph`, :mod:`.timeline`), drawn as Chrome
+trace-event JSON, one track per core (:mod:`.build_trace`); and sparkbuild's
 ninja, which applies the plan to ``build.ninja`` and retries a unit killed for memory
 (:mod:`.ninja_shim`).  It hands :mod:`sparkbuild.checks`, :mod:`sparkbuild.flashinfer` and
 :mod:`sparkbuild.compile` a :class:`~.machine.BuildPlan` and the plan file ninja reads.

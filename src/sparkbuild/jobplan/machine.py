@@ -196,3 +196,49 @@ def read_memory() -> tuple[int, int]:
     except OSError:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
         return pages, pages
+
+
+DIST_LOCAL_GIB = 0.5
+"""What one unit in flight holds on the build host while its steps compile on a build
+server: nvcc's driver, the local preprocessing (``gcc -E`` of a torch-including unit peaked
+at 0.23 GB here) and sccache's buffers of the inputs it ships (tens of MB), with headroom."""
+
+
+def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler: str,
+                    usable_bytes: float, requested_jobs: int | None = None) -> BuildPlan:
+    """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
+    servers' cpus (their status at the start), as far as the build host's memory holds
+    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool still holds what only
+    this machine's memory can hold: every unit in flight keeps its local share here
+    (preprocessing, the fatbinary), and a pooled unit whose steps fall back (every server
+    busy, or one dead) compiles here at its full peak -- so the depth is what the memory
+    left beside ``jobs`` local shares holds of pooled units at their peak, never below the
+    local plan's."""
+    if team_cpus <= 0:
+        return plan
+    if requested_jobs:
+        return BuildPlan(plan.max_jobs, plan.nvcc_threads, plan.launcher, (
+            *plan.reasons, f"dist: {servers} build server(s), {team_cpus} cpus at "
+            f"{scheduler}; MAX_JOBS={plan.max_jobs} as requested"), plan.pool)
+    by_memory = max(1, math.floor(usable_bytes / (DIST_LOCAL_GIB * GIB)))
+    jobs = max(plan.max_jobs, min(plan.max_jobs + team_cpus, by_memory))
+    bound = "" if jobs == plan.max_jobs + team_cpus else (
+        f", bounded by memory ({gib_text(usable_bytes)} usable, {DIST_LOCAL_GIB:g} GiB per "
+        "unit in flight)")
+    reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
+    pool = plan.pool
+    if pool is not None:
+        import dataclasses
+
+        spare = usable_bytes - jobs * DIST_LOCAL_GIB * GIB
+        fits = math.floor(spare / pool.heavy_budget_bytes) if pool.heavy_budget_bytes else jobs
+        depth = max(pool.depth, min(jobs, fits))
+        pool = dataclasses.replace(pool, jobs=jobs, depth=depth, reasons=(
+            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores; pool depth {depth}: "
+            f"{gib_text(max(0.0, spare))} beside {jobs} local shares of {DIST_LOCAL_GIB:g} GiB "
+            f"hold {max(0, fits)} pooled unit(s) at their peak {gib_text(pool.heavy_budget_bytes)}"
+            f" (a pooled unit whose steps fall back compiles here; the local plan's depth was "
+            f"{pool.depth})"))
+    return BuildPlan(jobs, plan.nvcc_threads, plan.launcher, (
+        *reasons, f"MAX_JOBS={jobs}: this machine's {plan.max_jobs} + the team's {team_cpus} "
+        f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool)

@@ -67,3 +67,102 @@ def simulate(seconds: Sequence[float], peaks: Sequence[float], jobs: int,
         in_pool -= done in pooled
         in_flight -= peaks[done]
     return Schedule(now, peak)
+
+
+@dataclass(frozen=True)
+class TeamSchedule:
+    makespan: float
+    host_busy: float
+    """Core-seconds the build host's cores worked (local steps and fallbacks)."""
+    remote_busy: float
+    fallback_seconds: float
+    """Remote work that found every server slot taken and ran on the build host."""
+    server_peak: float
+    """The highest sum of the peaks of the steps in flight on one server."""
+
+
+def simulate_team(seconds: Sequence[float], peaks: Sequence[float], *, host_cores: int,
+                  servers: Sequence[int], local_share: float,
+                  transfer: Sequence[float] | None = None, jobs: int | None = None,
+                  pool: Collection[int] = (), depth: int = 0,
+                  start_delay: float = 0.0) -> TeamSchedule:
+    """Units ``0..n-1`` in order, as sccache-dist runs them: each first holds a core of the
+    build host for its ``local_share`` (preprocessing, fatbinary, what sccache adds), then
+    its remote part (plus ``transfer`` seconds) on the least-loaded server with a free core
+    (``servers``: each one's cores), or -- every server full -- on the build host (sccache's
+    local fallback).  At most ``jobs`` units in flight (default: every core of the team), the
+    ``pool`` units at most ``depth`` at once; the servers start work at ``start_delay``
+    (the client packaging its toolchains).  Dependencies are not modelled, as in
+    :func:`simulate`."""
+    count = len(seconds)
+    if len(peaks) != count:
+        raise ValueError("seconds and peaks differ in length")
+    moves = transfer or [0.0] * count
+    limit = max(1, jobs or host_cores + sum(servers))
+    depth = max(1, depth)
+    waiting = deque(range(count))
+    pooled = set(pool)
+    events: list[tuple[float, int, int, int]] = []  # (time, order, kind, unit): kind 0 local
+    host_free = max(1, host_cores)                   # done, 1 remote done on server / host
+    host_queue: deque[tuple[int, float]] = deque()
+    running = [0] * len(servers)
+    memory = [0.0] * len(servers)
+    where: dict[int, int] = {}
+    now = host_busy = remote_busy = fallback = server_peak = 0.0
+    in_flight = in_pool = order = 0
+
+    def on_host(unit: int, work: float) -> None:
+        nonlocal host_free, host_busy, order
+        if host_free:
+            host_free -= 1
+            host_busy += work
+            order += 1
+            heapq.heappush(events, (now + work, order, 0, unit))
+        else:
+            host_queue.append((unit, work))
+
+    def start_units() -> None:
+        nonlocal in_flight, in_pool
+        while waiting and in_flight < limit:
+            unit = next((u for u in waiting if u not in pooled or in_pool < depth), None)
+            if unit is None:
+                return
+            waiting.remove(unit)
+            in_flight += 1
+            in_pool += unit in pooled
+            on_host(unit, seconds[unit] * local_share)
+
+    start_units()
+    remote_phase: set[int] = set()
+    while events:
+        now, _, kind, unit = heapq.heappop(events)
+        if kind == 0:  # a host core is free again
+            host_free += 1
+            if host_queue:
+                on_host(*host_queue.popleft())
+        if kind == 0 and unit not in remote_phase:  # the local part ended: out it goes
+            remote_phase.add(unit)
+            work = seconds[unit] * (1.0 - local_share)
+            free = [i for i, cores in enumerate(servers) if running[i] < cores]
+            if free:
+                chosen = min(free, key=lambda i: (running[i] / servers[i], i))
+                running[chosen] += 1
+                memory[chosen] += peaks[unit]
+                server_peak = max(server_peak, memory[chosen])
+                where[unit] = chosen
+                remote_busy += work
+                order += 1
+                begins = max(now, start_delay)
+                heapq.heappush(events, (begins + work + moves[unit], order, 1, unit))
+            else:
+                fallback += work
+                on_host(unit, work)
+            continue
+        if kind == 1:
+            chosen = where.pop(unit)
+            running[chosen] -= 1
+            memory[chosen] -= peaks[unit]
+        in_flight -= 1
+        in_pool -= unit in pooled
+        start_units()
+    return TeamSchedule(now, host_busy, remote_busy, fallback, server_peak)

@@ -111,6 +111,8 @@ class BuildTimeline:
     critical_path: list[tuple[str, float]]
     retried: list[str] = field(default_factory=list)
     edges: int = 0
+    origin: float = 0.0
+    """Epoch seconds of the first ninja run's start: what each unit's ``start`` counts from."""
 
     @property
     def killed_sources(self) -> list[str]:
@@ -257,7 +259,8 @@ def build_timeline(runs: list[NinjaRun], marks: BuildMarks, tree: Path,
     units.sort(key=lambda u: u.start)
     retried = sorted({o for r in runs for o in r.retried})
     return BuildTimeline(phases, units, wall, min(1.0, busy), cores,
-                         critical_path(all_edges, durations), retried, len(all_edges))
+                         critical_path(all_edges, durations), retried, len(all_edges),
+                         first_start)
 
 
 PHASE_ORDER = ("bundle verify", "bundle unpack", "bundle import", "tree copy", "prepare",

@@ -2,7 +2,13 @@
 
 The shared compile cache (:mod:`.compile_cache`: sccache on Redis, S3 or a directory, its
 keys scoped to CUDA, torch, the target and the series) and the one sccache server a build
-starts on it, watches, reads and stops (:mod:`.sccache_server`).  It hands
-:mod:`sparkbuild.compile` and :mod:`sparkbuild.flashinfer` the compiler launcher and, after
-the build, what the cache served.
+starts on it, watches, reads and stops (:mod:`.sccache_server`).  The team's cores through
+sccache-dist: that same server as the dist client of a scheduler probed before the build
+(:mod:`.dist_client`), what it did -- compiles per build server, local fallbacks, each
+step's server read from its log, and the build's picture (:mod:`.dist_record`) --, the
+scheduler and build servers started from sccache-dist's own binary (:mod:`.dist_services`)
+and ``doctor``'s checks of both ends (:mod:`.dist_checks`).  It hands
+:mod:`sparkbuild.compile` and :mod:`sparkbuild.flashinfer` the compiler launcher (and its
+environment, :func:`.sccache_server.launcher_environment`), and, after the build, what the
+cache and the build servers did.
 """

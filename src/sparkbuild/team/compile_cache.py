@@ -243,18 +243,28 @@ class SccacheStats:
     compilations: int = 0
     """Compiler processes sccache actually ran (misses and steps it cannot cache)."""
     not_cacheable: int = 0
+    dist_compiles: dict[str, int] = field(default_factory=dict)
+    """sccache-dist: compiler steps run on each build server (``ip:port``); an nvcc unit
+    sends up to four (cudafe++, cicc, ptxas, the host compile)."""
+    dist_errors: int = 0
+    """Steps sent to a build server that failed there and were compiled here instead."""
+    compile_fails: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> SccacheStats:
         stats = data.get("stats", data)
         number = {k: int(stats.get(k, 0) or 0) for k in (
             "cache_read_errors", "cache_write_errors", "cache_timeouts", "compile_requests",
-            "compilations", "non_cacheable_compilations")}
+            "compilations", "non_cacheable_compilations", "dist_errors", "compile_fails")}
+        dist = stats.get("dist_compiles") or {}
         return cls(_counts(stats, "cache_hits"), _counts(stats, "cache_misses"),
                    _counts(stats, "cache_errors"), number["cache_read_errors"],
                    number["cache_write_errors"], number["cache_timeouts"],
                    number["compile_requests"], number["compilations"],
-                   number["non_cacheable_compilations"])
+                   number["non_cacheable_compilations"],
+                   {str(k): int(v) for k, v in dist.items() if isinstance(v, int)}
+                   if isinstance(dist, dict) else {},
+                   number["dist_errors"], number["compile_fails"])
 
     def _combined(self, other: SccacheStats, sign: int) -> SccacheStats:
         return SccacheStats(
@@ -264,7 +274,10 @@ class SccacheStats:
             self.write_errors + sign * other.write_errors, self.timeouts + sign * other.timeouts,
             self.compile_requests + sign * other.compile_requests,
             self.compilations + sign * other.compilations,
-            self.not_cacheable + sign * other.not_cacheable)
+            self.not_cacheable + sign * other.not_cacheable,
+            _combine(self.dist_compiles, other.dist_compiles, sign),
+            self.dist_errors + sign * other.dist_errors,
+            self.compile_fails + sign * other.compile_fails)
 
     def minus(self, before: SccacheStats) -> SccacheStats:
         """What happened between ``before`` and this reading."""
@@ -293,7 +306,8 @@ class SccacheStats:
                 "errors_by_language": self.errors, "read_errors": self.read_errors,
                 "write_errors": self.write_errors, "timeouts": self.timeouts,
                 "compile_requests": self.compile_requests, "compilations": self.compilations,
-                "not_cacheable": self.not_cacheable}
+                "not_cacheable": self.not_cacheable, "dist_compiles": self.dist_compiles,
+                "dist_errors": self.dist_errors, "compile_fails": self.compile_fails}
 
 
 @dataclass

