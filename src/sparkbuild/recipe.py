@@ -154,6 +154,9 @@ class VendorSettings:
     """Sources the build gets an empty directory for (reported, never silent)."""
     sparse: bool = False
     """Fetch git sources without what a build never reads (sparkbuild.vendoring.unread)."""
+    crates: bool = True
+    """False: the tree's Cargo crates are not vendored (a build host without crates.io);
+    the build then goes without the Rust extensions, which must be optional in the tree."""
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
                "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str, "dist": str},
-    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
+    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
+               "crates": bool},
     "flashinfer": {"aot": bool, "aot_args": list},
     "node": {"env": dict, "drop": list, "start_modules": list},
 }
@@ -452,7 +456,8 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
                               hint='for example "https://github.com/=file:///srv/git/"')
     return VendorSettings(mirrors=mirrors, submodules=submodules,
                           exclude=_strings(path, text, "exclude", table.get("exclude", [])),
-                          sparse=bool(table.get("sparse", False)))
+                          sparse=bool(table.get("sparse", False)),
+                          crates=bool(table.get("crates", True)))
 
 
 def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
