@@ -7,23 +7,30 @@ package is installed: then ``flashinfer.jit.env.FLASHINFER_AOT_DIR`` is that pac
 (``jit/core.py: JitSpec.aot_path``).  Its ``__version__`` must start with flashinfer's own
 (``jit/env.py: _get_aot_dir``), so the wheel is versioned ``<flashinfer version>+cu<CUDA>``.
 
-The build is flashinfer's own builder, from the pinned flashinfer-python wheel:
-``flashinfer.aot.main`` with the recipe's ``[flashinfer] aot_args`` and
-``FLASHINFER_CUDA_ARCH_LIST``, run by the build environment's interpreter (it has torch)
-with the wheel and the few packages ``import flashinfer.aot`` needs installed beside it
-(``--target``, from cached wheels, no index).  Two things the installed wheel does not do
-by itself, the driver below adds:
+The build is flashinfer's own builder, from the pinned flashinfer-python wheel, run by the
+build environment's interpreter (it has torch) with the wheel and the few packages its
+builder imports installed beside it (``--target``, from cached wheels, no index), through
+the driver :mod:`sparkbuild.flashinfer.driver`:
 
-* ``flashinfer.aot.main`` takes its sources from ``<site-packages>/csrc`` and
-  ``3rdparty/`` (the layout of a source checkout); the wheel holds them in
-  ``flashinfer/data/``, so the driver passes a staged root of links into it;
-* ``--only GLOB`` (sparkbuild's, repeatable) keeps only flashinfer's modules whose name
-  matches: flashinfer's own switches cannot leave out attention.
+* the module set is the model's (:mod:`sparkbuild.flashinfer.module_set`: each of
+  flashinfer's generators called with the model's arguments), or, with ``[flashinfer]
+  aot_args``, flashinfer's own default set narrowed by its switches and ``--only GLOB``;
+* the headers and the link without a driver come from :mod:`sparkbuild.flashinfer.build_env`
+  (named before anything compiles);
+* flashinfer's ninja is sparkbuild's (:mod:`sparkbuild.jobplan.ninja_shim`): the heavy
+  units in a pool memory holds, longest first, a unit killed for memory retried in the pool;
+  each unit's peak is sampled (:mod:`sparkbuild.jobplan.unit_memory`) and its seconds read
+  from ninja's log, into the cache's unit table (arch key ``flashinfer:<archs>``), which
+  plans the next build;
+* ccache or the build's sccache compiles through ``FLASHINFER_NVCC_LAUNCHER`` and
+  ``FLASHINFER_CXX_LAUNCHER``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import platform
 import shutil
@@ -37,13 +44,42 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
 
-from sparkbuild.console import step
+from sparkbuild.console import info, step
 from sparkbuild.errors import (
     CacheMissError,
     CommandFailed,
     HashMismatchError,
     RecipeError,
+    ToolchainError,
     UsageError,
+)
+from sparkbuild.flashinfer.build_env import (
+    HEADER_WHEEL_OF,
+    LinkEnvironment,
+    environment_site,
+    find_headers,
+    include_roots,
+    library_dirs,
+    link_environment,
+    missing_headers_error,
+    missing_libraries,
+    toolkit_root,
+)
+from sparkbuild.flashinfer.driver import SPECS_FILE
+from sparkbuild.flashinfer.module_set import needed_headers, needed_libraries
+from sparkbuild.jobplan.ninja_shim import (
+    PLAN_VARIABLE,
+    REAL_VARIABLE,
+    RECORD_VARIABLE,
+    write_wrapper,
+)
+from sparkbuild.jobplan.pools import PoolPlan, plan_pools, write_plan_file
+from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
+from sparkbuild.jobplan.unit_memory import (
+    MemorySampler,
+    known_units,
+    measured_for,
+    remember_build,
 )
 from sparkbuild.proc import run
 from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
@@ -52,6 +88,9 @@ from sparkbuild.store.hashing import record_form, sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sparkbuild.flashinfer.module_set import ModuleSpec
     from sparkbuild.recipe import Pin, Recipe
 
 JIT_CACHE_PROJECT = "flashinfer-jit-cache"
@@ -71,54 +110,10 @@ EPOCH = (1980, 1, 1, 0, 0, 0)
 COMPLETE = ".sparkbuild-complete"
 """The mark of a complete ``CACHE/flashinfer-aot/<tag>/``: the requirements it was filled for."""
 
-DRIVER = r'''
-import fnmatch, sys
-from pathlib import Path
-
-root, out, build, *args = sys.argv[1:]
-only, rest, it = [], [], iter(args)
-for arg in it:
-    if arg == "--only":
-        only.append(next(it))
-    elif arg.startswith("--only="):
-        only.append(arg.split("=", 1)[1])
-    else:
-        rest.append(arg)
-import flashinfer
-from flashinfer import aot
-
-data = Path(flashinfer.__file__).resolve().parent / "data"
-staged = Path(root)
-for rel, target in {"csrc": "csrc", "include": "include", "3rdparty/cutlass": "cutlass",
-                    "3rdparty/spdlog": "spdlog"}.items():
-    link = staged / rel
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not link.exists():
-        link.symlink_to(data / target)
-compile_modules = aot.compile_and_package_modules
-
-def compile_from_wheel(*a, **k):
-    k["project_root"] = staged
-    return compile_modules(*a, **k)
-
-aot.compile_and_package_modules = compile_from_wheel
-if only:
-    generate = aot.gen_all_modules
-
-    def selected(*a, **k):
-        specs = generate(*a, **k)
-        chosen = [s for s in specs if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
-        if not chosen:
-            names = " ".join(sorted(s.name for s in specs))
-            sys.exit(f"--only {' '.join(only)} matches none of flashinfer's modules: {names}")
-        return chosen
-
-    aot.gen_all_modules = selected
-sys.argv = ["flashinfer.aot", "--out-dir", out, "--build-dir", build, *rest]
-aot.main()
-'''
-
 _OWN_OPTIONS = ("--out-dir", "--build-dir")
+UNIT_TABLE_PREFIX = "flashinfer:"
+"""The unit table's arch key for flashinfer's units (``flashinfer:12.1a``): the same table
+as vLLM's (``CACHE/units/memory.json``), apart from vLLM's plan."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +135,34 @@ class AotRequest:
     jobs: int | None = None
     sha256: str | None = None
     """The pin's hash of the flashinfer-python wheel, checked before use."""
+    modules: tuple[ModuleSpec, ...] = ()
+    """The model's set; empty: flashinfer's default set (``args``)."""
+    launcher_env: tuple[tuple[str, str], ...] = ()
+    """The build's sccache (``FLASHINFER_NVCC_LAUNCHER`` and its server's variables); empty:
+    the builder's own (:mod:`sparkbuild.flashinfer.compile_launcher`)."""
+    cache_root: Path | None = None
+    """Where the unit table is read from and written to; None: neither."""
+    usable_bytes: float | None = None
+    """The memory the build may use (None: this machine's available memory less the
+    system's share); the heavy pool's depth is what it holds."""
+    job_memory_gib: float = 8.7
+    offline: bool = True
+    """Whether a missing header wheel may be downloaded (never offline)."""
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """What the set's sources include; flashinfer's default set needs both."""
+        return needed_headers(self.modules)
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """What the set's links name beyond libcuda: the MoE module ``-lnvrtc``, the GEMM
+        ``-lcublas -lcublasLt`` (flashinfer's default set: all of them)."""
+        return needed_libraries(self.modules)
+
+    @property
+    def unit_arch(self) -> str:
+        return UNIT_TABLE_PREFIX + flashinfer_arch_list(self.archs)
 
 
 @dataclass
@@ -155,22 +178,40 @@ class AotResult:
     log: Path | None = None
     reused: str | None = None
     """When the kept build this wheel was copied from was made (flashinfer/kept_builds.py)."""
+    sources: int = 0
+    units: list[dict[str, Any]] = field(default_factory=list)
+    """Every compile unit: module, source, seconds, start, peak, pool (the unit table)."""
+    environment: list[str] = field(default_factory=list)
+    """Where the headers and libcuda came from, the launcher and the pool plan."""
+    prebuilt: str | None = None
+    """Taken prebuilt instead of built: from where (flashinfer/jit_cache.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel), "version": self.version,
                 "flashinfer_version": self.flashinfer_version, "archs": list(self.archs),
                 "flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs),
                 "aot_args": list(self.args), "modules": self.modules,
-                "seconds": round(self.seconds, 1), "size": self.size,
-                "log": str(self.log) if self.log else None, "reused_since": self.reused}
+                "sources": self.sources, "seconds": round(self.seconds, 1), "size": self.size,
+                "log": str(self.log) if self.log else None, "reused_since": self.reused,
+                "prebuilt": self.prebuilt, "environment": self.environment,
+                "units": self.units}
 
     def summary(self) -> list[str]:
         how = (f"reused from the cache (built {self.reused} in {self.seconds:.0f} s)"
                if self.reused else f"in {self.seconds:.0f} s")
-        return [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules built "
-                f"ahead for {flashinfer_arch_list(self.archs)} {how}",
-                f"  {self.wheel} ({self.size / 2**20:.1f} MiB)",
-                *(f"  {name}" for name in self.modules)]
+        if self.prebuilt:
+            how = f"taken {self.prebuilt}"
+        cpu = sum(float(u.get("seconds", 0)) for u in self.units)
+        peak = max((float(u.get("peak_rss_gib") or 0) for u in self.units), default=0.0)
+        lines = [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules "
+                 f"{'' if self.prebuilt else 'built ahead '}for "
+                 f"{flashinfer_arch_list(self.archs)} {how}",
+                 f"  {self.wheel} ({self.size / 2**20:.1f} MiB)"]
+        if self.units:
+            lines.append(f"  {len(self.units)} units, {cpu:.0f} CPU-s, highest peak "
+                         f"{peak:.1f} GiB")
+        lines += [f"  {line}" for line in self.environment]
+        return lines + [f"  {name}" for name in self.modules]
 
     @property
     def error(self) -> None:
@@ -196,8 +237,7 @@ def platform_tag() -> str:
     return sysconfig.get_platform().replace("-", "_").replace(".", "_")
 
 
-def build_jit_cache(request: AotRequest) -> AotResult:
-    """Build flashinfer's modules for ``request.archs`` and pack them as a wheel."""
+def _check_request(request: AotRequest) -> None:
     for option in _OWN_OPTIONS:
         if any(a == option or a.startswith(option + "=") for a in request.args):
             raise UsageError(f"aot_args may not set {option}: sparkbuild chooses it",
@@ -209,43 +249,209 @@ def build_jit_cache(request: AotRequest) -> AotResult:
     if request.sha256 and sha256_file(request.flashinfer_wheel) != request.sha256:
         raise HashMismatchError("the flashinfer-python wheel differs from its pin",
                                 where=str(request.flashinfer_wheel))
-    version = wheel_version(request.flashinfer_wheel)
-    work = request.work
-    shutil.rmtree(work, ignore_errors=True)
-    site, modules = work / "site", work / "modules"
-    work.mkdir(parents=True)
-    pip_env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
+
+
+_PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
+
+
+def _install(request: AotRequest, site: Path, version: str) -> None:
     step(f"installing flashinfer-python {version} and what its builder imports beside the "
          "build environment")
     run([request.python, "-m", "pip", "install", "--no-index", "--no-deps", "--target", site,
          "--find-links", request.wheel_dir, request.flashinfer_wheel, *IMPORT_REQUIREMENTS],
-        env=pip_env, timeout=1800, log=work / "install.log")
+        env=_PIP_ENV, timeout=1800, log=request.work / "install.log")
+
+
+def wanted_wheels(headers: tuple[str, ...], libraries: tuple[str, ...], cuda_home: Path,
+                  environment: list[Path], site: Path) -> tuple[list[str], list[str]]:
+    """What neither the toolkit nor ``environment`` (site-packages) nor ``site`` gives of
+    ``headers`` and ``libraries``, and the pinned wheels that give it."""
+    roots = include_roots(cuda_home, environment, site)
+    missing = find_headers(headers, roots)[2]
+    missing += missing_libraries(libraries, library_dirs(cuda_home, environment, site))
+    return missing, sorted({HEADER_WHEEL_OF[m] for m in missing})
+
+
+def _held(wheel_dir: Path, wanted: list[str]) -> list[str]:
+    """The pinned wheels of ``wanted`` not in ``wheel_dir``."""
+    return [w for w in wanted if not any(wheel_dir.glob(
+        f"{w.split('==')[0].replace('-', '_')}-{w.split('==')[1]}-*.whl"))]
+
+
+def fetch_header_wheels(wanted: list[str], python: Path, wheel_dir: Path, log: Path) -> None:
+    step(f"downloading {', '.join(wanted)}: their headers and libraries for flashinfer's "
+         "modules")
+    run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+         "--dest", wheel_dir, *wanted], timeout=3600, log=log)
+
+
+def _link_environment(request: AotRequest, site: Path) -> LinkEnvironment:
+    """The headers and the link (build_env), the builder's pinned NVIDIA wheels installed
+    first when the toolkit and the build environment lack what the set needs."""
+    missing, wanted = wanted_wheels(request.headers, request.libraries, request.cuda_home,
+                                    environment_site(request.python), site)
+    if wanted:
+        absent = _held(request.wheel_dir, wanted)
+        if absent and request.offline:
+            raise missing_headers_error(missing, include_roots(
+                request.cuda_home, environment_site(request.python), site))
+        if absent:
+            fetch_header_wheels(absent, request.python, request.wheel_dir,
+                                request.work / "headers-download.log")
+        run([request.python, "-m", "pip", "install", "--no-index", "--no-deps", "--target",
+             site, "--find-links", request.wheel_dir, *wanted], env=_PIP_ENV, timeout=1800,
+            log=request.work / "headers-install.log")
+    return link_environment(cuda_home=request.cuda_home, python=request.python,
+                            builder_site=site, work=request.work,
+                            needed_headers=request.headers, needed_libraries=request.libraries)
+
+
+def _pool_plan(request: AotRequest, jobs: int) -> PoolPlan:
+    """The heavy units' pool over the unit table's flashinfer units (the rule before any
+    was measured: CUTLASS/GEMM/FP4 paths at ``job_memory_gib`` each)."""
+    from sparkbuild.jobplan.machine import read_memory, usable_memory
+
+    usable = request.usable_bytes
+    if usable is None:
+        usable = usable_memory(*read_memory())
+    measured: dict[str, int] = {}
+    killed: tuple[str, ...] = ()
+    known = []
+    if request.cache_root is not None:
+        measured, killed = measured_for(request.cache_root, request.unit_arch)
+        known = known_units(request.cache_root, request.unit_arch)
+    return plan_pools(cores=jobs, usable_bytes=usable, job_memory_gib=request.job_memory_gib,
+                      measured=measured, killed=killed, known=known)
+
+
+def _ninja_environment(request: AotRequest, site: Path, plan: PoolPlan) -> dict[str, str]:
+    """sparkbuild's ninja first on PATH (flashinfer runs ``ninja`` by name), the plan
+    file it applies, and the record of its runs."""
+    real = site / "bin" / "ninja"
+    if not real.is_file():
+        found = shutil.which("ninja")
+        if found is None:
+            raise ToolchainError("no ninja for flashinfer's builder", where=str(site),
+                                 hint="the ninja wheel is one of the builder's imports")
+        real = Path(found)
+    logs = request.work / "logs"
+    write_wrapper(request.work / "bin" / "ninja", sys.executable,
+                  Path(__file__).resolve().parents[2])
+    plan_file = write_plan_file(plan, logs / "pool-plan.json", request.work)
+    record = logs / "ninja-runs.jsonl"
+    record.unlink(missing_ok=True)
+    return {REAL_VARIABLE: str(real), PLAN_VARIABLE: str(plan_file),
+            RECORD_VARIABLE: str(record)}
+
+
+def build_jit_cache(request: AotRequest) -> AotResult:
+    """Build flashinfer's modules for ``request.archs`` and pack them as a wheel."""
+    _check_request(request)
+    version = wheel_version(request.flashinfer_wheel)
+    work = request.work
+    shutil.rmtree(work, ignore_errors=True)
+    site = work / "site"
+    work.mkdir(parents=True)
+    _install(request, site, version)
+    link = _link_environment(request, site)  # a missing header is named here
+    with _launcher(request) as (launcher_env, launcher):
+        return _build(request, version, site, link, launcher_env, launcher)
+
+
+@contextlib.contextmanager
+def _launcher(request: AotRequest) -> Iterator[tuple[dict[str, str], str]]:
+    if request.launcher_env:
+        yield dict(request.launcher_env), "the build's sccache"
+        return
+    from sparkbuild.flashinfer.compile_launcher import builder_launcher
+
+    with builder_launcher(request.cache_root or request.work / "cache", request.work) as got:
+        yield got
+
+
+def _build(request: AotRequest, version: str, site: Path, link: LinkEnvironment,
+           launcher_env: dict[str, str], launcher: str) -> AotResult:
+    work = request.work
+    modules, build = work / "modules", work / "build"
+    jobs = request.jobs or os.cpu_count() or 1
+    plan = _pool_plan(request, jobs)
+    env = {**aot_environment(request, site), **link.env(), **launcher_env,
+           **_ninja_environment(request, site, plan), "MAX_JOBS": str(plan.jobs)}
+    env["PATH"] = os.pathsep.join([str(work / "bin"), env["PATH"]])
     driver = work / "driver.py"
-    driver.write_text(DRIVER, encoding="utf-8")
-    env = aot_environment(request, site)
+    shutil.copyfile(Path(__file__).with_name("driver.py"), driver)
+    plan_file = work / "plan.json"
+    driver_plan: dict[str, Any] = {"out": str(modules), "build": str(build)}
+    if request.modules:
+        driver_plan["specs"] = [m.plan_item() for m in request.modules]
+    else:
+        driver_plan["aot_args"] = list(request.args)
+    write_text_atomic(plan_file, json.dumps(driver_plan, indent=1) + "\n")
     log = work / "aot.log"
-    step(f"building flashinfer's modules ahead for FLASHINFER_CUDA_ARCH_LIST="
+    environment = [*link.lines(), f"compiler launcher: {launcher}",
+                   f"job plan: MAX_JOBS={plan.jobs}, heavy units in pool {plan.to_dict()['pool']}"
+                   f" of depth {plan.depth} ({plan.basis})"]
+    for line in environment:
+        info(f"flashinfer-aot: {line}")
+    what = (f"{len(request.modules)} modules of the model's set" if request.modules
+            else "flashinfer's default set" + (f" ({' '.join(request.args)})"
+                                                if request.args else ""))
+    step(f"building {what} for FLASHINFER_CUDA_ARCH_LIST="
          f"{env['FLASHINFER_CUDA_ARCH_LIST']} (log: {log})")
     started = time.monotonic()
+    marks = BuildMarks()
     try:
-        run([request.python, driver, work / "root", modules, work / "build",
-             *request.args], env=env, cwd=work, timeout=24 * 3600.0, log=log)
+        with MemorySampler() as sampler:
+            run([request.python, driver, plan_file], env=env, cwd=work,
+                timeout=24 * 3600.0, log=log)
     except CommandFailed as exc:
         only = any(a == "--only" or a.startswith("--only=") for a in request.args)
         exc.hint = (  # proc.run's own hint is generic: this one says what to change
             "flashinfer generates every switched-on group's modules before --only picks: "
             "switch the others off too (--add-moe false, --add-misc false, --add-xqa false, "
-            "...)" if only else "read the log; narrow the module set with [flashinfer] aot_args")
+            "...)" if only else "read the log; a unit killed for memory is retried in the "
+            "heavy pool (logs/ninja-runs.jsonl)")
         raise
     seconds = time.monotonic() - started
+    marks.ended = time.time()
+    units = _units(request, marks, sampler.peaks)
     built = sorted(p.parent.name for p in modules.glob("*/*.so"))
     if not built:
         raise CommandFailed("flashinfer's builder wrote no module", where=str(log))
     wheel = pack_jit_cache(modules, request.out,
                            jit_cache_version(version, request.cuda_version), version)
     return AotResult(wheel, jit_cache_version(version, request.cuda_version), version,
-                     request.archs, request.args, built, seconds, wheel.stat().st_size, log)
+                     request.archs, request.args, built, seconds, wheel.stat().st_size, log,
+                     sources=_source_count(build), units=units, environment=environment)
+
+
+def _source_count(build: Path) -> int:
+    try:
+        specs = json.loads((build / SPECS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return sum(len(s.get("sources", [])) for s in specs if isinstance(s, dict))
+
+
+def _units(request: AotRequest, marks: BuildMarks, peaks: dict[str, int]
+           ) -> list[dict[str, Any]]:
+    """The build's units from ninja's log and the sampler (its timeline), stored in the
+    cache's unit table when there is one."""
+    runs = read_runs(request.work / "logs" / "ninja-runs.jsonl")
+    if not runs:
+        return []
+    timeline = build_timeline(runs, marks, request.work, peaks,
+                              cores=request.jobs or os.cpu_count() or 1)
+    if request.cache_root is not None:
+        remember_build(request.cache_root, request.unit_arch, timeline)
+    table = []
+    for unit in timeline.units:
+        entry = unit.to_dict()
+        entry["module"] = Path(unit.output).parent.name
+        table.append(entry)
+    write_text_atomic(request.work / "units.json", json.dumps(table, indent=1) + "\n")
+    return table
 
 
 def aot_environment(request: AotRequest, site: Path) -> dict[str, str]:
@@ -283,10 +489,12 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},{record_form(hashlib.sha256(data))},{len(data)}"
 
 
-def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: str) -> Path:
+def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: str,
+                   tag: str | None = None) -> Path:
     """``flashinfer_jit_cache-VERSION-py3-none-PLATFORM.whl`` holding ``modules/*/*.so``
-    under ``flashinfer_jit_cache/jit_cache/``: deterministic (sorted, fixed dates)."""
-    tag = f"py3-none-{platform_tag()}"
+    under ``flashinfer_jit_cache/jit_cache/``: deterministic (sorted, fixed dates).
+    ``tag``: another wheel tag (a prebuilt wheel's, when it is cut down)."""
+    tag = tag or f"py3-none-{platform_tag()}"
     dist_info = f"{JIT_CACHE_PACKAGE}-{version}.dist-info"
     entries: list[tuple[str, bytes, bool]] = [
         (f"{JIT_CACHE_PACKAGE}/__init__.py", _init_py(version).encode(), False)]
@@ -320,7 +528,8 @@ def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: s
 # -- from a recipe -------------------------------------------------------------------------
 
 
-def _pin_of(recipe: Recipe) -> Pin:
+def pinned_flashinfer(recipe: Recipe) -> Pin:
+    """The recipe's flashinfer-python pin (refused when it has none)."""
     for pin in recipe.pins:
         if canonicalize_name(pin.name) == "flashinfer-python":
             return pin
@@ -356,7 +565,7 @@ def _complete(wheel_dir: Path, pin: Pin) -> bool:
 def builder_gaps(recipe: Recipe, cache_root: Path, tag: str) -> list[str]:
     """What ``CACHE/flashinfer-aot/<tag>/`` lacks of the wheels flashinfer's builder needs,
     each named (reads files only); a recipe without the flashinfer-python pin is refused."""
-    pin = _pin_of(recipe)
+    pin = pinned_flashinfer(recipe)
     wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
     if not _complete(wheel_dir, pin):
         others = sorted(p.parent.name for p in wheel_dir.parent.glob(f"*/{COMPLETE}")
@@ -381,17 +590,43 @@ def fetch_builder_wheels(pin: Pin, python: Path, wheel_dir: Path) -> None:
 
 
 def ready_builder(recipe: Recipe, cache_root: Path, *, offline: bool) -> list[str]:
-    """``wheel``'s check before anything compiles (``[flashinfer] aot``): online, the
-    builder's wheels are downloaded now; offline, what the cache lacks is returned."""
+    """``wheel``'s check before anything compiles (``[flashinfer] aot``): the model's set
+    resolved, a prebuilt jit-cache fetched and its version checked; online, the builder's
+    wheels (and the pinned NVIDIA wheels for headers the toolkit and this environment lack)
+    are downloaded now; offline, what the cache lacks is returned."""
+    from sparkbuild.flashinfer.module_set import recipe_set
+
+    if recipe.flashinfer.jit_cache is not None:
+        from sparkbuild.flashinfer.jit_cache import ready_jit_cache
+        from sparkbuild.store.cache import Cache
+
+        ready_jit_cache(recipe, Cache(cache_root), offline=offline,
+                        pinned=pinned_flashinfer(recipe).version)
+        return []
     if not recipe.flashinfer.aot:
         return []
+    chosen = recipe_set(recipe)  # a [model] the mapping refuses is said now
     tag = running_tag()
+    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
     gaps = builder_gaps(recipe, cache_root, tag)
     if gaps and not offline:
-        fetch_builder_wheels(_pin_of(recipe), Path(sys.executable),
-                             cache_root / FLASHINFER_AOT_WHEELS / tag)
-        return builder_gaps(recipe, cache_root, tag)
-    return gaps
+        fetch_builder_wheels(pinned_flashinfer(recipe), Path(sys.executable), wheel_dir)
+        gaps = builder_gaps(recipe, cache_root, tag)
+    modules = chosen.modules if chosen else []
+    cuda_home = toolkit_root()
+    if cuda_home is None:
+        return gaps  # doctor names the missing nvcc
+    missing, wanted = wanted_wheels(needed_headers(modules), needed_libraries(modules),
+                                    cuda_home, environment_site(Path(sys.executable)),
+                                    wheel_dir / "-")
+    absent = _held(wheel_dir, wanted)
+    if absent and not offline:
+        wheel_dir.mkdir(parents=True, exist_ok=True)
+        fetch_header_wheels(absent, Path(sys.executable), wheel_dir,
+                            wheel_dir / "headers-download.log")
+        absent = _held(wheel_dir, wanted)
+    return gaps + [f"{wheel} (for {', '.join(missing)}, which the toolkit at {cuda_home} "
+                   f"lacks): not in {wheel_dir}" for wheel in absent]
 
 
 def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tuple[Path, Path]:
@@ -414,22 +649,33 @@ def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tu
 
 def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
                      work: Path, offline: bool, jobs: int | None = None,
-                     cuda_home: Path | None = None) -> AotResult:
-    """``sparkbuild flashinfer-aot``: the recipe's target and ``[flashinfer] aot_args``,
-    with the pinned wheel's builder (``wheel`` reuses a kept build: flashinfer/kept_builds.py)."""
+                     cuda_home: Path | None = None, only: tuple[str, ...] = ()
+                     ) -> AotResult:
+    """``sparkbuild flashinfer-aot``: the recipe's target and module set (the model's, or
+    ``[flashinfer] aot_args``), with the pinned wheel's builder (``wheel`` reuses a kept
+    build: flashinfer/kept_builds.py)."""
     return build_jit_cache(request_for_recipe(
         recipe, out=out, python=python, cache_root=cache_root, work=work, offline=offline,
-        jobs=jobs, cuda_home=cuda_home))
+        jobs=jobs, cuda_home=cuda_home, only=only))
 
 
 def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
                        work: Path, offline: bool, jobs: int | None = None,
-                       cuda_home: Path | None = None) -> AotRequest:
-    """The build the recipe asks for: its target, its ``aot_args``, the pinned wheel and
-    its builder's wheels (downloaded now when online and missing), and this nvcc."""
+                       cuda_home: Path | None = None, only: tuple[str, ...] = (),
+                       launcher_env: dict[str, str] | None = None,
+                       usable_bytes: float | None = None) -> AotRequest:
+    """The build the recipe asks for: its target, its module set (``only``: the modules
+    whose name matches one of these globs), the pinned wheel and its builder's wheels
+    (downloaded now when online and missing), and this nvcc."""
+    from sparkbuild.flashinfer.module_set import recipe_set, select
     from sparkbuild.toolchain.tools import cuda_root, find_nvcc
 
-    pin = _pin_of(recipe)
+    pin = pinned_flashinfer(recipe)
+    chosen = recipe_set(recipe)
+    modules = tuple(select(chosen.modules, only)) if chosen is not None else ()
+    args = recipe.flashinfer.aot_args
+    if chosen is None and only:
+        args = (*args, *(a for glob in only for a in ("--only", glob)))
     nvcc = find_nvcc()
     wheel, wheel_dir = aot_wheels(pin, python, cache_root, offline=offline)
     version = nvcc.version
@@ -438,4 +684,7 @@ def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: P
         archs=recipe.target.cuda_archs, out=out, work=work,
         cuda_home=cuda_home or cuda_root(nvcc),
         cuda_version=f"{version.major}.{version.minor}" if version else "0.0",
-        args=recipe.flashinfer.aot_args, jobs=jobs, sha256=pin.sha256)
+        args=args, jobs=jobs, sha256=pin.sha256, modules=modules,
+        launcher_env=tuple(sorted((launcher_env or {}).items())), cache_root=cache_root,
+        usable_bytes=usable_bytes, job_memory_gib=recipe.build.job_memory_gib,
+        offline=offline)
