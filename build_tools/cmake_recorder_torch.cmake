@@ -41,6 +41,12 @@ macro(find_package _sb_name)
     set(Torch_FOUND TRUE)
     set(Torch_VERSION "${SB_TORCH_VERSION}")
     set(TORCH_INCLUDE_DIRS "${SB_TORCH_INCLUDES}")
+    if(NOT TORCH_INCLUDE_DIRS)
+      # no torch here (the vendor plan): a directory that is not there, outside the tree,
+      # so that a tree which reads torch's headers (vLLM 0.29.0's torch 2.13 hotfix:
+      # list(GET TORCH_INCLUDE_DIRS 0 ...), then file(READ ...)) reads them as empty
+      set(TORCH_INCLUDE_DIRS "${SB_BINARY_DIR}/no-torch/include")
+    endif()
     set(TORCH_LIBRARIES torch)
     set(TORCH_CUDA_ARCH_LIST "${SB_ARCH_LIST}")
     if("${SB_DEVICE}" STREQUAL "cuda")

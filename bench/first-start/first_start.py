@@ -1,15 +1,16 @@
 """The python part of the first-start proof: a tiny random model, its greedy reference,
 vLLM's greedy tokens, and the JSON record.
 
-    python first_start.py write-model DIR [--arch llama|qwen2] [--layers 2] [--seed 19]
-    python first_start.py search-seed [--seeds 60]   (the widest top-2 margins, on CPU)
+    python first_start.py write-model DIR [--arch llama|qwen2|qwen3_moe] [--layers 2] [--seed S]
+    python first_start.py search-seed [--arch A] [--seeds 60]   (the widest margins, on CPU)
     python first_start.py reference DIR --out ref.json [--device cuda|cpu]
     python first_start.py vllm DIR --out vllm.json        (in the installed wheelhouse's env)
     python first_start.py record --reference ref.json --vllm vllm.json --evidence ev.json \\
         --out RESULT.json
 
-``write-model`` makes a Llama (or Qwen2) config with a few layers and a small vocabulary,
-random weights from a fixed seed, saved as safetensors: nothing is downloaded.  There is
+``write-model`` makes a Llama (or Qwen2, or a Qwen3-MoE: 8 experts, 2 a token, every layer
+sparse) config with a few layers and a small vocabulary, random weights from a fixed seed,
+saved as safetensors: nothing is downloaded.  There is
 no tokenizer: both sides take the same prompt token ids (vLLM with
 ``skip_tokenizer_init``).  The weights are scaled so that the logits have wide margins
 (``--init-range``): greedy decoding of a random model in bf16 must not hang on near ties.
@@ -34,6 +35,16 @@ from typing import Any
 
 PROMPT = [1, 17, 42, 99, 7, 256, 3, 88]
 SEED, INIT_RANGE = 19, 0.35
+ARCHS = ("llama", "qwen2", "qwen3_moe")
+SEEDS = {"llama": (SEED, INIT_RANGE), "qwen2": (SEED, INIT_RANGE), "qwen3_moe": (20, 0.35)}
+"""Each arch's (seed, init_range) when write-model is given none.  The MoE model's from
+``search-seed --arch qwen3_moe --seeds 60`` (CPU, bf16): seed 20 at 0.35, the only one of
+the 120 whose smallest top-2 margin (0.375) and smallest router gap (0.219) are both wide;
+most had an exact tie between two experts' bf16 router logits somewhere."""
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+       "norm_topk_prob": True, "mlp_only_layers": []}
+"""The tiny MoE model's routing (issue 44's first start of vLLM 0.29.0): every layer sparse,
+8 experts of half the hidden size, 2 a token, their weights renormalised."""
 """Chosen by ``search-seed`` (after the 2026-12-03 node-set-rehearsal run): the smallest
 top-2 logit margin over the 16 greedy steps is 0.375 on CPU in bf16, six bf16 steps at
 these logits' size.  The old default
@@ -59,15 +70,39 @@ def write_model(directory: Path, *, arch: str = "llama", layers: int = 2, vocab:
               "bos_token_id": 1, "eos_token_id": vocab - 1, "torch_dtype": dtype}
     if arch == "qwen2":
         model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common))
+    elif arch == "qwen3_moe":
+        model = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(
+            **common, moe_intermediate_size=hidden // 2, **MOE))
     else:
         model = transformers.LlamaForCausalLM(
             transformers.LlamaConfig(**common, head_dim=hidden // heads))
     model = model.to(getattr(torch, dtype))
     directory.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(directory, safe_serialization=True)
-    return {"arch": arch, "layers": layers, "vocab": vocab, "hidden": hidden, "heads": heads,
+    made = {"arch": arch, "layers": layers, "vocab": vocab, "hidden": hidden, "heads": heads,
             "kv_heads": kv_heads, "head_dim": hidden // heads, "seed": seed, "dtype": dtype,
-            "parameters": sum(p.numel() for p in model.parameters())}
+            "init_range": init_range, "parameters": sum(p.numel() for p in model.parameters())}
+    if arch == "qwen3_moe":
+        made.update(experts=MOE["num_experts"], top_k=MOE["num_experts_per_tok"])
+    return made
+
+
+def router_gap(directory: Path, tokens: list[int]) -> float | None:
+    """The smallest gap, over every token and MoE layer, between the k-th and the (k+1)-th
+    router logit (k experts a token): two implementations that round differently must not
+    route a token to other experts.  None for a model without a router."""
+    torch, transformers = _module("torch"), _module("transformers")
+    model = transformers.AutoModelForCausalLM.from_pretrained(directory, dtype="auto").eval()
+    k = getattr(model.config, "num_experts_per_tok", None)
+    if not k:
+        return None
+    with torch.no_grad():
+        out = model(torch.tensor([tokens]), output_router_logits=True)
+    gaps = []
+    for logits in out.router_logits or ():
+        top = torch.topk(logits.float(), k + 1, dim=-1).values
+        gaps.append(float((top[..., k - 1] - top[..., k]).min()))
+    return min(gaps) if gaps else None
 
 
 def reference(directory: Path, *, prompt: list[int], max_new: int, device: str
@@ -120,6 +155,21 @@ def run_vllm(directory: Path, *, prompt: list[int], max_new: int,
             "attention_backend": attention_backend}
 
 
+def failed_start(error: BaseException) -> dict[str, Any]:
+    """A start that raised: the error, and the flashinfer module it missed when one of the
+    chained errors is flashinfer's MissingJITCacheError (its ``spec`` names the module)."""
+    missing = None
+    seen: BaseException | None = error
+    while seen is not None:
+        if type(seen).__name__ == "MissingJITCacheError":
+            spec = getattr(seen, "spec", None)
+            missing = str(getattr(spec, "name", None) or seen)
+            break
+        seen = seen.__cause__ or seen.__context__
+    return {"tokens": [], "error": f"{type(error).__name__}: {error}"[:4000],
+            "missing_jit_module": missing, "seconds": {"time_to_first_token": None}}
+
+
 def loaded_libraries() -> dict[str, list[str]]:
     """flashinfer's modules mapped into this process (VLLM_ENABLE_V1_MULTIPROCESSING=0 keeps
     the engine here): from the jit-cache wheel, or from flashinfer's JIT workspace."""
@@ -134,10 +184,11 @@ def loaded_libraries() -> dict[str, list[str]]:
             "flashinfer_workspace": [p for p in paths if p.startswith(workspace)]}
 
 
-def search_seed(seeds: range, init_ranges: tuple[float, ...], *, max_new: int
-                ) -> list[dict[str, Any]]:
+def search_seed(seeds: range, init_ranges: tuple[float, ...], *, max_new: int,
+                arch: str = "llama") -> list[dict[str, Any]]:
     """Each (seed, init_range) model's smallest top-2 margin over ``max_new`` greedy steps,
-    on CPU, widest first: the proof wants a model with no near tie to flip."""
+    on CPU, widest first: the proof wants a model with no near tie to flip (for a MoE model
+    also its smallest router gap over the prompt and the tokens, :func:`router_gap`)."""
     import shutil
     import tempfile
 
@@ -146,13 +197,17 @@ def search_seed(seeds: range, init_ranges: tuple[float, ...], *, max_new: int
         for seed in seeds:
             directory = Path(tempfile.mkdtemp(prefix="first-start-seed-"))
             try:
-                write_model(directory, seed=seed, init_range=init_range)
+                write_model(directory, arch=arch, seed=seed, init_range=init_range)
                 ref = reference(directory, prompt=PROMPT, max_new=max_new, device="cpu")
+                gap = router_gap(directory, PROMPT + ref["tokens"])
             finally:
                 shutil.rmtree(directory, ignore_errors=True)
             rows.append({"seed": seed, "init_range": init_range,
-                         "min_margin": min(ref["margins"]), "tokens": ref["tokens"]})
-    return sorted(rows, key=lambda row: -row["min_margin"])
+                         "min_margin": min(ref["margins"]), "min_router_gap": gap,
+                         "tokens": ref["tokens"]})
+    return sorted(rows, key=lambda row: -min(
+        row["min_margin"], row["min_margin"] if row["min_router_gap"] is None
+        else row["min_router_gap"]))
 
 
 def compare(reference_tokens: list[int], tokens: list[int], margins: list[float]
@@ -173,6 +228,7 @@ def record(reference_json: Path, vllm_json: Path, evidence_json: Path | None,
     got = json.loads(vllm_json.read_text())
     result: dict[str, Any] = {
         "prompt": ref.get("prompt", PROMPT), "tokens": got["tokens"],
+        "vllm_error": got.get("error"), "missing_jit_module": got.get("missing_jit_module"),
         "reference_tokens": ref["tokens"],
         **compare(ref["tokens"], got["tokens"], ref.get("margins", [])),
         "time_to_first_token_s": got["seconds"]["time_to_first_token"],
@@ -222,11 +278,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("write-model")
     p.add_argument("dir", type=Path)
-    p.add_argument("--arch", choices=("llama", "qwen2"), default="llama")
+    p.add_argument("--arch", choices=ARCHS, default="llama")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--vocab", type=int, default=512)
-    p.add_argument("--init-range", type=float, default=INIT_RANGE)
-    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--init-range", type=float, help="default: the arch's, SEEDS")
+    p.add_argument("--seed", type=int, help="default: the arch's, SEEDS")
     p.add_argument("--dtype", default="bfloat16")
     p.add_argument("--out", type=Path)
     for name in ("reference", "vllm"):
@@ -239,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             p.add_argument("--attention-backend", help="vLLM's engine argument, e.g. FLASHINFER")
     p = sub.add_parser("search-seed")
+    p.add_argument("--arch", choices=ARCHS, default="llama")
     p.add_argument("--seeds", type=int, default=60)
     p.add_argument("--max-new", type=int, default=16)
     p = sub.add_parser("record")
@@ -249,14 +306,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if args.command == "write-model":
+        seed, init_range = SEEDS[args.arch]
         made = write_model(args.dir, arch=args.arch, layers=args.layers, vocab=args.vocab,
-                           init_range=args.init_range, dtype=args.dtype, seed=args.seed)
+                           init_range=init_range if args.init_range is None else args.init_range,
+                           dtype=args.dtype, seed=seed if args.seed is None else args.seed)
         if args.out:
             args.out.write_text(json.dumps(made, indent=2) + "\n")
         print(json.dumps(made))
         return 0
     if args.command == "search-seed":
-        for row in search_seed(range(args.seeds), (0.2, 0.35), max_new=args.max_new)[:5]:
+        for row in search_seed(range(args.seeds), (0.2, 0.35), max_new=args.max_new,
+                               arch=args.arch)[:5]:
             print(json.dumps(row))
         return 0
     if args.command == "reference":
@@ -264,8 +324,12 @@ def main(argv: list[str] | None = None) -> int:
                                         device=args.device)
         out["prompt"] = PROMPT
     elif args.command == "vllm":
-        out = run_vllm(args.dir, prompt=PROMPT, max_new=args.max_new,
-                       attention_backend=args.attention_backend)
+        try:
+            out = run_vllm(args.dir, prompt=PROMPT, max_new=args.max_new,
+                           attention_backend=args.attention_backend)
+        except Exception as error:  # recorded for RESULT.json, then the status says it
+            args.out.write_text(json.dumps(failed_start(error), indent=2) + "\n")
+            raise
     else:
         out = record(args.reference, args.vllm, args.evidence, args.model)
         args.out.write_text(json.dumps(out, indent=2) + "\n")

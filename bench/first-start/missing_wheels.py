@@ -21,6 +21,14 @@ only and missed both).
 
     python bench/first-start/missing_wheels.py --sdist vllm-0.20.0.tar.gz \\
         --freeze bench/first-start/device-pip-list.txt --dest carried/ --out node_set.json
+
+For a release whose torch pin is not the image's (vLLM 0.29.0 pins torch 2.13.0, the image
+has 2.11.0+cu130), ``--existing-torch`` removes the torch pins from the requirements before
+resolving, with the very edit ``wheel --use-existing-torch`` makes to the tree it builds
+(sparkbuild.compile.existing_torch.strip_torch_pins): the node set then holds the image's
+torch, the one the wheel was compiled against.  ``--drop NAME`` removes a requirement the
+index cannot give (vLLM 0.29.0's flashinfer-cubin==0.6.18, which is not on PyPI; its
+requirements name flashinfer's own index, unreachable here, and that line goes too).
 """
 
 from __future__ import annotations
@@ -34,7 +42,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+from sparkbuild.compile.existing_torch import strip_torch_pins
 
 PLATFORM = "x86_64-manylinux_2_28"
 PIP_PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
@@ -56,6 +68,21 @@ LEAVE_OUT = {
     "numba": "vLLM pins 0.65.0 (the image has 0.68.0); only the n-gram speculative "
              "decoder imports it",
     "llvmlite": "numba's (42 MiB)",
+    # vLLM 0.29.0's closure (issue 44), the tiny MoE model on the H200 with JIT disabled:
+    "nvidia-cutlass-dsl-libs-cu13": "as nvidia-cutlass-dsl (84 MiB)",
+    "quack-kernels": "CuTe DSL kernels (MSA's, the GDN and DSA CuteDSL ops), not on this path",
+    "humming-kernels": "quantized GEMMs, imported only behind has_humming(); its [cu13] extra "
+                       "brings a compiler",
+    "nvidia-cuda-nvcc": "humming-kernels' JIT compiler (45 MiB): the node has no compiler",
+    "nvidia-nvvm": "as nvidia-cuda-nvcc (72 MiB)",
+    "nvidia-cuda-cccl": "as nvidia-cuda-nvcc",
+    "tokenspeed-mla": "the MLA prefill backend's kernels (tokenspeed_mla.py imports it lazily); "
+                      "the tiny model has no MLA",
+    "tokenspeed-triton": "tokenspeed-mla's own Triton (90 MiB)",
+    "pynvvideocodec": "video decoding for multimodal inputs (41 MiB), imported lazily",
+    "torchcodec": "video and audio decoding for multimodal inputs, imported lazily",
+    "llguidance": "structured output's guidance backend, a LazyLoader until a request asks for "
+                  "it; 1.7.6's only x86_64 wheel is manylinux_2_31, beyond the tags carried",
 }
 
 
@@ -69,13 +96,35 @@ def freeze_versions(text: str) -> dict[str, str]:
     return found
 
 
-def requirements(sdist: Path, into: Path) -> Path:
+def requirements(sdist: Path, into: Path, *, existing_torch: bool = False,
+                 drop: tuple[str, ...] = ()) -> Path:
     with tarfile.open(sdist) as archive:
         for member in archive.getmembers():
             if "/requirements/" in member.name and member.name.endswith((".txt",)):
                 archive.extract(member, into, filter="data")
     (cuda,) = into.glob("*/requirements/cuda.txt")
+    if existing_torch:
+        strip_torch_pins(cuda.parents[1])
+    if drop:
+        for path in cuda.parent.rglob("*.txt"):
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+            path.write_text("".join(line for line in lines if not dropped(line, drop)),
+                            encoding="utf-8")
     return cuda
+
+
+def dropped(line: str, names: tuple[str, ...]) -> bool:
+    """A requirement line for one of ``names``, or an extra index (unreachable here)."""
+    text = line.split("#", 1)[0].strip()
+    if text.startswith(("--extra-index-url", "--index-url")):
+        return True
+    if not text or text.startswith("-"):
+        return False
+    try:
+        name = Requirement(text).name
+    except InvalidRequirement:
+        return False
+    return canonicalize_name(name) in {canonicalize_name(n) for n in names}
 
 
 def resolve(cuda: Path, image: dict[str, str], keep: list[str]) -> list[tuple[str, str]]:
@@ -144,11 +193,16 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--view-list", type=Path,
                         help="write the from_image projects here, name==version a line")
+    parser.add_argument("--existing-torch", action="store_true",
+                        help="remove the torch pins first, as `wheel --use-existing-torch` does")
+    parser.add_argument("--drop", action="append", default=[],
+                        help="a requirement the index cannot give (repeatable)")
     args = parser.parse_args()
     image = freeze_versions(args.freeze.read_text(encoding="utf-8"))
     keep = [str(canonicalize_name(n)) for n in args.keep.split(",") if n.strip()]
     with tempfile.TemporaryDirectory() as scratch:
-        pins = resolve(requirements(args.sdist, Path(scratch)), image, keep)
+        pins = resolve(requirements(args.sdist, Path(scratch), existing_torch=args.existing_torch,
+                                    drop=tuple(args.drop)), image, keep)
     args.dest.mkdir(parents=True, exist_ok=True)
     from_image, to_carry, left_out = split(pins, image)
     carried: list[dict[str, Any]] = []
@@ -162,6 +216,7 @@ def main() -> None:
                         "size": wheel.stat().st_size, "image_has": image.get(name, "")})
     total = sum(item["size"] for item in carried)
     report = {"resolved": len(pins), "kept_at_image_version": keep,
+              "existing_torch": args.existing_torch, "dropped": args.drop,
               "from_image": from_image, "carried": carried, "left_out": left_out,
               "carried_count": len(carried), "total_bytes": total,
               "total_mib": round(total / 2**20, 1), "no_wheel_found": failed}

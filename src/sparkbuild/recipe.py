@@ -27,6 +27,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import PinRefusedError, RecipeError, SparkbuildError, UsageError
 from sparkbuild.resources import recipes_dir, resource_root
 
@@ -157,6 +158,9 @@ class VendorSettings:
     """Sources the build gets an empty directory for (reported, never silent)."""
     sparse: bool = False
     """Fetch git sources without what a build never reads (sparkbuild.vendoring.unread)."""
+    crates: bool = True
+    """False: the tree's Cargo crates are not vendored (a build host without crates.io);
+    the build then goes without the Rust extensions, which must be optional in the tree."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +311,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
                "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str, "dist": str},
-    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool},
+    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
+               "crates": bool},
     "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
     "model": {"config": str, "architecture": str, "dtype": str, "kv_cache_dtype": str,
               "head_dim": int, "head_dim_vo": int, "num_attention_heads": int,
@@ -489,7 +494,8 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
                               hint='for example "https://github.com/=file:///srv/git/"')
     return VendorSettings(mirrors=mirrors, submodules=submodules,
                           exclude=_strings(path, text, "exclude", table.get("exclude", [])),
-                          sparse=bool(table.get("sparse", False)))
+                          sparse=bool(table.get("sparse", False)),
+                          crates=bool(table.get("crates", True)))
 
 
 _JIT_CACHE_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -523,9 +529,9 @@ def _parse_model(path: Path, table: Any) -> ModelSettings | None:
 
 
 def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
-    """``[build] env``: what the build runs with; a SOURCE_DATE_EPOCH the wheel's zip cannot
-    hold is refused here, before any work."""
-    env = {str(k): str(v) for k, v in table.items()}
+    """``[build] env``: what the build runs with, each entry through :func:`_env_table`; a
+    SOURCE_DATE_EPOCH the wheel's zip cannot hold is refused here, before any work."""
+    env = _env_table(path, text, "build.env", table)
     check_source_date_epoch(env.get("SOURCE_DATE_EPOCH"), error=RecipeError,
                             where=_where(path, text, "build", "env"))
     return env
@@ -546,6 +552,36 @@ _ARCH = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
 """One entry of TORCH_CUDA_ARCH_LIST: ``12.1a``, ``12.1f``, ``9.0``, ``8.6+PTX``."""
 _PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
 """A valid project name (PEP 508)."""
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""An environment variable's name, as the shell and systemd take it."""
+
+
+def env_entry_problem(key: str, value: str) -> str | None:
+    """Why ``key=value`` cannot be an entry of an environment sparkbuild writes or sets (the
+    node profile, a build's environment); None when it can.  The one check of an
+    environment's entries, where the recipe is read (``[node] env``, ``[build] env``) and
+    where the manifest is (``build.node_profile``): a key is a shell name (``A=1;touch x;B``
+    would run at ``source VENV/bin/activate``), a value holds no control character (a
+    newline would add a line such as ``LD_PRELOAD=...`` to ``node.env``)."""
+    if not ENV_NAME.fullmatch(key):
+        return f"{key!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"
+    unsafe = unsafe_characters(value)
+    if unsafe:
+        return (f"the value of {key} holds {', '.join(unsafe)} (a control or bidirectional "
+                "character)")
+    return None
+
+
+def _env_table(path: Path, text: str, name: str, raw: dict[str, Any]) -> dict[str, str]:
+    """``[build] env`` or ``[node] env``, each entry through :func:`env_entry_problem`."""
+    env = {str(key): str(value) for key, value in raw.items()}
+    for key, value in env.items():
+        problem = env_entry_problem(key, value)
+        if problem is not None:
+            raise RecipeError(f"{name}: {problem}", where=_where(path, text, name, key),
+                              hint="an entry is NAME = \"VALUE\": a name of letters, digits "
+                              "and _ (not starting with a digit), a value on one line")
+    return env
 
 
 def check_job_memory_gib(value: object, *, where: str | None,
@@ -712,7 +748,7 @@ def load_recipe(path: Path) -> Recipe:
             jit_cache=_parse_jit_cache(path, text, tables["flashinfer"].get("jit_cache"))),
         model=_parse_model(path, data.get("model")),
         node=NodeSettings(
-            env={str(k): str(v) for k, v in tables["node"].get("env", {}).items()},
+            env=_env_table(path, text, "node.env", tables["node"].get("env", {})),
             drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node"),
             start_modules=_strings(path, text, "start_modules",
                                    tables["node"].get("start_modules", []), table="node")),

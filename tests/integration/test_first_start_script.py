@@ -148,7 +148,9 @@ def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
         if script == "prep_here.sh":
             copied = set(re.findall(r"\$HERE/([A-Za-z_][\w.-]*)", text))
         made = {"parts", "whl", "runtime", "bundle.tar.xz", "runtime-all.tar",
-                "node_set.json", "image-view.txt", "runtime-parts.txt", "cudaroot.sh"}
+                "node_set.json", "image-view.txt", "runtime-parts.txt", "cudaroot.sh",
+                "build.tar", "targets.txt", "model-args.txt", "sources.json", "NO-BUNDLE.txt",
+                "sparkbuild-"}  # sparkbuild-*.whl, which device_wheels writes
         missing = {n for n in named - made
                    if not (here / n).exists()}
         assert missing == set(), f"{script} names {sorted(missing)}"
@@ -200,3 +202,163 @@ def test_the_image_view_links_the_wanted_versions_only(tmp_path: Path) -> None:
     assert (view / "foo").resolve() == (site / "foo").resolve()
     again = iv.link({"foo": "1.1"}, tmp_path / "view2", path=[str(site)])
     assert again["problems"] == ["foo==1.1: the image has 1.0"] and again["linked"] == []
+
+
+def _fs(tmp_path: Path, devrun: Path, *args: str) -> str:
+    import os
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("needs bash")
+    env = {**os.environ, "DRY": "1", "FS_ROOT": str(tmp_path / "root"),
+           "OUT": str(tmp_path / "out"), "FS_D": str(devrun)}
+    done = subprocess.run([bash, str(devrun / "fs.sh"), *args], env=env, text=True,
+                          capture_output=True, timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _build_tar(tmp_path: Path, **files: str) -> Path:
+    """.devrun as prep_here.sh leaves it: the scripts, and build.tar in parts/."""
+    import shutil
+    import tarfile
+
+    devrun = tmp_path / "devrun"
+    (devrun / "parts").mkdir(parents=True)
+    for name in ("fs.sh", "first_start.py"):
+        shutil.copy(SCRIPT.parent / name, devrun / name)
+    inside = tmp_path / "inside"
+    (inside / "whl").mkdir(parents=True)
+    (inside / "whl" / "sparkbuild-0.1.0-py3-none-any.whl").write_bytes(b"w")
+    (inside / "runtime-parts.txt").write_text("runtime.tar.00 10\n")
+    for name, text in files.items():
+        (inside / name.replace("_", "-").replace("-txt", ".txt")).write_text(text)
+    with tarfile.open(devrun / "parts" / "build.tar", "w") as tar:
+        for path in sorted(inside.iterdir()):
+            tar.add(path, arcname=path.name)
+    return devrun
+
+
+def test_the_first_start_of_0_29_0_builds_its_own_targets_and_writes_the_moe_model(
+        tmp_path: Path) -> None:
+    """fs.sh with DRY=1: the chain in order, with build.tar's stack (issue 44: vLLM 0.29.0
+    has no _C; the tiny model is a Qwen3-MoE), JIT disabled at the start."""
+    devrun = _build_tar(tmp_path, targets_txt="_C_stable_libtorch,_moe_C_stable_libtorch,"
+                        "_vllm_fa2_C\n", model_args_txt="--arch qwen3_moe\n")
+    out = _fs(tmp_path, devrun, "receive") + _fs(tmp_path, devrun, "build", "5")
+    root = tmp_path / "root"
+    assert "received build.tar" in out
+    (wheel,) = [line for line in out.splitlines() if "wheel started:" in line]
+    assert f"--bundle {root}/bundle.tar.xz --use-existing-torch --targets " \
+           "_C_stable_libtorch,_moe_C_stable_libtorch,_vllm_fa2_C --no-closure" in wheel
+    assert f"write-model {root}/model --arch qwen3_moe" in out
+    assert "would wait for the runtime parts" in out  # runtime.tar.00 was never carried
+    prove = next(line for line in out.splitlines() if line.startswith("would prove"))
+    assert "--attention-backend FLASHINFER" in prove and "FLASHINFER_DISABLE_JIT=1" in prove
+    order = [out.index(key) for key in ("would stage", "wheel started", "would prove")]
+    assert order == sorted(order)
+
+
+def test_the_stack_of_0_20_0_is_the_default(tmp_path: Path) -> None:
+    out = _fs(tmp_path, _build_tar(tmp_path), "receive") + _fs(
+        tmp_path, tmp_path / "devrun", "build", "5")
+    assert "--targets _C,_C_stable_libtorch,_vllm_fa2_C " in out
+    assert f"write-model {tmp_path}/root/model  and" in out  # no model arguments: the Llama
+
+
+def test_a_build_tar_in_pieces_waits_for_the_last(tmp_path: Path) -> None:
+    devrun = _build_tar(tmp_path, targets_txt="_C_stable_libtorch\n")
+    whole = (devrun / "parts" / "build.tar").read_bytes()
+    (devrun / "parts" / "build.tar").unlink()
+    half = len(whole) // 2
+    (devrun / "parts" / "build.tar.00").write_bytes(whole[:half])
+    (devrun / "parts" / "build-parts.txt").write_text(
+        f"build.tar.00 {half}\nbuild.tar.01 {len(whole) - half}\n")
+    first = _fs(tmp_path, devrun, "receive") + _fs(tmp_path, devrun, "build", "5")
+    assert "build.tar is not whole yet" in first and "wheel started" not in first
+    (devrun / "parts" / "build.tar.00").unlink()
+    (devrun / "parts" / "build.tar.01").write_bytes(whole[half:])
+    second = _fs(tmp_path, devrun, "receive") + _fs(tmp_path, devrun, "build", "5")
+    assert "--targets _C_stable_libtorch " in second
+
+
+def test_the_node_set_of_0_29_0_holds_the_image_s_torch(tmp_path: Path) -> None:
+    """--existing-torch removes the torch pins as `wheel --use-existing-torch` does, and
+    --drop a requirement the index cannot give, with the index line that names it."""
+    import tarfile
+
+    mw = _bench_script("missing_wheels")
+    top = tmp_path / "src" / "vllm-0.29.0" / "requirements"
+    top.mkdir(parents=True)
+    (top / "common.txt").write_text("numpy\ntransformers >= 5.10.4\n")
+    (top / "cuda.txt").write_text(
+        "-r common.txt\ntorch==2.13.0\ntorchaudio==2.11.0\ntorchvision==0.28.0 # why\n"
+        "--extra-index-url https://flashinfer.ai/whl/\nflashinfer-python==0.6.18\n"
+        "flashinfer-cubin==0.6.18\nnumba == 0.65.0\n")
+    sdist = tmp_path / "vllm-0.29.0.tar.gz"
+    with tarfile.open(sdist, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "vllm-0.29.0", arcname="vllm-0.29.0")
+    cuda = mw.requirements(sdist, tmp_path / "x", existing_torch=True, drop=("flashinfer-cubin",))
+    assert cuda.read_text().splitlines() == [
+        "-r common.txt", "flashinfer-python==0.6.18", "numba == 0.65.0"]
+    assert (cuda.parent / "common.txt").read_text() == "numpy\ntransformers >= 5.10.4\n"
+    kept = mw.requirements(sdist, tmp_path / "y")
+    assert "torch==2.13.0" in kept.read_text()  # without the switches, as shipped
+
+
+def test_a_start_that_misses_a_flashinfer_module_is_recorded_with_its_name(
+        tmp_path: Path) -> None:
+    fs = _script()
+
+    class MissingJITCacheError(RuntimeError):  # flashinfer's, by name (flashinfer/jit/core.py)
+        def __init__(self, message: str, spec: Any) -> None:
+            self.spec = spec
+            super().__init__(message)
+
+    class Spec:
+        name = "sampling"
+
+    try:
+        try:
+            raise MissingJITCacheError("JIT compilation is disabled", Spec())
+        except MissingJITCacheError as inner:
+            raise RuntimeError("Engine core initialization failed") from inner
+    except RuntimeError as error:
+        failed = fs.failed_start(error)
+    assert failed["missing_jit_module"] == "sampling" and failed["tokens"] == []
+    assert failed["error"].startswith("RuntimeError: Engine core initialization failed")
+    (tmp_path / "vllm.json").write_text(json.dumps(failed))
+    (tmp_path / "ref.json").write_text(json.dumps({"tokens": [5, 6], "margins": [1, 1]}))
+    assert fs.main(["record", "--reference", str(tmp_path / "ref.json"), "--vllm",
+                    str(tmp_path / "vllm.json"), "--out", str(tmp_path / "r.json")]) == 1
+    result = json.loads((tmp_path / "r.json").read_text())
+    assert result["equal"] is False and result["missing_jit_module"] == "sampling"
+    assert result["time_to_first_token_s"] is None
+
+
+def test_the_tiny_moe_model_routes_with_wide_gaps(tmp_path: Path) -> None:
+    """write-model --arch qwen3_moe (no download) at its chosen seed: its reference is
+    greedy and repeatable, and no token's router sits on a near tie between two experts."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    fs = _script()
+    model = tmp_path / "moe"
+    assert fs.main(["write-model", str(model), "--arch", "qwen3_moe", "--dtype", "bfloat16",
+                    "--out", str(tmp_path / "model.json")]) == 0
+    made = json.loads((tmp_path / "model.json").read_text())
+    assert (made["experts"], made["top_k"], made["seed"]) == (8, 2, fs.SEEDS["qwen3_moe"][0])
+    config = json.loads((model / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3MoeForCausalLM"]
+    assert config["num_experts_per_tok"] == 2
+    assert config["hidden_size"] // config["num_attention_heads"] == 64  # FA2/FA3 head_dim 64
+    assert fs.main(["reference", str(model), "--out", str(tmp_path / "ref.json"),
+                    "--device", "cpu"]) == 0
+    ref = json.loads((tmp_path / "ref.json").read_text())
+    assert len(ref["tokens"]) == 16 and min(ref["margins"]) >= 0.25
+    gap = fs.router_gap(model, fs.PROMPT + ref["tokens"])
+    assert gap is not None and gap > 0.1
+    llama = tmp_path / "llama"
+    fs.write_model(llama, layers=1)
+    assert fs.router_gap(llama, fs.PROMPT) is None

@@ -24,6 +24,7 @@ from sparkbuild.wheelhouse.closure import RealOutside
 from sparkbuild.wheelhouse.lock import parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
+from support.wheels import zipped_wheel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -260,14 +261,9 @@ def test_a_known_bad_version_is_refused_by_lock_and_install(tmp_path: Path) -> N
     house.mkdir()
     wheel = house / "flashinfer_python-0.6.17-py3-none-any.whl"
     info = "flashinfer_python-0.6.17.dist-info"
-    members = {f"{info}/METADATA": b"Metadata-Version: 2.1\nName: flashinfer-python\n"
-               b"Version: 0.6.17\n",
-               f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, data in members.items():
-            archive.writestr(name, data)
-        archive.writestr(f"{info}/RECORD", "".join(f"{name},,\n" for name in members)
-                         + f"{info}/RECORD,,\n")
+    wheel.write_bytes(zipped_wheel({
+        f"{info}/METADATA": b"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: 0.6.17\n",
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}))
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     lock = f"flashinfer-python==0.6.17 \\\n    --hash=sha256:{digest}\n"
     (house / "requirements.lock").write_text(lock)

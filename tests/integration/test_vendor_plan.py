@@ -182,6 +182,30 @@ def test_plan_names_sources_wheels_torch_and_crates(tmp_path: Path) -> None:
     assert data["notes"] == []
 
 
+def test_a_tree_that_reads_torch_s_headers_is_planned_without_torch(tmp_path: Path) -> None:
+    """vLLM 0.29.0's torch 2.13 hotfix takes the first of TORCH_INCLUDE_DIRS and reads a
+    header from it before any FetchContent declaration: the plan has no torch (it is made
+    on a build host without one) and still records every source (it recorded none)."""
+    tree = write_tree(tmp_path, {"CMakeLists.txt": """
+cmake_minimum_required(VERSION 3.26)
+project(demo LANGUAGES CXX)
+include(FetchContent)
+find_package(Torch REQUIRED)
+if(Torch_VERSION VERSION_GREATER_EQUAL "2.13" AND Torch_VERSION VERSION_LESS "2.14")
+  list(GET TORCH_INCLUDE_DIRS 0 TORCH_INCLUDE_DIR)
+  file(READ "${TORCH_INCLUDE_DIR}/torch/csrc/stable/stableivalue_conversions.h" CONTENTS)
+  if(CONTENTS MATCHES "auto strptr = new std::string")
+    message(FATAL_ERROR "read a header that is not there")
+  endif()
+endif()
+FetchContent_Declare(lib GIT_REPOSITORY https://example.invalid/lib.git GIT_TAG v1.0)
+FetchContent_MakeAvailable(lib)
+""", "pyproject.toml": '[build-system]\nrequires = ["torch == 2.13.0"]\n'})
+    plan = plan_tree(tree, env={})
+    assert [(s.name, s.ref) for s in plan.sources] == [("lib", "v1.0")]
+    assert plan.torch == "2.13.0" and plan.notes == ()
+
+
 def test_example_project_plan() -> None:
     example = REPO / "examples" / "mini-vllm"
     plan = plan_tree(example, env={})

@@ -7,6 +7,8 @@ compiled by nvcc, read by cuobjdump).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import zipfile
 from typing import TYPE_CHECKING
@@ -40,6 +42,27 @@ def demo_wheel(directory: Path, libraries: Mapping[str, bytes]) -> Path:
     path = directory / "demo-1.0-cp311-cp311-linux_x86_64.whl"
     path.write_bytes(buffer.getvalue())
     return path
+
+
+def record_row(name: str, data: bytes) -> str:
+    """``name,sha256=...,size``: the RECORD row of a member."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}\n"
+
+
+def zipped_wheel(members: Mapping[str, bytes | str]) -> bytes:
+    """A wheel's bytes: ``members`` (name -> bytes or text), then a RECORD listing each with
+    its hash, under the one ``.dist-info`` among them."""
+    data = {name: value.encode() if isinstance(value, str) else value
+            for name, value in members.items()}
+    (dist_info,) = {name.split("/", 1)[0] for name in data if ".dist-info/" in name}
+    record = "".join(record_row(name, value) for name, value in data.items())
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, value in data.items():
+            archive.writestr(name, value)
+        archive.writestr(f"{dist_info}/RECORD", record + f"{dist_info}/RECORD,,\n")
+    return buffer.getvalue()
 
 
 def demo_recipe(tmp_path: Path, *, allow_jit: bool) -> Recipe:

@@ -20,10 +20,20 @@ the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
 :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
 hashes, named by path; the result says which file was used.
+
+``--venv`` may not hold ``$``, a backtick, ``"``, ``\\`` or a control character: the venv's
+``bin/activate`` writes its path into shell code, and an interpreter with CVE-2024-9287
+(CPython before 3.11.11, 3.12.8, 3.13.1) runs ``$(...)`` there.  An install holds a lock
+beside the venv (``.sparkbuild-install-HASH.lock``, as ``wheel`` holds the cache's:
+:class:`sparkbuild.store.lock.CacheLock`) that records the process groups it runs, and
+marks the venv (``sparkbuild-install.incomplete``) until it is done: the next install after
+one that was killed stops what it left running (``python -m venv``, ensurepip, pip) and
+makes a venv that run created anew, or reinstalls every file into one that existed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import sys
@@ -33,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.console import step
+from sparkbuild.console import info, shown, step, unsafe_characters
 from sparkbuild.errors import (
     DestinationError,
     SparkbuildError,
@@ -42,6 +52,7 @@ from sparkbuild.errors import (
     VerifyError,
 )
 from sparkbuild.node.fingerprint import record_installation
+from sparkbuild.node.installed import INSTALLING_MARK
 from sparkbuild.node.pip_check import PipCheck, judge_pip_check
 from sparkbuild.node.profile import (
     NodeProfile,
@@ -52,13 +63,15 @@ from sparkbuild.node.profile import (
 from sparkbuild.node.start_check import refuse_unstartable, start_modules_of
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
-from sparkbuild.store.files import venv_python
+from sparkbuild.store.files import usable_path, venv_python
+from sparkbuild.store.lock import CacheLock
 from sparkbuild.wheelhouse.lock import LOCK_NAME, find_uv, parse_lock
 from sparkbuild.wheelhouse.members import read_text_member
 from sparkbuild.wheelhouse.pylock import PYLOCK_NAME
 from sparkbuild.wheelhouse.verify import verify_files
 
 if TYPE_CHECKING:
+    from sparkbuild.wheelhouse.lock import LockedRequirement
     from sparkbuild.wheelhouse.verify import CheckedFiles
 
 PIP_TIMEOUT = 3600.0
@@ -123,16 +136,66 @@ def python_for(version: str | None) -> str:
     return found
 
 
+ACTIVATE_UNSAFE = frozenset('$`"\\')
+"""What ``bin/activate`` must not get in the venv's path (with any control character)."""
+
+
+def check_venv_path(venv: Path) -> Path:
+    """``--venv``, or :class:`UsageError` naming why not: too long for the system, or a
+    character that ``bin/activate`` would run (CVE-2024-9287) or that would break a line."""
+    usable_path(venv, "--venv")
+    text = str(venv.absolute())
+    found = [repr(c) for c in sorted(set(text) & ACTIVATE_UNSAFE)] + unsafe_characters(text)
+    if not found:
+        return venv
+    raise UsageError(
+        f"--venv holds {', '.join(found)}: bin/activate writes the venv's path into shell "
+        "code, and an interpreter with CVE-2024-9287 (CPython before 3.11.11, 3.12.8 and "
+        "3.13.1) runs $(...) and backticks there; a control character breaks the profile's "
+        "lines", where=shown(text),
+        hint='choose a venv path without $, `, ", \\ or control characters')
+
+
+def install_lock(venv: Path) -> CacheLock:
+    """The lock of installs into ``venv``, beside it: its name is a hash of the venv's."""
+    digest = hashlib.sha256(os.fsencode(venv.name)).hexdigest()[:12]
+    return CacheLock(venv.parent / f".sparkbuild-install-{digest}.lock")
+
+
+def refuse_foreign(venv: Path) -> None:
+    """:class:`DestinationError` unless ``venv`` is a venv, an empty directory or absent
+    (before anything is written there)."""
+    if venv_python(venv).exists() or not (venv.exists() or venv.is_symlink()):
+        return
+    inside = [p for p in venv.iterdir() if p.name != INSTALLING_MARK] if venv.is_dir() else []
+    if venv.is_symlink() or not venv.is_dir() or inside:
+        raise DestinationError("the path is neither a venv nor an empty directory",
+                               where=str(venv), hint="choose a new --venv path")
+
+
 def ensure_venv(venv: Path, version: str | None) -> bool:
     """Create ``venv`` unless it is one already; True when it was created."""
     if venv_python(venv).exists():
         return False
-    if venv.exists() and (not venv.is_dir() or any(venv.iterdir())):
-        raise DestinationError("the path is neither a venv nor an empty directory",
-                               where=str(venv), hint="choose a new --venv path")
+    refuse_foreign(venv)
     step(f"creating the venv {venv}")
     run([python_for(version), "-m", "venv", venv], timeout=PIP_TIMEOUT)
     return True
+
+
+def _interrupted(venv: Path) -> bool:
+    """Whether an install into ``venv`` was cut short (its mark is there; the lock is held,
+    so that install is gone).  A venv it created is emptied; True: one that existed before
+    it is reinstalled file for file."""
+    mark = venv / INSTALLING_MARK
+    if not mark.is_file() or mark.is_symlink():
+        return False
+    created = mark.read_text(encoding="utf-8", errors="replace").strip() == "created"
+    info(f"an install into {venv} did not finish: "
+         + ("making the venv anew" if created else "reinstalling every file"))
+    if created:
+        _remove_new_venv(venv, existed=True)
+    return not created
 
 
 def _remove_new_venv(venv: Path, existed: bool) -> None:
@@ -177,10 +240,11 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def _uv_pylock(python: Path, pylock: Path) -> None:
+def _uv_pylock(python: Path, pylock: Path, *, reinstall: bool = False) -> None:
     """``uv pip install --offline -r pylock.toml``: the lock's files by path, hashes checked."""
     run([find_uv(), "pip", "install", "--offline", "--no-cache", "--no-config",
-         "--preview-features", "pylock", "--python", python, "-r", pylock],
+         "--preview-features", "pylock", *(["--reinstall"] if reinstall else []),
+         "--python", python, "-r", pylock],
         env={**_ISOLATED, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
         timeout=PIP_TIMEOUT)
 
@@ -211,12 +275,12 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     if source not in INSTALL_FROM:
         raise UsageError(f"unknown install source {source!r}",
                          hint=f"--from takes {' or '.join(INSTALL_FROM)}")
-    directory, venv = directory.resolve(), venv.absolute()
+    venv = check_venv_path(venv).absolute()
+    directory = usable_path(directory, "the wheelhouse path").resolve()
     checked = verified_wheelhouse(directory)
     manifest = checked.manifest
     assert checked.lock_bytes is not None
-    lock_text = checked.lock_bytes.decode("utf-8")
-    locked = parse_lock(lock_text, where=str(directory / LOCK_NAME))
+    locked = parse_lock(checked.lock_bytes.decode("utf-8"), where=str(directory / LOCK_NAME))
     pylock = directory / PYLOCK_NAME
     if source == "pylock" and not pylock.is_file():
         raise VerifyError("the wheelhouse has no pylock.toml", where=str(directory),
@@ -226,23 +290,45 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
         check_known_bad(item.name, item.version, role="wheelhouse file",
                         where=str(directory / LOCK_NAME))
     refuse_unstartable(built_wheels(directory, manifest), start_modules_of(manifest))
+    refuse_foreign(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    if not os.access(venv.parent, os.W_OK):
+        raise UsageError("the directory of --venv is not writable: install keeps its lock "
+                         "there, beside the venv", where=str(venv.parent),
+                         hint="choose a venv in a directory this user may write")
+    with install_lock(venv).held():  # a killed install's children are stopped here
+        return _install_into(venv, directory, checked, locked, source, origin)
+
+
+def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
+                  locked: list[LockedRequirement], source: str, origin: str | None
+                  ) -> InstallResult:
+    """The install itself, under the venv's lock (see :func:`install_wheelhouse`)."""
+    manifest = checked.manifest
+    assert checked.lock_bytes is not None
+    lock_text = checked.lock_bytes.decode("utf-8")
+    reinstall = _interrupted(venv)
+    refuse_foreign(venv)
     existed, created = venv.exists(), False
     fresh = not existed or (venv.is_dir() and not venv.is_symlink() and not any(venv.iterdir()))
     try:  # a venv this run made goes again if the install fails: no half-made venv stays
+        venv.mkdir(exist_ok=True)
+        (venv / INSTALLING_MARK).write_text("created\n" if fresh else "existing\n",
+                                            encoding="utf-8")
         created = ensure_venv(venv, manifest.get("target", {}).get("python"))
         python = venv_python(venv)
         used = INSTALL_FROM[source]
         step(f"installing {len(locked)} projects from {origin or directory}/{used} (no index, "
              "hashes required)")
         if source == "pylock":
-            _uv_pylock(python, pylock)
+            _uv_pylock(python, directory / PYLOCK_NAME, reinstall=reinstall)
         else:
             with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
                 lock = Path(scratch) / LOCK_NAME
                 lock.write_text(lock_text, encoding="utf-8")
                 _pip(python, "install", "--no-index", "--find-links", str(directory),
                      "--require-hashes", "--only-binary", ":all:", "--no-cache-dir", "--no-deps",
-                     "--requirement", lock)
+                     *(["--force-reinstall"] if reinstall else []), "--requirement", lock)
         check = judge_pip_check(run([python, "-m", "pip", "--isolated", "check"], env=_ISOLATED,
                                     timeout=PIP_TIMEOUT, check=False).output, manifest)
         installed = [f"{r.name}=={r.version}" for r in locked]
@@ -257,11 +343,13 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
                     env=_ISOLATED, timeout=PIP_TIMEOUT)
         profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
         step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
+        recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory),
+                                       [entry.to_dict() for entry in profile.entries])
     except BaseException:
         if fresh:  # all that is there now is this run's
             _remove_new_venv(venv, existed)
         raise
-    recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory))
+    (venv / INSTALLING_MARK).unlink()
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
                          fingerprint=recorded.fingerprint, origin=recorded.origin,

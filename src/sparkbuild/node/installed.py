@@ -2,7 +2,11 @@
 
 Read from the files alone (no interpreter is started): ``VENV/lib/pythonX.Y/site-packages``
 and every ``*.dist-info`` in it.  A RECORD row is ``path,sha256=<urlsafe base64>,size``;
-rows without a hash (RECORD itself, ``.pyc`` files pip compiled) are listed but not checked.
+rows without a hash (RECORD itself, ``.pyc`` files pip compiled) are listed but not checked
+here (the bytecode is: :mod:`sparkbuild.node.venv_files`).  A symbolic link on the way to
+site-packages is never followed: ``VENV/lib64`` may be the link to ``lib`` that venv makes,
+any other is a :func:`layout_problems` finding, and so is a ``VENV/bin`` that is a link (its
+scripts and interpreter links would be read from elsewhere, and a file added there missed).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.store.hashing import record_form, sha256_stream
+
+INSTALLING_MARK = "sparkbuild-install.incomplete"
+"""In a venv while ``install`` works on it: still there, the install did not finish."""
 
 
 @dataclass(frozen=True)
@@ -45,14 +52,42 @@ class Distribution:
         return self.dist_info / "RECORD"
 
 
-def site_packages_dirs(venv: Path) -> list[Path]:
-    """``VENV/lib*/python*/site-packages``, each real directory once."""
-    found: dict[Path, Path] = {}
+def _site_candidates(venv: Path) -> list[Path]:
+    """``VENV/lib*/python*/site-packages`` (a ``lib64`` that is venv's link to ``lib``
+    left out: the same directories)."""
+    found = []
     for lib in ("lib", "lib64"):
-        for candidate in sorted((venv / lib).glob("python*/site-packages")):
-            if candidate.is_dir():
-                found.setdefault(candidate.resolve(), candidate)
-    return list(found.values())
+        base = venv / lib
+        if lib == "lib64" and base.is_symlink() and str(base.readlink()) == "lib":
+            continue
+        found += sorted(base.glob("python*/site-packages"))
+    return found
+
+
+def layout_problems(venv: Path) -> list[tuple[Path, str]]:
+    """Each symbolic link on the way to site-packages or for ``bin/`` (what would make a
+    check read files that are not the venv's), named with its target."""
+    found = []
+    if (venv / "bin").is_symlink():
+        found.append((venv / "bin", f"a symbolic link (to {(venv / 'bin').readlink()}): "
+                                    "not followed"))
+    for lib in ("lib", "lib64"):
+        base = venv / lib
+        if base.is_symlink() and not (lib == "lib64" and str(base.readlink()) == "lib"):
+            found.append((base, f"a symbolic link (to {base.readlink()}): not followed"))
+    for site in _site_candidates(venv):
+        for path in (site.parent, site):
+            if path.is_symlink():
+                found.append((path, f"a symbolic link (to {path.readlink()}): not followed"))
+    return found
+
+
+def site_packages_dirs(venv: Path) -> list[Path]:
+    """``VENV/lib*/python*/site-packages``: each real directory reached through no symbolic
+    link (:func:`layout_problems` names those)."""
+    return [site for site in _site_candidates(venv)
+            if site.is_dir() and not any(p.is_symlink() for p in (site, site.parent,
+                                                                   site.parent.parent))]
 
 
 def distributions(venv: Path) -> list[Distribution]:

@@ -8,19 +8,25 @@ fingerprint`):
   removed or upgraded since is named), and every wheel of the manifest is installed;
 * each distribution's RECORD is byte for byte the one the install wrote, and every file
   RECORD lists has RECORD's sha256 (a changed, truncated or deleted file is named);
+* the venv's own files, which no RECORD lists (:mod:`sparkbuild.node.venv_files`):
+  ``pyvenv.cfg``, ``bin/python*``, ``bin/activate*``, sparkbuild's ``profile.sh`` and
+  ``node.env`` against the manifest's profile, and the bytecode of every checked module;
+* every file under site-packages and in ``bin/`` is one a RECORD lists (a ``.pth``, a
+  ``sitecustomize.py`` dropped in beside is named), with or without the wheelhouse, and no
+  symbolic link on the way to site-packages or in it, nor a linked ``bin/``, is followed;
 * where the wheelhouse is at hand (``verify --installed VENV DIR``, or the local directory
   it was installed from), the wheelhouse is verified first (the same check as ``verify``
   and ``install``), then every member of each of its wheels must be installed with the
   same bytes (hashed in chunks), and every file under site-packages must be one a wheel of
-  the wheelhouse put there (or the venv's own pip, as the install found it): a file no wheel
-  has, a ``.pth`` or a module dropped in beside, is named.
+  the wheelhouse put there (or the venv's own pip, as the install found it), even one its
+  RECORD lists;
+* an install into the venv that did not finish (its mark is still there) is named.
 
 Two nodes that print the same fingerprint and pass this check run the same bits.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
 from dataclasses import dataclass, field
@@ -29,19 +35,31 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from sparkbuild.console import escaped
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.node.fingerprint import Installation, fingerprint, read_installation
 from sparkbuild.node.installed import (
+    INSTALLING_MARK,
     Distribution,
     distributions,
     file_problem,
     installed_path,
+    layout_problems,
     read_record,
 )
+from sparkbuild.node.venv_files import (
+    bytecode_findings,
+    own_file_findings,
+    own_files,
+    pyc_source,
+    walk_no_links,
+)
+from sparkbuild.store.files import usable_path
 from sparkbuild.store.hashing import sha256_file, sha256_stream
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
 from sparkbuild.wheelhouse.members import member_digest
 from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
+from sparkbuild.wheelhouse.wheel_check import same_version
 
 
 @dataclass
@@ -67,15 +85,15 @@ class InstalledCheckResult:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify --installed {self.venv}: {verdict} ({self.distributions} "
                  f"distributions, {self.files_checked} files re-hashed)",
-                 f"wheelhouse fingerprint: {self.fingerprint}"]
-        lines += [f"  MISMATCH {m.file}: {m.problem}" for m in self.mismatches]
-        return lines + [f"  note: {note}" for note in self.notes]
+                 f"wheelhouse fingerprint: {escaped(self.fingerprint)}"]
+        lines += [m.line() for m in self.mismatches]
+        return lines + [f"  note: {escaped(note)}" for note in self.notes]
 
     @property
     def error(self) -> SparkbuildError | None:
         if not self.mismatches:
             return None
-        named = "; ".join(f"{m.file} ({m.problem})" for m in self.mismatches[:20])
+        named = "; ".join(m.describe() for m in self.mismatches[:20])
         more = len(self.mismatches) - 20
         return VerifyError(
             f"{len(self.mismatches)} difference(s) from the installed wheelhouse: {named}"
@@ -98,7 +116,7 @@ def _check_sets(result: InstalledCheckResult, installation: Installation,
         if dist is None:
             result.mismatches.append(Mismatch(f"{recorded.name}=={recorded.version}",
                                               "uninstalled since the wheelhouse was installed"))
-        elif dist.version != recorded.version:
+        elif not same_version(dist.version, recorded.version):
             result.mismatches.append(Mismatch(
                 _relative(result.venv, dist.dist_info),
                 f"version {dist.version}, the install left {recorded.version}"))
@@ -112,7 +130,7 @@ def _check_files(result: InstalledCheckResult, installation: Installation,
                  current: dict[str, Distribution]) -> None:
     for key, dist in sorted(current.items()):
         recorded = installation.dists.get(key)
-        if recorded is None or recorded.version != dist.version:
+        if recorded is None or not same_version(recorded.version, dist.version):
             continue
         record_hash = sha256_file(dist.record, progress=False) if dist.record.is_file() else ""
         if record_hash != recorded.record_sha256:
@@ -128,10 +146,10 @@ def _check_files(result: InstalledCheckResult, installation: Installation,
 
 def _manifest_wheels(installation: Installation) -> list[dict[str, Any]]:
     try:
-        wheels = json.loads(installation.manifest_text).get("wheels", [])
-    except ValueError:
-        return []
-    return [w for w in wheels if isinstance(w, dict)]
+        wheels = installation.manifest().get("wheels", [])
+    except VerifyError:
+        return []  # named by _check_manifest
+    return [w for w in wheels if isinstance(w, dict)] if isinstance(wheels, list) else []
 
 
 def _check_manifest(result: InstalledCheckResult, installation: Installation,
@@ -142,7 +160,7 @@ def _check_manifest(result: InstalledCheckResult, installation: Installation,
             "recorded fingerprint"))
     for wheel in _manifest_wheels(installation):
         dist = current.get(canonicalize_name(str(wheel.get("name", ""))))
-        if dist is None or dist.version != str(wheel.get("version")):
+        if dist is None or not same_version(dist.version, str(wheel.get("version"))):
             result.mismatches.append(Mismatch(
                 str(wheel.get("file")), "in the wheelhouse, not installed at its version"))
 
@@ -194,33 +212,57 @@ def _compare_one_wheel(result: InstalledCheckResult, dist: Distribution, wheel: 
     owned.update(dist.dist_info / name for name in INSTALLER_FILES)
 
 
-def _bytecode_of_owned(path: Path, owned: set[Path]) -> bool:
-    """``__pycache__/NAME.TAG.pyc`` of an owned ``NAME.py`` (pip compiles, imports rewrite)."""
-    if path.parent.name != "__pycache__" or path.suffix != ".pyc":
-        return False
-    return path.parent.parent / (path.name.split(".", 1)[0] + ".py") in owned
+def _record_paths(dist: Distribution) -> set[Path]:
+    """The files a distribution's RECORD lists, with RECORD and pip's own files."""
+    listed = {installed_path(dist, row) for row in read_record(dist)}
+    return listed | {dist.dist_info / name for name in INSTALLER_FILES}
 
 
-def _check_added(result: InstalledCheckResult, current: dict[str, Distribution],
-                 owned: set[Path]) -> None:
-    """Every file under site-packages is one a wheel of the wheelhouse (or the venv's own
-    pip, as its RECORD lists it) put there."""
-    for site in sorted({dist.site_packages for dist in current.values()}):
-        for top, subdirs, files in os.walk(site):
-            base = Path(top)
-            links = [d for d in subdirs if (base / d).is_symlink()]
-            for name in sorted([*files, *links]):
-                path = base / name
-                if path in owned or _bytecode_of_owned(path, owned):
-                    continue
-                result.mismatches.append(Mismatch(
-                    _relative(result.venv, path), "no wheel of the wheelhouse has this file"))
+def _recorded_files(installation: Installation, current: dict[str, Distribution]
+                    ) -> set[Path]:
+    """Every file the RECORD of an installed distribution lists (each RECORD is checked
+    against the install's by :func:`_check_files`)."""
+    owned: set[Path] = set()
+    for key, dist in current.items():
+        if key in installation.dists:
+            owned |= _record_paths(dist)
+    return owned
+
+
+def _check_added(result: InstalledCheckResult, installation: Installation,
+                 current: dict[str, Distribution], owned: set[Path], unowned: str) -> None:
+    """Every file under site-packages and in ``bin/`` is one ``owned`` holds, or one of the
+    venv's own; each ``.pyc`` of an owned module goes to the bytecode check; a symbolic link
+    is named, never followed.  ``unowned``: what a file outside ``owned`` is called."""
+    venv = result.venv
+    own = set(own_files(venv))
+    bytecode = []
+    roots = [*sorted({dist.site_packages for dist in current.values()}), venv / "bin"]
+    for root in roots:
+        if root.is_symlink() or not root.is_dir():
+            continue
+        for path in walk_no_links(root):
+            source = pyc_source(path)
+            if path in own:
+                continue
+            if path.is_symlink():
+                result.mismatches.append(Mismatch(_relative(venv, path), f"a symbolic link (to "
+                                                  f"{path.readlink()}): not followed"))
+            elif source is not None and source[0] in owned:
+                bytecode.append(path)
+            elif path not in owned:
+                result.mismatches.append(Mismatch(_relative(venv, path), unowned))
+    result.mismatches += [Mismatch(file, problem) for file, problem
+                          in bytecode_findings(venv, bytecode, installation.bytecode)]
 
 
 def _compare_with_wheels(result: InstalledCheckResult, installation: Installation,
-                         current: dict[str, Distribution], wheelhouse: Path) -> None:
+                         current: dict[str, Distribution], wheelhouse: Path
+                         ) -> set[Path] | None:
     """The venv against the wheelhouse's wheels: the wheelhouse verified first, then every
-    member of each wheel the same bytes as installed, and no file added."""
+    member of each wheel the same bytes as installed.  The files the wheels (and the
+    venv's own pip, and each RECORD's scripts) put there; None when the wheelhouse could not
+    be compared."""
     try:
         checked = verify_files(wheelhouse)
         error = checked.error(hint="")
@@ -229,52 +271,83 @@ def _compare_with_wheels(result: InstalledCheckResult, installation: Installatio
     if error is not None:
         result.mismatches.append(Mismatch(str(wheelhouse), "the wheelhouse itself fails "
                                           f"verify: {error.what}"))
-        return
+        return None
     actual = fingerprint(checked.manifest_bytes)
     if actual != installation.fingerprint:
         result.mismatches.append(Mismatch(
             str(wheelhouse / MANIFEST_NAME), f"this wheelhouse's fingerprint is {actual}, the "
             f"venv was installed from {installation.fingerprint}"))
-        return
+        return None
     result.compared_with = str(wheelhouse)
     owned: set[Path] = set()
     from_wheels: set[str] = set()
     for wheel in checked.manifest["wheels"]:
         key = canonicalize_name(str(wheel.get("name", "")))
         dist = current.get(key)
-        if dist is None or dist.version != str(wheel.get("version")):
+        if dist is None or not same_version(dist.version, str(wheel.get("version"))):
             continue  # named by _check_manifest
         from_wheels.add(key)
         _compare_one_wheel(result, dist, wheelhouse / str(wheel["file"]), owned)
     for other, dist in current.items():
         if other not in from_wheels and other in installation.dists:  # the venv's own pip
-            owned.update(installed_path(dist, row) for row in read_record(dist))
-            owned.add(dist.record)
-    _check_added(result, current, owned)
+            owned |= _record_paths(dist)
+        elif other in from_wheels:  # scripts, which pip rewrites: RECORD vouches for them
+            owned |= {path for path in _record_paths(dist) if path.parent == result.venv / "bin"}
+    return owned
 
 
 def verify_installed(venv: Path, wheelhouse: Path | None = None) -> InstalledCheckResult:
     """Check ``venv`` against what ``sparkbuild install`` recorded (see the module doc)."""
-    venv = venv.absolute()
+    venv = usable_path(venv, "the venv path").absolute()
+    if wheelhouse is not None:
+        usable_path(wheelhouse, "the wheelhouse path")
     installation = read_installation(venv)
     current = {dist.key: dist for dist in distributions(venv)}
     result = InstalledCheckResult(venv, installation.fingerprint, installation.origin,
                                   len(current))
+    result.mismatches += [Mismatch(_relative(venv, path), problem)
+                          for path, problem in layout_problems(venv)]
+    if (venv / INSTALLING_MARK).exists():
+        result.mismatches.append(Mismatch(INSTALLING_MARK, "an install into this venv did not "
+                                          "finish (it was killed or failed): reinstall"))
     _check_manifest(result, installation, current)
     _check_sets(result, installation, current)
     _check_files(result, installation, current)
+    _check_own_files(result, installation)
+    owned = None
     local = wheelhouse or Path(installation.origin)
     if "://" not in installation.origin or wheelhouse is not None:
         if local.is_dir():
-            _compare_with_wheels(result, installation, current, local)
+            owned = _compare_with_wheels(result, installation, current, local)
         else:
             result.notes.append(f"the wheelhouse {local} is not here: installed files were "
                                 "checked against their RECORDs only")
     else:
         result.notes.append(f"installed from {installation.origin}: pass the wheelhouse "
                             "directory to also compare with its wheels")
+    if owned is None:
+        _check_added(result, installation, current, _recorded_files(installation, current),
+                     "no RECORD lists this file")
+    else:
+        _check_added(result, installation, current, owned,
+                     "no wheel of the wheelhouse has this file")
     result.mismatches = merged(result.mismatches)  # one entry per file, its problems joined
     if result.files_checked == 0:
         result.mismatches.append(Mismatch(str(venv), "no installed file was checked: no "
                                           "RECORD lists a hash"))
     return result
+
+
+def _check_own_files(result: InstalledCheckResult, installation: Installation) -> None:
+    """pyvenv.cfg, bin/python*, bin/activate* and the profile (sparkbuild.node.venv_files)."""
+    try:
+        manifest = installation.manifest()
+    except VerifyError as exc:
+        result.mismatches.append(Mismatch("sparkbuild-wheelhouse.json", exc.what))
+        manifest = {}
+    if installation.own_files is None:
+        result.notes.append("the install recorded no digest of pyvenv.cfg, bin/ or the "
+                            "profile (an older sparkbuild): they were checked for what they "
+                            "must be, not against the install")
+    result.mismatches += [Mismatch(file, problem) for file, problem in own_file_findings(
+        result.venv, installation.own_files, installation.profile, manifest)]

@@ -12,13 +12,18 @@ RDMA: for each ``/sys/class/infiniband/DEV/ports/N`` the state, the first GID an
 netdev (``gid_attrs/ndevs/0``, else ``DEV/device/net/*``: what ``ibdev2netdev`` shows).
 The ``NCCL_IB_HCA`` value printed is the exact-match form (``=dev1:1,dev2:1``: NCCL
 matches by prefix without the ``=``) of the active ports; device names differ between
-identical nodes and across reboots, so it is read on each node.  A pinned
-``NCCL_IB_GID_INDEX`` is a warning: it breaks when a link bounces.
+identical nodes and across reboots, so it is read on each node.  An ``NCCL_IB_HCA`` already
+set (in the environment or the venv's profile) without the leading ``=`` is a warning that
+names the devices its prefix takes.  A pinned ``NCCL_IB_GID_INDEX`` is a warning: it breaks
+when a link bounces.
+
+The venv must be one: a path that does not exist or holds no ``pyvenv.cfg`` (``/etc``) is a
+:class:`UsageError`; a venv whose install record is missing, unreadable or of the wrong
+shape fails the ``wheelhouse`` check, named (exit 12), never a traceback.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import resource
@@ -29,10 +34,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.console import escaped
+from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.node.fingerprint import read_installation
-from sparkbuild.node.profile import ENV_FILE, PROFILE_DIR, PtxasProbe, probe_ptxas
+from sparkbuild.node.profile import (
+    ENV_FILE,
+    PROFILE_DIR,
+    PtxasProbe,
+    parse_env_file,
+    probe_ptxas,
+)
 from sparkbuild.proc import run
+from sparkbuild.store.files import read_at_most, usable_path
 
 MIN_NOFILE = 65536
 """Below this, loading a large checkpoint overflows the open-file limit."""
@@ -85,8 +98,8 @@ class PreflightResult:
     def summary(self) -> list[str]:
         lines = [f"node preflight (venv {self.venv}):"]
         for check in self.checks:
-            lines.append(f"  [{check.status}] {check.name}: {check.value}"
-                         + (f" -- {check.detail}" if check.detail else ""))
+            lines.append(escaped(f"  [{check.status}] {check.name}: {check.value}"
+                                 + (f" -- {check.detail}" if check.detail else "")))
         if self.nccl_ib_hca:
             lines.append(f"NCCL_IB_HCA={self.nccl_ib_hca}")
         return lines
@@ -113,25 +126,45 @@ class Built:
     note: str = ""
 
 
+PROFILE_LIMIT = 1 << 20
+"""The largest ``node.env`` read (install writes a few KiB)."""
+
+
 def read_built(venv: Path) -> Built:
+    """What the venv was built for, from its install record; ``note`` says why it cannot
+    be read (a record missing, unreadable or of the wrong shape)."""
     profile = {}
     env_file = venv / PROFILE_DIR / ENV_FILE
     if env_file.is_file():
-        for line in env_file.read_text(encoding="utf-8").splitlines():
-            key, sep, value = line.partition("=")
-            if sep and not line.startswith("#"):
-                profile[key.strip()] = value
+        profile = parse_env_file(read_at_most(env_file, PROFILE_LIMIT)[:PROFILE_LIMIT]
+                                 .decode("utf-8", "replace"))
     try:
-        manifest = json.loads(read_installation(venv).manifest_text)
-    except (SparkbuildError, ValueError) as exc:
+        manifest = read_installation(venv).manifest()
+        build = _mapping(manifest, "build")
+        nvcc = _mapping(manifest, "toolchain").get("nvcc") or ""
+        archs = _strings(build, "archs")
+        aot = _strings(_mapping(build, "flashinfer_aot"), "archs")
+    except SparkbuildError as exc:
         return Built(profile=profile, note=str(exc))
-    build = manifest.get("build") or {}
-    nvcc = str((manifest.get("toolchain") or {}).get("nvcc") or "")
-    cuda = re.match(r"(\d+\.\d+)", nvcc)
-    aot = build.get("flashinfer_aot") or {}
-    return Built(tuple(str(a) for a in build.get("archs") or ()),
-                 cuda.group(1) if cuda else None,
-                 tuple(str(a) for a in aot.get("archs") or ()), profile)
+    cuda = re.match(r"(\d+\.\d+)", str(nvcc))
+    return Built(archs, cuda.group(1) if cuda else None, aot, profile)
+
+
+def _mapping(data: dict[str, Any], key: str) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise VerifyError(f"the recorded manifest's {key} is a {type(value).__name__}, not an "
+                          "object")
+    return value
+
+
+def _strings(data: dict[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise VerifyError(f"the recorded manifest's {key} is not a list of strings")
+    return tuple(value)
 
 
 def _cap(arch: str) -> str:
@@ -303,13 +336,52 @@ def rdma_checks(probe: NodeProbe, ports: list[dict[str, str]]) -> list[NodeCheck
     return checks
 
 
+def nccl_hca_check(probe: NodeProbe, built: Built, ports: list[dict[str, str]]) -> NodeCheck:
+    """An ``NCCL_IB_HCA`` already set, in the environment or the profile: without a leading
+    ``=`` (after a ``^``, which excludes) NCCL takes each name as a prefix."""
+    found = [(where, value) for where, value in (("the venv's profile",
+                                                  built.profile.get("NCCL_IB_HCA")),
+                                                 ("the environment", probe.env.get("NCCL_IB_HCA")))
+             if value]
+    exact = exact_hca(ports)
+    if not found:
+        return NodeCheck("nccl_ib_hca", "ok", "unset", f"NCCL picks the devices; "
+                         f"NCCL_IB_HCA={exact} names exactly the active ports" if exact else
+                         "NCCL picks the devices")
+    prefixed = [(where, value) for where, value in found
+                if not value.removeprefix("^").startswith("=")]
+    if not prefixed:
+        return NodeCheck("nccl_ib_hca", "ok", found[0][1], "exact match (leading =)")
+    where, value = prefixed[0]
+    spec = value.removeprefix("^")
+    names = [part.split(":", 1)[0] for part in spec.split(",") if part]
+    taken = sorted({p["device"] for p in ports for name in names if p["device"].startswith(name)})
+    detail = (f"set in {where} without the leading =: NCCL takes each name as a prefix"
+              + (f" (here it takes {', '.join(taken)})" if taken else "")
+              + f"; write {'^' if value.startswith('^') else ''}={spec} for exactly these")
+    return NodeCheck("nccl_ib_hca", "warn", value, detail)
+
+
+def checked_venv(venv: Path) -> Path:
+    """``venv`` as ``doctor --node`` reads it, or :class:`UsageError`: a path that does not
+    exist, or that is no venv (no ``pyvenv.cfg``: ``/etc``)."""
+    venv = usable_path(venv, "--venv").absolute()
+    hint = "--venv: the venv `sparkbuild install WHEELHOUSE --venv V` made (or activate it)"
+    if not venv.is_dir():
+        what = "is not a directory" if venv.exists() else "does not exist"
+        raise UsageError(f"the venv {what}", where=str(venv), hint=hint)
+    if not (venv / "pyvenv.cfg").is_file():
+        raise UsageError("not a venv: it has no pyvenv.cfg", where=str(venv), hint=hint)
+    return venv
+
+
 def run_preflight(venv: Path | None = None, probe: NodeProbe | None = None) -> PreflightResult:
     probe = probe or NodeProbe()
-    venv = (venv or Path(probe.env.get("VIRTUAL_ENV") or sys.prefix)).absolute()
+    venv = checked_venv(venv or Path(probe.env.get("VIRTUAL_ENV") or sys.prefix))
     built = read_built(venv)
     checks = []
     if built.note:
-        checks.append(NodeCheck("wheelhouse", "warn", "unknown", built.note))
+        checks.append(NodeCheck("wheelhouse", "fail", "unknown", built.note))
     else:
         checks.append(NodeCheck("wheelhouse", "ok", f"built for {', '.join(built.archs)}, "
                                 f"CUDA {built.cuda or '?'}"))
@@ -322,4 +394,5 @@ def run_preflight(venv: Path | None = None, probe: NodeProbe | None = None) -> P
     checks.append(nofile_check(probe))
     ports = rdma_ports(probe.sysfs)
     checks += rdma_checks(probe, ports)
+    checks.append(nccl_hca_check(probe, built, ports))
     return PreflightResult(venv, checks, exact_hca(ports), ports)

@@ -6,16 +6,23 @@ recorded in the wheelhouse's manifest (``build.node_profile``), so the
 wheelhouse's fingerprint covers it.  ``install`` then *resolves* it on the node: a value
 of :data:`ON_NODE` is found there (the workspace, a ptxas that accepts sm_121a), and writes
 
-* ``VENV/sparkbuild/profile.sh``: ``export KEY=VALUE`` lines, sourced by ``VENV/bin/activate``;
-* ``VENV/sparkbuild/node.env``: plain ``KEY=VALUE`` lines for systemd's ``EnvironmentFile=``.
+* ``VENV/sparkbuild/profile.sh``: ``export KEY='VALUE'`` lines (shell-quoted), sourced by
+  ``VENV/bin/activate``;
+* ``VENV/sparkbuild/node.env``: ``KEY=VALUE`` lines for systemd's ``EnvironmentFile=``, a
+  value bare when it is plain (letters, digits, ``_./:,=+@%^-``), else in double quotes with
+  ``\\``, ``"``, ``$`` and a backtick escaped, as systemd reads them back.
 
-An entry that cannot be resolved here (no ptxas that takes sm_121a) is left out, with a
-note naming why; ``sparkbuild doctor --node`` reports it too.
+Every entry is checked before it is written (:func:`sparkbuild.recipe.env_entry_problem`,
+the check the recipe and the manifest get): a key is a shell name, and no value, reason or
+source holds a control character, so nothing in a profile runs in ``activate`` or adds a
+line to ``node.env``.  An entry that cannot be resolved here (no ptxas that takes sm_121a)
+is left out, with a note naming why; ``sparkbuild doctor --node`` reports it too.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import tempfile
@@ -24,14 +31,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sparkbuild.errors import VerifyError
 from sparkbuild.proc import run
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.toolchain.archs import flashinfer_arch_list
+from sparkbuild.wheelhouse.manifest import (
+    MANIFEST_NAME,
+    profile_entry_problem,
+    recorded_profile,
+)
 
 ON_NODE = "<found on the node>"
 PROFILE_DIR = "sparkbuild"
 PROFILE_SH = "profile.sh"
 ENV_FILE = "node.env"
+WORKSPACE_KEY = "FLASHINFER_WORKSPACE_BASE"
+PTXAS_KEY = "TRITON_PTXAS_PATH"
 ACTIVATE_LINE = ('[ -f "$VIRTUAL_ENV/sparkbuild/profile.sh" ] && '
                  '. "$VIRTUAL_ENV/sparkbuild/profile.sh"  # sparkbuild node profile')
 
@@ -52,6 +67,15 @@ class ProfileEntry:
     def to_dict(self) -> dict[str, str]:
         return {"key": self.key, "value": self.value, "reason": self.reason,
                 "source": self.source}
+
+    @classmethod
+    def from_dict(cls, entry: Mapping[str, Any]) -> ProfileEntry:
+        return cls(str(entry["key"]), str(entry["value"]), str(entry.get("reason", "")),
+                   str(entry.get("source", "")))
+
+    def problem(self) -> str | None:
+        """Why this entry may not be written into a profile; None when it may."""
+        return profile_entry_problem(self.to_dict())
 
 
 def default_entries(archs: Sequence[str]) -> list[ProfileEntry]:
@@ -89,12 +113,13 @@ def declared_profile(archs: Sequence[str], env: Mapping[str, str], drop: Sequenc
 
 
 def profile_from_manifest(manifest: Mapping[str, Any]) -> list[ProfileEntry]:
-    """The profile a wheelhouse records; sparkbuild's defaults for one that records none."""
+    """The profile a wheelhouse records, each entry checked
+    (:func:`sparkbuild.wheelhouse.manifest.recorded_profile`); sparkbuild's defaults for one
+    that records none."""
+    recorded = recorded_profile(manifest, MANIFEST_NAME)
+    if recorded is not None:
+        return [ProfileEntry.from_dict(entry) for entry in recorded]
     settings = manifest.get("build") or {}
-    recorded = settings.get("node_profile") if isinstance(settings, dict) else None
-    if isinstance(recorded, list):
-        return [ProfileEntry(str(e["key"]), str(e["value"]), str(e.get("reason", "")),
-                             str(e.get("source", ""))) for e in recorded if isinstance(e, dict)]
     archs = settings.get("archs") if isinstance(settings, dict) else None
     return default_entries([str(a) for a in archs] if isinstance(archs, list) else ["12.1a"])
 
@@ -168,6 +193,11 @@ class NodeProfile:
         return {e.key: e.value for e in self.entries}
 
 
+def workspace_of(venv: Path) -> Path:
+    """flashinfer's workspace, inside the venv (writable by whoever installed it)."""
+    return venv / "var" / "flashinfer"
+
+
 def resolve_profile(declared: Sequence[ProfileEntry], venv: Path, *,
                     env: Mapping[str, str] | None = None,
                     probe: PtxasProbe = probe_ptxas) -> NodeProfile:
@@ -178,12 +208,12 @@ def resolve_profile(declared: Sequence[ProfileEntry], venv: Path, *,
     for entry in declared:
         if entry.value != ON_NODE:
             entries.append(entry)
-        elif entry.key == "FLASHINFER_WORKSPACE_BASE":
-            workspace = venv / "var" / "flashinfer"
+        elif entry.key == WORKSPACE_KEY:
+            workspace = workspace_of(venv)
             workspace.mkdir(parents=True, exist_ok=True)
             entries.append(ProfileEntry(entry.key, str(workspace), entry.reason,
                                         f"{entry.source}: inside the venv, writable"))
-        elif entry.key == "TRITON_PTXAS_PATH":
+        elif entry.key == PTXAS_KEY:
             ptxas, source, refused = find_ptxas(env, probe)
             if ptxas is None:
                 notes.append("TRITON_PTXAS_PATH left out: no ptxas here accepts sm_121a"
@@ -198,16 +228,54 @@ def resolve_profile(declared: Sequence[ProfileEntry], venv: Path, *,
     return NodeProfile(entries, notes)
 
 
-def render_env_file(profile: NodeProfile) -> str:
-    lines = ["# sparkbuild node profile: systemd EnvironmentFile= (KEY=VALUE, no quoting)"]
+_BARE = re.compile(r"[A-Za-z0-9_./:,=+@%^-]*")
+"""A value systemd's ``EnvironmentFile=`` reads back unchanged without quotes."""
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+
+
+def env_file_value(value: str) -> str:
+    """``value`` as ``node.env`` writes it: bare when plain, else in double quotes with
+    ``\\``, ``"``, ``$`` and a backtick escaped (systemd.exec: EnvironmentFile=)."""
+    if _BARE.fullmatch(value):
+        return value
+    return '"' + re.sub(r'([\\"$`])', r"\\\1", value) + '"'
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """``node.env``'s entries, read back as :func:`render_env_file` wrote them (comments and
+    lines that are no ``KEY=VALUE`` left out)."""
+    found = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or line.startswith("#"):
+            continue
+        quoted = _QUOTED.fullmatch(value)
+        found[key.strip()] = re.sub(r"\\(.)", r"\1", quoted.group(1)) if quoted else value
+    return found
+
+
+def _checked(profile: NodeProfile) -> list[ProfileEntry]:
     for entry in profile.entries:
-        lines += [f"# {entry.reason} [{entry.source}]", f"{entry.key}={entry.value}"]
+        problem = entry.problem()
+        if problem is not None:
+            raise VerifyError(f"the node profile cannot be written: {problem}",
+                              hint="nothing was written; the profile comes from the "
+                              "wheelhouse's manifest (build.node_profile) and the node")
+    return profile.entries
+
+
+def render_env_file(profile: NodeProfile) -> str:
+    lines = ["# sparkbuild node profile: systemd EnvironmentFile= (KEY=VALUE, a value that is "
+             'not plain in "double quotes")']
+    for entry in _checked(profile):
+        lines += [f"# {entry.reason} [{entry.source}]",
+                  f"{entry.key}={env_file_value(entry.value)}"]
     return "\n".join(lines) + "\n"
 
 
 def render_profile_sh(profile: NodeProfile) -> str:
     lines = ["# sparkbuild node profile, sourced by this venv's bin/activate"]
-    for entry in profile.entries:
+    for entry in _checked(profile):
         lines += [f"# {entry.reason} [{entry.source}]",
                   f"export {entry.key}={shlex.quote(entry.value)}"]
     return "\n".join(lines) + "\n"

@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.errors import NetworkError, SparkbuildError, VerifyError
-from sparkbuild.node.install import InstallResult, install_wheelhouse
+from sparkbuild.node.install import InstallResult, check_venv_path, install_wheelhouse
 from sparkbuild.store.download import download
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, read_manifest
+from sparkbuild.wheelhouse.manifest import (
+    MANIFEST_LIMIT,
+    MANIFEST_NAME,
+    expected_hashes,
+    read_manifest,
+)
 from sparkbuild.wheelhouse.verify import leaves_directory
 
 if TYPE_CHECKING:
@@ -39,7 +44,8 @@ def fetch_wheelhouse(url: str, into: Path) -> Path:
     manifest's sha256 as it arrives, in ``into`` (a name that leaves the directory is
     refused before anything is fetched)."""
     base = _base(url)
-    download(base + MANIFEST_NAME, into / MANIFEST_NAME, description="fetching the manifest")
+    download(base + MANIFEST_NAME, into / MANIFEST_NAME, description="fetching the manifest",
+             limit=MANIFEST_LIMIT)
     expected = expected_hashes(read_manifest(into))
     outside = [name for name in sorted(expected) if leaves_directory(name)]
     if outside:
@@ -54,7 +60,9 @@ def fetch_wheelhouse(url: str, into: Path) -> Path:
 
 def install_from_url(url: str, venv: Path, *, source: str = "lock") -> InstallResult:
     """Install the wheelhouse served at ``url`` into ``venv``: fetched whole, verified like
-    a local one, installed from the verified copy (from its lock, or its pylock.toml)."""
+    a local one, installed from the verified copy (from its lock, or its pylock.toml).
+    ``venv`` is checked before anything is fetched."""
+    check_venv_path(venv)
     with tempfile.TemporaryDirectory(prefix="sparkbuild-remote-") as scratch, \
             _as_served(url, Path(scratch)):
         local = fetch_wheelhouse(url, Path(scratch))

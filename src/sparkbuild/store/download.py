@@ -71,14 +71,28 @@ def _expected_length(response: IO[bytes]) -> int | None:
     return int(length) if length and length.isdigit() else None
 
 
-def _stream_to(response: IO[bytes], out: IO[bytes], url: str, label: str) -> str:
-    """Copy the body, returning its sha256; a short body is a :class:`NetworkError`."""
+def _too_large(url: str, limit: int) -> VerifyError:
+    return VerifyError(f"the file served is over {limit} bytes, the most it may be: refused, "
+                       "not read further and not kept", where=url,
+                       hint="the server does not serve what sparkbuild wrote: check what it "
+                       "serves")
+
+
+def _stream_to(response: IO[bytes], out: IO[bytes], url: str, label: str,
+               limit: int | None = None) -> str:
+    """Copy the body, returning its sha256; a short body is a :class:`NetworkError`, one
+    over ``limit`` bytes a :class:`VerifyError` (refused as soon as it is, or as its
+    Content-Length says it will be)."""
     digest = hashlib.sha256()
     expected = _expected_length(response)
+    if limit is not None and expected is not None and expected > limit:
+        raise _too_large(url, limit)
     received = 0
     with byte_progress(label, expected) as advance:
         try:
             for chunk in iter(lambda: response.read(CHUNK), b""):
+                if limit is not None and received + len(chunk) > limit:
+                    raise _too_large(url, limit)
                 digest.update(chunk)
                 out.write(chunk)
                 received += len(chunk)
@@ -103,16 +117,18 @@ def _partial_beside(dest: Path) -> Path:
 
 
 def download(
-    url: str, dest: Path, *, sha256: str | None = None, description: str | None = None
+    url: str, dest: Path, *, sha256: str | None = None, description: str | None = None,
+    limit: int | None = None,
 ) -> Path:
     """Fetch ``url`` to ``dest`` atomically (a served wheelhouse's files: install from a URL);
-    with ``sha256`` the bytes must match it."""
+    with ``sha256`` the bytes must match it; with ``limit`` they may be at most that many
+    (a served ``manifest.json``: a server cannot fill the disk with one)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     label = description or f"downloading {dest.name}"
     with replacing(dest, _partial_beside(dest)) as partial:
         with open_url(url) as response, _disk_full_guard(dest.parent), partial.open("wb") as out:
-            actual = _stream_to(response, out, url, label)
+            actual = _stream_to(response, out, url, label, limit)
             out.flush()
             os.fsync(out.fileno())
         check_sha256(url, sha256, actual)

@@ -18,13 +18,17 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.console import info
-from sparkbuild.errors import LockTimeoutError
+from sparkbuild.console import info, shown
+from sparkbuild.errors import LockTimeoutError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
 _POLL_SECONDS = 0.1
+NAME_MAX = 255
+"""The longest file name (bytes) Linux file systems take."""
+PATH_MAX = 4096
+"""The longest path (bytes, with its NUL) a system call takes."""
 
 
 # -- leftovers of dead runs --------------------------------------------------------------
@@ -58,6 +62,28 @@ def walk_files(root: Path, skip: frozenset[str]) -> Iterator[Path]:
         subdirs[:] = sorted(d for d in subdirs if d not in skip)
         for name in sorted(files):
             yield Path(directory) / name
+
+
+def usable_path(path: Path, what: str) -> Path:
+    """``path`` (a command's argument, ``what`` names it), or :class:`UsageError` when the
+    system would refuse it as too long (ENAMETOOLONG): a part over NAME_MAX bytes, or the
+    whole over PATH_MAX."""
+    whole = len(os.fsencode(path.absolute()))
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if whole < PATH_MAX and longest <= NAME_MAX:
+        return path
+    why = (f"has a name of {longest} bytes, over NAME_MAX ({NAME_MAX})" if longest > NAME_MAX
+           else f"is {whole} bytes long, over PATH_MAX ({PATH_MAX - 1})")
+    text = shown(str(path))
+    raise UsageError(f"{what} {why}", where=text if len(text) <= 160 else text[:160] + "...",
+                     hint="give a shorter path: the system refuses this one")
+
+
+def read_at_most(path: Path, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``path``: a caller refuses a file longer than
+    ``limit`` without holding it (the size ``stat`` gives is not trusted: a file grows)."""
+    with path.open("rb") as stream:
+        return stream.read(limit + 1)
 
 
 def venv_python(venv: Path) -> Path:

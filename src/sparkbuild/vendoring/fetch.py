@@ -406,7 +406,8 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
 
     def adjust(plan: VendorPlan) -> VendorPlan:
         plan = with_missed_sources(plan, cache, recipe.name)
-        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude)
+        plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude,
+                           crates=settings.crates)
         plan = with_dependency_edit(plan, edit)
         return plan if wheels else dataclasses.replace(plan, wheels=())
 

@@ -130,6 +130,9 @@ class VendorPlan:
     """Sources the recipe leaves out (``[vendor] exclude``): the build gets an empty
     directory in their place, and the report says so."""
     notes: tuple[str, ...] = ()
+    crates_left_out: tuple[CratePlan, ...] = ()
+    """Cargo crates the recipe leaves out (``[vendor] crates = false``): not vendored, and
+    the build goes without the Rust extensions they serve; the report says so."""
     reused: str | None = field(default=None, compare=False)
     """When the recorder's part was kept, if it was reused
     (:mod:`sparkbuild.vendoring.kept_plan`)."""
@@ -162,17 +165,19 @@ class VendorPlan:
             "cargo": [plan.to_dict() for plan in self.crates],
             "unreached": [source.to_dict() for source in self.unreached],
             "excluded": [source.to_dict() for source in self.excluded],
+            "crates_left_out": [plan.to_dict() for plan in self.crates_left_out],
             "notes": list(self.notes),
         }
 
 
 def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] | None = None,
-                exclude: tuple[str, ...] = ()) -> VendorPlan:
+                exclude: tuple[str, ...] = (), crates: bool = True) -> VendorPlan:
     """The recipe's ``[vendor]`` choices applied to a plan.
 
     ``submodules`` narrows the submodules of a git source (like CMake's GIT_SUBMODULES);
     ``exclude`` moves sources to :attr:`VendorPlan.excluded`.  Every name must be one
-    the plan holds: a misspelt name is an error, never a silent no-op.
+    the plan holds: a misspelt name is an error, never a silent no-op.  ``crates=False``
+    moves the Cargo crates to :attr:`VendorPlan.crates_left_out`.
     """
     submodules = dict(submodules or {})
     names = {source.name for source in plan.sources}
@@ -188,7 +193,10 @@ def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] |
         if source.name in submodules:
             source = dataclasses.replace(source, submodules=tuple(submodules[source.name]))
         (excluded if source.name in exclude else kept).append(source)
-    return dataclasses.replace(plan, sources=tuple(kept), excluded=tuple(excluded))
+    plan = dataclasses.replace(plan, sources=tuple(kept), excluded=tuple(excluded))
+    if not crates:
+        plan = dataclasses.replace(plan, crates=(), crates_left_out=plan.crates)
+    return plan
 
 
 def python_tag() -> str:
@@ -353,6 +361,9 @@ class VendorResult:
         if plan.excluded:
             names = ", ".join(source.name for source in plan.excluded)
             lines.append(f"left out by the recipe (built against an empty directory): {names}")
+        if plan.crates_left_out:
+            left = ", ".join(f"{c.count} of {c.lockfile}" for c in plan.crates_left_out)
+            lines.append(f"crates left out by the recipe (no Rust extensions built): {left}")
         lines += [f"note: {note}" for note in plan.notes]
         if plan.reused:
             lines.append(f"vendor plan reused: inputs unchanged since {plan.reused}")

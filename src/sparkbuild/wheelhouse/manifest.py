@@ -10,10 +10,14 @@ code of each library).  ``wheel`` writes it last; ``verify``, ``install`` and ``
 from __future__ import annotations
 
 import json
+import stat
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild import __version__
+from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import VerifyError
+from sparkbuild.recipe import env_entry_problem, parse_json
+from sparkbuild.store.files import read_at_most, usable_path
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -23,6 +27,9 @@ if TYPE_CHECKING:
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
+MANIFEST_LIMIT = 16 << 20
+"""The largest manifest read (a vLLM wheelhouse's is some 100 KiB; one of 200 MB took
+1.2 GB of memory to parse): larger is refused before it is parsed."""
 
 
 def build_manifest(
@@ -69,17 +76,24 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def load_manifest(directory: Path) -> tuple[bytes, dict[str, Any]]:
     """The manifest's exact bytes and what they say: one read, so that what is checked and
     what is fingerprinted are the same bytes."""
+    usable_path(directory, "the wheelhouse path")
     if not directory.is_dir():
         what = "is not a directory" if directory.exists() else "does not exist"
         raise VerifyError(f"the wheelhouse directory {what}", where=str(directory),
                           hint="check the path; `sparkbuild wheel --out DIR` writes a wheelhouse")
     path = directory / MANIFEST_NAME
-    if path.is_symlink():
-        raise VerifyError("manifest.json is a symbolic link, not a plain file of the wheelhouse",
-                          where=str(path), hint="copy the wheelhouse again (cp -a, rsync -a)")
     try:
-        raw = path.read_bytes()
-        data = json.loads(raw.decode("utf-8"))
+        mode = path.lstat().st_mode
+        if not stat.S_ISREG(mode):
+            what = "a symbolic link" if stat.S_ISLNK(mode) else "not a plain file"
+            raise VerifyError(f"manifest.json is {what}, not a plain file of the wheelhouse",
+                              where=str(path), hint="copy the wheelhouse again (cp -a, rsync -a)")
+        raw = read_at_most(path, MANIFEST_LIMIT)
+        if len(raw) > MANIFEST_LIMIT:
+            raise VerifyError(f"manifest.json is over {MANIFEST_LIMIT >> 20} MiB: not a manifest "
+                              "sparkbuild wrote, not read", where=str(path),
+                              hint="the wheelhouse is damaged or hostile: build it again")
+        data = parse_json(raw.decode("utf-8"))
     except FileNotFoundError as exc:
         raise VerifyError("not a sparkbuild wheelhouse: manifest.json is missing",
                           where=str(directory),
@@ -107,6 +121,47 @@ def _check_shape(data: dict[str, Any], path: Path) -> None:
                           f"{json.dumps(files)[:60]}", where=str(path),
                           hint="the manifest was edited or is damaged; build the wheelhouse "
                           "again or restore it from its source")
+    recorded_profile(data, str(path))
+
+
+def recorded_profile(manifest: Mapping[str, Any], where: str) -> list[dict[str, str]] | None:
+    """The node profile the manifest records (``build.node_profile``), each entry checked as
+    the recipe's are (:func:`sparkbuild.recipe.env_entry_problem`), its reason and source on
+    one line; None when it records none.  :class:`VerifyError` names the first bad entry:
+    ``install`` writes them into ``profile.sh`` (sourced by ``bin/activate``) and
+    ``node.env`` (systemd's ``EnvironmentFile=``)."""
+    build = manifest.get("build")
+    if build is None:
+        return None
+    hint = ("do not install it: the profile would run in bin/activate or add lines to "
+            "node.env; build the wheelhouse again")
+    if not isinstance(build, dict):
+        raise VerifyError("manifest.json: `build` must be an object", where=where, hint=hint)
+    entries = build.get("node_profile")
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise VerifyError("manifest.json: build.node_profile must be a list", where=where,
+                          hint=hint)
+    for number, entry in enumerate(entries, start=1):
+        problem = profile_entry_problem(entry)
+        if problem is not None:
+            raise VerifyError(f"manifest.json: build.node_profile entry {number}: {problem}",
+                              where=where, hint=hint)
+    return entries
+
+
+def profile_entry_problem(entry: object) -> str | None:
+    """Why one entry of a node profile may not be written into a venv; None when it may: a
+    key and a value that :func:`sparkbuild.recipe.env_entry_problem` passes, a reason and a
+    source on one line."""
+    if not (isinstance(entry, dict)
+            and all(isinstance(entry.get(k), str) for k in ("key", "value"))
+            and all(isinstance(entry.get(k, ""), str) for k in ("reason", "source"))):
+        return "it lacks a string key and value"
+    unsafe = unsafe_characters(entry.get("reason", "") + entry.get("source", ""))
+    return env_entry_problem(entry["key"], entry["value"]) or (
+        f"the reason or source of {entry['key']} holds {', '.join(unsafe)}" if unsafe else None)
 
 
 def expected_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:

@@ -15,6 +15,7 @@ from sparkbuild.errors import VerifyError
 from sparkbuild.store.hashing import sha256_stream
 
 if TYPE_CHECKING:
+    import hashlib
     import zipfile
 
 TEXT_LIMIT = 16 << 20
@@ -34,7 +35,12 @@ def read_text_member(archive: zipfile.ZipFile, name: str, where: str,
     return data.decode("utf-8", "replace")
 
 
+def member_hash(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> hashlib._Hash:
+    """The sha256 of a member's bytes, read in chunks."""
+    with archive.open(info) as stream:
+        return sha256_stream(stream)
+
+
 def member_digest(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     """The raw sha256 of a member's bytes, read in chunks."""
-    with archive.open(info) as stream:
-        return sha256_stream(stream).digest()
+    return member_hash(archive, info).digest()

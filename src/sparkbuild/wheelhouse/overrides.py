@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import CommandFailed, PinRefusedError, SparkbuildError, UsageError
+from sparkbuild.wheelhouse.wheel_check import same_version
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe
@@ -113,10 +114,7 @@ class Override:
         (``verify`` asks it of an unmet Requires-Dist, ``install`` of a ``pip check`` line.)"""
         if self.key != canonicalize_name(project):
             return False
-        try:
-            same = Version(self.version) == Version(version)
-        except InvalidVersion:
-            same = self.version == version
+        same = same_version(self.version, version)
         askers = {d.project or canonicalize_name(d.required_by.split(" ")[0])
                   for d in self.replaced}
         return same and canonicalize_name(asker) in askers

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import canonicalize_name
-from packaging.version import InvalidVersion, Version
 
 from sparkbuild import __version__
 from sparkbuild.recipe import parse_toml
+from sparkbuild.wheelhouse.wheel_check import normal_version, same_project, same_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -42,14 +42,6 @@ class PylockWheel:
     """Path relative to the lock (the wheel's file name: it lies beside the lock)."""
     size: int
     sha256: str
-
-
-def normal_version(version: str) -> str:
-    """``version`` as PEP 440 normalizes it (as a wheel's file name spells it)."""
-    try:
-        return str(Version(version))
-    except InvalidVersion:
-        return version
 
 
 def target_marker(env: Mapping[str, str]) -> str:
@@ -100,7 +92,11 @@ def write_pylock(directory: Path, wheels: Sequence[PylockWheel], *, env: Mapping
 def read_pylock(path: Path) -> dict[str, Any]:
     """The parsed lock; :class:`ValueError` (or OSError) when it is not a PEP 751 lock."""
     data = parse_toml(path.read_text(encoding="utf-8"))
-    if data.get("lock-version") != LOCK_VERSION or not isinstance(data.get("packages"), list):
+    packages = data.get("packages")
+    if data.get("lock-version") != LOCK_VERSION or not isinstance(packages, list) or not all(
+            isinstance(p, dict) and isinstance(p.get("wheels", []), list)
+            and all(isinstance(w, dict) and isinstance(w.get("hashes", {}), dict)
+                    for w in p.get("wheels", [])) for p in packages):
         raise ValueError(f"not a PEP 751 lock (lock-version {LOCK_VERSION!r} and [[packages]])")
     return data
 
@@ -154,7 +150,7 @@ def listing_disagreements(listing: str, listed: Mapping[str, tuple[str, str, str
             problems.append((file, f"not in {listing}"))
         elif entry[2] != sha256:
             problems.append((file, f"its sha256 is not the one {listing} {hash_verb}"))
-        elif entry[0] != name or entry[1] != version:
+        elif not same_project(entry[0], name) or not same_version(entry[1], version):
             problems.append((file, f"{listing} names it {entry[0]}=={entry[1]}"))
     problems += [(listing, f"{list_verb} {file}, which is not in the wheelhouse")
                  for file in sorted(set(listed) - set(wheels))]

@@ -21,7 +21,10 @@ Both are reproducible: ``metadata.timestamp`` is the build's ``SOURCE_DATE_EPOCH
 document's own content, so the same inputs give the same bytes.  The wheel's SBOM (PEP 770:
 ``<name>-<version>.dist-info/sboms/sbom.cdx.json``) cannot hold the wheel's own hash; the
 wheelhouse's holds every file's.  ``verify`` reads the wheelhouse's back
-(:func:`sbom_disagreements`).
+(:func:`sbom_disagreements`): its wheels against the files present, and every component,
+the pedigree, the patch properties, the purls and ``metadata.tools`` against what the
+manifest says the SBOM must hold (it is written again from the manifest and compared part
+by part), so a stripped pedigree or a renamed purl does not agree.
 """
 
 from __future__ import annotations
@@ -57,7 +60,9 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
-from sparkbuild.wheelhouse.pylock import listing_disagreements, normal_version
+from sparkbuild.recipe import parse_json
+from sparkbuild.wheelhouse.pylock import listing_disagreements
+from sparkbuild.wheelhouse.wheel_check import normal_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -97,6 +102,21 @@ class BuildFacts:
     toolchain: Mapping[str, str | None] = field(default_factory=dict)
     cuda_archs: Sequence[str] = ()
     label: str = ""
+    sparkbuild: str = __version__
+    """The sparkbuild that wrote the SBOM (one of ``metadata.tools``)."""
+
+    @classmethod
+    def of_manifest(cls, manifest: Mapping[str, Any]) -> BuildFacts:
+        """What a wheelhouse's manifest says the build was made from (the vendored sources
+        aside: the manifest does not list them)."""
+        recipe, target = manifest.get("recipe") or {}, manifest.get("target") or {}
+        generator = str(manifest.get("generator", "")).removeprefix("sparkbuild ")
+        return cls(str(recipe.get("package", "")), str(recipe.get("name", "")),
+                   int(manifest.get("source_date_epoch") or 0),
+                   source=manifest.get("source") or {}, patches=manifest.get("patches") or (),
+                   toolchain=manifest.get("toolchain") or {},
+                   cuda_archs=tuple(target.get("cuda_archs") or ()),
+                   label=str(manifest.get("local_label", "")), sparkbuild=generator)
 
 
 def _sha256(digest: str | None) -> list[HashType]:
@@ -198,8 +218,8 @@ def _ref(wheel: SbomWheel) -> str:
 
 
 def _tools(facts: BuildFacts) -> ToolRepository:
-    versions = {"sparkbuild": __version__, **{k: v for k, v in facts.toolchain.items()
-                                              if k in _TOOL_NAMES}}
+    versions = {"sparkbuild": facts.sparkbuild, **{k: v for k, v in facts.toolchain.items()
+                                                   if k in _TOOL_NAMES}}
     components = []
     for key, version in sorted(versions.items()):
         if not version:
@@ -259,6 +279,18 @@ def write_wheelhouse_sbom(directory: Path, facts: BuildFacts,
 # -- reading it back (verify) ------------------------------------------------------------
 
 
+def _well_formed(data: object) -> bool:
+    """A CycloneDX BOM whose components, their properties and hashes are objects (what
+    :func:`sbom_files` and :func:`manifest_disagreements` read)."""
+    if not isinstance(data, dict) or data.get("bomFormat") != "CycloneDX":
+        return False
+    components = data.get("components")
+    return isinstance(components, list) and all(
+        isinstance(c, dict) and all(isinstance(c.get(key, []), list) and all(
+            isinstance(item, dict) for item in c.get(key, [])) for key in ("properties", "hashes"))
+        for c in components) and isinstance(data.get("metadata", {}), dict)
+
+
 def _property(component: Mapping[str, Any], name: str) -> str | None:
     for item in component.get("properties", []):
         if item.get("name") == f"{_PREFIX}:{name}":
@@ -280,15 +312,49 @@ def sbom_files(data: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
     return found
 
 
-def sbom_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str]]
-                       ) -> list[tuple[str, str]]:
-    """(file, problem) for each way ``sbom.cdx.json`` and the wheels present disagree."""
+def sbom_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str]],
+                       manifest: Mapping[str, Any] | None = None) -> list[tuple[str, str]]:
+    """(file, problem) for each way ``sbom.cdx.json`` and the wheels present disagree, and
+    (with ``manifest``) each part of it that is not what the manifest says."""
     path = directory / SBOM_NAME
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("bomFormat") != "CycloneDX" or not isinstance(data.get("components"), list):
+        data = parse_json(path.read_text(encoding="utf-8"))
+        if not _well_formed(data):
             raise ValueError("not a CycloneDX BOM with components")
     except (OSError, ValueError) as exc:
         return [(SBOM_NAME, f"cannot be read: {exc}")]
-    return listing_disagreements(SBOM_NAME, sbom_files(data), wheels, hash_verb="lists",
-                                 list_verb="lists")
+    problems = listing_disagreements(SBOM_NAME, sbom_files(data), wheels, hash_verb="lists",
+                                     list_verb="lists")
+    return problems + (manifest_disagreements(data, manifest) if manifest is not None else [])
+
+
+COMPARED = ("name", "version", "purl", "properties", "pedigree")
+"""The parts of each component compared with the SBOM the manifest gives."""
+
+
+def manifest_disagreements(data: Mapping[str, Any], manifest: Mapping[str, Any]
+                           ) -> list[tuple[str, str]]:
+    """Each component's name, version, purl, properties (the role, the file, each patch's
+    sha256 and status) and pedigree (the ancestor, the commit, one entry per patch of the
+    series) and the document's ``metadata.tools`` and timestamp, against the SBOM written
+    again from the manifest."""
+    try:
+        wheels = [SbomWheel(str(w["name"]), str(w["version"]), str(w.get("role", "")),
+                            str(w["file"]), str(w["sha256"])) for w in manifest["wheels"]]
+        expected = json.loads(wheelhouse_sbom(BuildFacts.of_manifest(manifest), wheels))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [(SBOM_NAME, f"the manifest does not say what it must hold: {exc}")]
+    actual = {str(c.get("bom-ref")): c for c in data["components"] if isinstance(c, dict)}
+    problems = []
+    for component in expected["components"]:
+        found = actual.get(component["bom-ref"])
+        if found is None:
+            continue  # listing_disagreements names the wheel it lacks
+        file = _property(component, "file") or SBOM_NAME
+        problems += [(file, f"its {key} in {SBOM_NAME} is not what the manifest says")
+                     for key in COMPARED if found.get(key) != component.get(key)]
+    metadata = data.get("metadata") or {}
+    problems += [(SBOM_NAME, f"its metadata.{key} is not what the manifest says")
+                 for key in ("tools", "timestamp")
+                 if metadata.get(key) != expected["metadata"].get(key)]
+    return problems

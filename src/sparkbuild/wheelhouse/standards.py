@@ -3,8 +3,9 @@ beside ``requirements.lock`` and checked against the wheelhouse's files by ``ver
 
 ``wheel`` writes both (:func:`write_standards`) before the manifest, which vouches for
 their bytes; ``verify`` re-reads both (:func:`check_standards`) and says, per file, whether
-it agrees with the wheels present: the same files, names, versions and sha256, and (for
-``pylock.toml``) the manifest's target as its environment.  A wheelhouse whose manifest
+it agrees with the wheels present: the same files, names, versions and sha256, (for
+``pylock.toml``) the manifest's target as its environment, and (for ``sbom.cdx.json``)
+the manifest's patches, source, toolchain and purls.  A wheelhouse whose manifest
 does not list them (written before sparkbuild wrote them) gets a note, not a failure.
 """
 
@@ -104,6 +105,6 @@ def check_standards(directory: Path, manifest: Mapping[str, Any],
             found.append(Agreement(name, present=False))
             continue
         problems = (pylock_disagreements(directory, wheels, env) if name == PYLOCK_NAME
-                    else sbom_disagreements(directory, wheels))
+                    else sbom_disagreements(directory, wheels, manifest))
         found.append(Agreement(name, True, problems))
     return found

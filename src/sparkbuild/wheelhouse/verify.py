@@ -37,8 +37,8 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
-from packaging.version import InvalidVersion, Version
 
+from sparkbuild.console import escaped, shown
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.flashinfer.builder import JIT_CACHE_PROJECT
 from sparkbuild.flashinfer.jit_cache import codeless_modules
@@ -57,6 +57,7 @@ from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 from sparkbuild.wheelhouse.standards import Agreement, check_standards
+from sparkbuild.wheelhouse.wheel_check import manifest_wheel_problems, same_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -79,6 +80,14 @@ class Mismatch:
 
     def to_dict(self) -> dict[str, str]:
         return {"file": self.file, "problem": self.problem}
+
+    def describe(self) -> str:
+        """``FILE (PROBLEM)``, the name quoted and the problem escaped where they hold a
+        character that would forge a line of output (a newline) or turn it (U+202E)."""
+        return f"{shown(self.file)} ({escaped(self.problem)})"
+
+    def line(self) -> str:
+        return f"  MISMATCH {shown(self.file)}: {escaped(self.problem)}"
 
 
 @dataclass(frozen=True)
@@ -157,28 +166,28 @@ class VerifyResult:
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify {self.directory}: {verdict} ({self.checked} files re-hashed)"]
-        lines += [f"  MISMATCH {m.file}: {m.problem}" for m in self.mismatches]
+        lines += [m.line() for m in self.mismatches]
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
             sass = (f"  [{', '.join(lib.sass_archs)}: {lib.block_scaled_mma} block-scaled MMA]"
                     if lib.sass_archs else "")
             kernels = "".join(f"; kernels {c.describe()}" for c in lib.coverage)
-            lines.append(f"  {lib.wheel}: {lib.library}: {archs}{sass}{kernels}")
-            lines += [f"    TRAP-ONLY {name}" for name in lib.trap_only_kernels]
-            lines += [f"    GUARD STUB (prints and exits) {name}" for name in lib.guard_stub_kernels
-                      if name not in lib.trap_only_kernels]
+            lines.append(f"  {shown(lib.wheel)}: {shown(lib.library)}: {archs}{sass}{kernels}")
+            lines += [f"    TRAP-ONLY {shown(name)}" for name in lib.trap_only_kernels]
+            lines += [f"    GUARD STUB (prints and exits) {shown(name)}"
+                      for name in lib.guard_stub_kernels if name not in lib.trap_only_kernels]
         lines += [item.line() for item in self.agreement]
-        lines += [f"  note: {note}" for note in self.notes]
+        lines += [f"  note: {escaped(note)}" for note in self.notes]
         return lines
 
     @property
     def error(self) -> SparkbuildError | None:
-        refused = [f"{lib.wheel}:{lib.library} "
-                   f"({found.describe(width=160, shown=NAMED_KERNELS)})"
+        refused = [f"{shown(f'{lib.wheel}:{lib.library}')} "
+                   f"({escaped(found.describe(width=160, shown=NAMED_KERNELS))})"
                    for lib in self.libraries for found in lib.refusals(allow_jit=self.allow_jit)]
         if not self.mismatches and not refused:
             return None
-        named = [f"{m.file} ({m.problem})" for m in self.mismatches] + refused
+        named = [m.describe() for m in self.mismatches] + refused
         return VerifyError(
             f"{len(named)} problem(s) in the wheelhouse: " + "; ".join(named),
             where=str(self.directory),
@@ -196,8 +205,8 @@ def actual_hashes(directory: Path) -> dict[str, str]:
 def _not_plain(path: Path, mode: int) -> str | None:
     """Why ``path`` (by its lstat mode) is not a plain file or directory of the wheelhouse."""
     if stat.S_ISLNK(mode):
-        return (f"a symbolic link (to {path.readlink()}), not a plain file: refused, "
-                "even to identical bytes")
+        return (f"a symbolic link (to {shown(str(path.readlink()))}), not a plain file: "
+                "refused, even to identical bytes")
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None
     return "not a plain file (a device, socket or pipe): refused, not read"
@@ -244,7 +253,7 @@ class CheckedFiles:
     def error(self, hint: str) -> VerifyError | None:
         if not self.mismatches:
             return None
-        named = "; ".join(f"{m.file} ({m.problem})" for m in self.mismatches)
+        named = "; ".join(m.describe() for m in self.mismatches)
         return VerifyError(f"{len(self.mismatches)} problem(s) in the wheelhouse: {named}",
                            where=str(self.directory), hint=hint)
 
@@ -252,7 +261,9 @@ class CheckedFiles:
 def verify_files(directory: Path) -> CheckedFiles:
     """Every file of ``directory`` against its manifest and lock: the one integrity check,
     for ``verify`` and for ``install``.  The lock is read once, hashed and parsed from the
-    same bytes; a manifest entry that leaves the directory is named and never read."""
+    same bytes; a manifest entry that leaves the directory is named and never read.  Each
+    wheel with the manifest's sha256 is then read inside, its entries and the manifest's
+    name and version of it (:mod:`sparkbuild.wheelhouse.wheel_check`)."""
     raw, manifest = load_manifest(directory)
     actual, refused = plain_files(directory)
     lock_bytes = None
@@ -264,9 +275,12 @@ def verify_files(directory: Path) -> CheckedFiles:
                for name in sorted(expected) if leaves_directory(name)]
     skip = {m.file for m in outside} | {m.file for m in refused}
     listed = {k: v for k, v in expected.items() if k not in skip}
+    same = {name for name, digest in listed.items() if actual.get(name) == digest}
     problems = [*outside, *refused,
                 *(m for m in compare(listed, actual) if m.file not in skip),
-                *check_lock(directory, actual, lock_bytes)]
+                *check_lock(directory, actual, lock_bytes),
+                *(Mismatch(file, problem) for file, problem
+                  in manifest_wheel_problems(directory, manifest, same))]
     return CheckedFiles(directory, raw, manifest, lock_bytes, actual, merged(problems))
 
 
@@ -305,19 +319,12 @@ def check_lock(directory: Path, actual: dict[str, str], lock_bytes: bytes | None
             continue
         item = by_key.get(project)
         seen.add(project)
-        if item is None or not _same_version(item.version, version) or (
+        if item is None or not same_version(item.version, version) or (
                 digest not in item.hashes):
             problems.append(Mismatch(name, "its sha256 is not the one requirements.lock pins"))
     problems += [Mismatch(LOCK_NAME, f"{item.name}=={item.version} has no wheel here")
                  for key, item in sorted(by_key.items()) if key not in seen]
     return problems
-
-
-def _same_version(locked: str, version: Version) -> bool:
-    try:
-        return Version(locked) == version
-    except InvalidVersion:
-        return False  # a lock line that is no version pins nothing
 
 
 def merged(problems: Sequence[Mismatch]) -> list[Mismatch]:

@@ -200,3 +200,24 @@ def test_missing_recipe_lists_the_shipped_ones(tmp_path: Path) -> None:
     assert all(name in hint for name in shipped), hint
     assert KNOWN_BAD_NAME not in hint  # the known-bad list is no recipe
     assert str(recipes_dir()) in hint
+
+
+@pytest.mark.parametrize(("table", "line", "said"), [
+    ("node.env", '"A=1;touch x;B" = "1"', "node.env: 'A=1;touch x;B' is not an environment"),
+    ("node.env", '"A B" = "1"', "'A B' is not an environment variable name"),
+    ("node.env", '1X = "1"', "'1X' is not"),
+    ("node.env", 'X = "1\\nLD_PRELOAD=/tmp/x.so"', "the value of X holds U+000A"),
+    ("node.env", 'X = "\\u202e"', "U+202E"),
+    ("build.env", '"A=B" = "1"', "build.env: 'A=B' is not"),
+])
+def test_an_environment_entry_is_checked_where_the_recipe_is_read(
+        tmp_path: Path, table: str, line: str, said: str) -> None:
+    with pytest.raises(RecipeError) as refused:
+        load_recipe(write(tmp_path, MINIMAL + f"\n[{table}]\n{line}\n"))
+    assert said in refused.value.what
+
+
+def test_plain_environment_entries_load(tmp_path: Path) -> None:
+    recipe = load_recipe(write(tmp_path, MINIMAL + '\n[node.env]\nNCCL_IB_HCA = "=mlx5_0:1"\n'
+                                         '_X9 = "a b $c"\n'))
+    assert recipe.node.env == {"NCCL_IB_HCA": "=mlx5_0:1", "_X9": "a b $c"}

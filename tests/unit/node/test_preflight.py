@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from sparkbuild.errors import UsageError
 from sparkbuild.node.fingerprint import RECORD_NAME
 from sparkbuild.node.preflight import NodeProbe, run_preflight
 
@@ -26,6 +29,7 @@ def _venv(tmp_path: Path, archs: list[str], aot: list[str]) -> Path:
     manifest = {"build": {"archs": archs, "flashinfer_aot": {"archs": aot}},
                 "toolchain": {"nvcc": "13.0.88"}}
     venv.mkdir()
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
     (venv / RECORD_NAME).write_text(json.dumps({
         "fingerprint": "sha256:x", "wheelhouse": "w", "distributions": {},
         "manifest": json.dumps(manifest)}))
@@ -77,7 +81,7 @@ def test_a_spark_with_two_active_roce_ports(tmp_path: Path) -> None:
     assert {n: c["status"] for n, c in checks.items()} == {
         "wheelhouse": "ok", "gpu": "ok", "driver": "ok", "ptxas": "ok",
         "flashinfer_modules": "ok", "workspace": "ok", "nofile": "ok", "rdma": "ok",
-        "nccl_ib_gid_index": "ok"}
+        "nccl_ib_gid_index": "ok", "nccl_ib_hca": "ok"}
     assert result.nccl_ib_hca == "=rocep1s0f0:1,rocep1s0f1:1"  # exact match, active only
     assert "rocep1s0f0 port 1 ==> enp1s0f0np0 (4: ACTIVE)" in checks["rdma"]["value"]
     assert "NCCL_IB_HCA==rocep1s0f0:1,rocep1s0f1:1" in result.summary()[-1]
@@ -117,3 +121,64 @@ def test_the_gpu_from_procfs_when_nvidia_smi_is_missing(tmp_path: Path) -> None:
     checks = _by_name(result)
     assert checks["gpu"]["status"] == "warn" and "GB10" in checks["gpu"]["value"]
     assert checks["driver"]["value"] == "580.95.05"
+
+
+# -- issue 41: a named error for what is no installed venv; NCCL_IB_HCA's prefix ------------
+
+
+def test_a_venv_that_does_not_exist_or_is_no_venv(tmp_path: Path) -> None:
+    probe = _probe(tmp_path, {})
+    with pytest.raises(UsageError, match="the venv does not exist"):
+        run_preflight(tmp_path / "absent", probe)
+    with pytest.raises(UsageError, match=r"not a venv: it has no pyvenv\.cfg"):
+        run_preflight(tmp_path, probe)
+
+
+@pytest.mark.parametrize(("record", "said"), [
+    (None, f"the venv has no {RECORD_NAME}"),
+    ("\x00garbage{", f"{RECORD_NAME} cannot be read"),
+    ("[]", "a JSON list, not an object"),
+    ('{"distributions": [], "fingerprint": "f", "wheelhouse": "w", "manifest": "{}"}',
+     "distributions must map names to objects"),
+    (json.dumps({"distributions": {}, "fingerprint": "f", "wheelhouse": "w",
+                 "manifest": '{"build": []}'}), "the recorded manifest's build is a list"),
+    (json.dumps({"distributions": {}, "fingerprint": "f", "wheelhouse": "w",
+                 "manifest": '{"build": {"archs": 5}}'}), "archs is not a list of strings"),
+    (json.dumps({"distributions": {}, "fingerprint": "f", "wheelhouse": "w",
+                 "manifest": '{"toolchain": "13.0"}'}), "toolchain is a str"),
+    (json.dumps({"distributions": {}, "fingerprint": "f", "wheelhouse": "w",
+                 "manifest": "[1]"}), "its manifest is not a JSON object"),
+])
+def test_a_record_missing_or_of_the_wrong_shape_fails_named(tmp_path: Path, record: str | None,
+                                                            said: str) -> None:
+    venv = _venv(tmp_path, ["12.1a"], [])
+    if record is None:
+        (venv / RECORD_NAME).unlink()
+    else:
+        (venv / RECORD_NAME).write_text(record)
+    result = run_preflight(venv, _probe(tmp_path, {}))
+    check = _by_name(result)["wheelhouse"]
+    assert check["status"] == "fail" and said in check["detail"]
+    assert result.error is not None and said in (result.error.hint or "")
+
+
+@pytest.mark.parametrize(("env", "node_env", "status", "said"), [
+    ({"NCCL_IB_HCA": "rocep1s0f"}, "", "warn",
+     "set in the environment without the leading =: NCCL takes each name as a prefix (here "
+     "it takes rocep1s0f0, rocep1s0f1); write =rocep1s0f for exactly these"),
+    ({}, "NCCL_IB_HCA=rocep1s0f0:1\n", "warn", "set in the venv's profile"),
+    ({"NCCL_IB_HCA": "^rocep1s0f1"}, "", "warn", "write ^=rocep1s0f1"),
+    ({"NCCL_IB_HCA": "=rocep1s0f0:1"}, "", "ok", "exact match"),
+    ({"NCCL_IB_HCA": "^=rocep1s0f1"}, "", "ok", "exact match"),
+    ({}, "", "ok", "NCCL_IB_HCA==rocep1s0f0:1,rocep1s0f1:1 names exactly the active ports"),
+])
+def test_nccl_ib_hca_without_the_leading_equals_is_flagged(
+        tmp_path: Path, env: dict[str, str], node_env: str, status: str, said: str) -> None:
+    sysfs = tmp_path / "sys"
+    _port(sysfs, "rocep1s0f0", "1", "4: ACTIVE", "enp1s0f0np0")
+    _port(sysfs, "rocep1s0f1", "1", "4: ACTIVE", "enp1s0f1np1")
+    venv = _venv(tmp_path, ["12.1a"], [])
+    env_file = venv / "sparkbuild" / "node.env"
+    env_file.write_text(env_file.read_text() + node_env)
+    check = _by_name(run_preflight(venv, _probe(tmp_path, {}, env=env)))["nccl_ib_hca"]
+    assert check["status"] == status and said in check["detail"], check

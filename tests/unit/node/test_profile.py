@@ -4,12 +4,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
+from sparkbuild.errors import VerifyError
 from sparkbuild.node.profile import (
     ON_NODE,
+    NodeProfile,
+    ProfileEntry,
     declared_profile,
+    env_file_value,
     find_ptxas,
+    parse_env_file,
     profile_from_manifest,
     render_env_file,
+    render_profile_sh,
     resolve_profile,
 )
 
@@ -59,3 +67,37 @@ def test_no_ptxas_leaves_the_entry_out_with_a_note(tmp_path: Path) -> None:
     assert (tmp_path / "venv" / "var" / "flashinfer").is_dir()
     text = render_env_file(profile)
     assert "FLASHINFER_NO_DOWNLOAD=1\n" in text and "export" not in text
+
+
+# -- issue 41: nothing in a profile runs or adds a line -----------------------------------
+
+
+@pytest.mark.parametrize("value", ["1", "=rocep1s0f0:1,rocep1s0f1:1", "/opt/cuda/bin/ptxas",
+                                   'a "b" $HOME `id` \\ c; x=1', " spaced ", "", "#not a comment"])
+def test_node_env_reads_back_every_value_as_written(value: str) -> None:
+    line = f"KEY={env_file_value(value)}"
+    assert parse_env_file(f"# comment\n{line}\n") == {"KEY": value}
+    if any(c in value for c in "$`\"\\ ;#"):
+        assert line.startswith('KEY="')
+
+
+@pytest.mark.parametrize(("entry", "problem"), [
+    (ProfileEntry("A=1;touch x;B", "1", "r", "s"), "is not an environment variable name"),
+    (ProfileEntry("X", "1\nLD_PRELOAD=/tmp/x.so", "r", "s"), "U+000A"),
+    (ProfileEntry("X", "1", "r\nLD_PRELOAD=/tmp/x.so", "s"), "the reason or source of X"),
+    (ProfileEntry("X", "1", "r", "s\u202e"), "U+202E"),
+])
+def test_an_entry_that_would_run_or_add_a_line_is_never_written(entry: ProfileEntry,
+                                                                problem: str) -> None:
+    for render in (render_env_file, render_profile_sh):
+        with pytest.raises(VerifyError) as refused:
+            render(NodeProfile([entry], []))
+        assert problem in refused.value.what
+
+
+@pytest.mark.parametrize("entry", [{"key": "A B", "value": "1"}, {"key": "X", "value": 1},
+                                   {"key": "X", "value": "\x1b[2J"}, "not an entry"])
+def test_a_manifests_profile_is_checked_where_it_is_read(entry: object) -> None:
+    manifest = {"build": {"node_profile": [entry]}}
+    with pytest.raises(VerifyError, match=r"build\.node_profile entry 1"):
+        profile_from_manifest(manifest)

@@ -5,14 +5,21 @@ from __future__ import annotations
 import errno
 import hashlib
 import http.server
+import io
 import threading
 from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.errors import CacheMissError, DiskFullError, HashMismatchError, NetworkError
+from sparkbuild.errors import (
+    CacheMissError,
+    DiskFullError,
+    HashMismatchError,
+    NetworkError,
+    VerifyError,
+)
 from sparkbuild.store.cache import Cache
-from sparkbuild.store.download import fetch_to_cache
+from sparkbuild.store.download import _stream_to, download, fetch_to_cache
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -100,6 +107,28 @@ def test_short_body_is_a_network_error(server: Server, tmp_path: Path) -> None:
         fetch_to_cache(cache, url, None)
     assert cache.lookup("urls", url) is None
     assert no_partials(tmp_path)
+
+
+def test_a_download_over_its_limit_is_refused_and_nothing_kept(server: Server,
+                                                               tmp_path: Path) -> None:
+    """Content-Length over the limit: refused before the body is read."""
+    url = server.add("/manifest.json", BODY)
+    with pytest.raises(VerifyError) as caught:
+        download(url, tmp_path / "manifest.json", limit=len(BODY) - 1)
+    assert caught.value.where == url
+    assert f"over {len(BODY) - 1} bytes" in caught.value.what
+    assert not (tmp_path / "manifest.json").exists() and no_partials(tmp_path)
+    assert download(url, tmp_path / "manifest.json", limit=len(BODY)).read_bytes() == BODY
+
+
+def test_a_body_without_length_is_cut_at_the_limit() -> None:
+    """No Content-Length (a stream that does not end): refused at the first chunk past it."""
+    out = io.BytesIO()
+    with pytest.raises(VerifyError):
+        _stream_to(io.BytesIO(BODY), out, "http://h/m", "fetching", limit=100)
+    assert len(out.getvalue()) <= 100
+    assert _stream_to(io.BytesIO(BODY), io.BytesIO(), "http://h/m", "x", limit=len(BODY)) == (
+        BODY_SHA)
 
 
 def test_file_url(tmp_path: Path) -> None:

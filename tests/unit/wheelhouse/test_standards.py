@@ -270,3 +270,33 @@ def test_install_from_pylock_needs_the_file(out: Path, tmp_path: Path) -> None:
         install_wheelhouse(out, tmp_path / "venv", source="poetry")
     assert refused.value.hint == "--from takes lock or pylock"
     assert not (tmp_path / "venv").exists()
+
+
+def _tamper_sbom(out: Path, change: Any) -> list[tuple[str, str]]:
+    """The mismatches of the wheelhouse with its SBOM changed and resealed (then restored)."""
+    path = out / "sbom.cdx.json"
+    original = path.read_text()
+    sbom = json.loads(original)
+    change(sbom, {prop(c, "file"): c for c in sbom["components"]}[built_of(out).name])
+    path.write_text(json.dumps(sbom))
+    rehash_in_manifest(out, "sbom.cdx.json")
+    found = [(m.file, m.problem) for m in verify_wheelhouse(out).mismatches]
+    path.write_text(original)
+    return found
+
+
+def test_an_sbom_whose_pedigree_or_tools_are_not_the_manifests_fails_verify(out: Path) -> None:
+    """Issue 41: agreement compared name, version and hash only."""
+    built = built_of(out).name
+    said = "in sbom.cdx.json is not what the manifest says"
+    assert _tamper_sbom(out, lambda s, c: c.pop("pedigree")) == [
+        (built, f"its pedigree {said}")]
+    assert _tamper_sbom(out, lambda s, c: c["pedigree"].update(patches=[])) == [
+        (built, f"its pedigree {said}")]
+    assert _tamper_sbom(out, lambda s, c: c.update(properties=[
+        p for p in c["properties"] if ":patch:" not in p["name"]])) == [
+        (built, f"its properties {said}")]
+    assert _tamper_sbom(out, lambda s, c: c.update(purl=c["purl"].replace("demo", "evil"))) == [
+        (built, f"its purl {said}")]
+    assert _tamper_sbom(out, lambda s, c: s["metadata"].pop("tools")) == [
+        ("sbom.cdx.json", "its metadata.tools is not what the manifest says")]

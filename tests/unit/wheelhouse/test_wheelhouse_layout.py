@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import re
@@ -26,6 +25,7 @@ from sparkbuild.sources.index import IndexFile
 from sparkbuild.wheelhouse.lock import LockedRequirement, parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
 from sparkbuild.wheelhouse.write import write_wheelhouse
+from support.wheels import zipped_wheel
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -46,12 +46,9 @@ def wheel_bytes(name: str, version: str, requires: Sequence[str] = ()) -> bytes:
     dist = f"{name.replace('-', '_')}-{version}.dist-info"
     lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}",
              "Requires-Python: >=3.8", *[f"Requires-Dist: {r}" for r in requires]]
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr(f"{name.replace('-', '_')}/__init__.py", f"# {name}\n")
-        archive.writestr(f"{dist}/METADATA", "\n".join(lines) + "\n")
-        archive.writestr(f"{dist}/WHEEL", "Wheel-Version: 1.0\nTag: py3-none-any\n")
-    return buffer.getvalue()
+    return zipped_wheel({f"{name.replace('-', '_')}/__init__.py": f"# {name}\n",
+                         f"{dist}/METADATA": "\n".join(lines) + "\n",
+                         f"{dist}/WHEEL": "Wheel-Version: 1.0\nTag: py3-none-any\n"})
 
 
 def sha(data: bytes) -> str:
@@ -406,4 +403,7 @@ def test_verify_checks_the_shipped_torch_against_the_build(tmp_path: Path) -> No
     manifest["toolchain"]["torch"] = "2.14.0+cu130"  # same release, another local label
     (out / "manifest.json").write_text(json.dumps(manifest))
     verified = verify_wheelhouse(out, list_archs=lambda path: [])
-    assert verified.error is None and verified.requirements["torch"]["ok"] is True
+    assert verified.requirements["torch"]["ok"] is True
+    # the SBOM's tools still say 2.14.0: it no longer agrees with the edited manifest
+    assert [(m.file, m.problem) for m in verified.mismatches] == [
+        ("sbom.cdx.json", "its metadata.tools is not what the manifest says")]
