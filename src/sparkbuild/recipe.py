@@ -320,7 +320,8 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
               "experts": int, "experts_per_token": int, "moe_intermediate_size": int,
               "sliding_window": int, "logits_soft_cap": (int, float),
               "tensor_parallel_size": int, "expert_parallel": bool,
-              "attention_backend": str, "speculative_tokens": int, "kv_page_sizes": list},
+              "attention_backend": str, "speculative_tokens": int, "kv_page_sizes": list,
+              "flashinfer_sampler": bool},
     "node": {"env": dict, "drop": list, "start_modules": list},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}

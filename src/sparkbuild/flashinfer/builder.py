@@ -201,7 +201,7 @@ class AotResult:
                if self.reused else f"in {self.seconds:.0f} s")
         if self.prebuilt:
             how = f"taken {self.prebuilt}"
-        cpu = sum(float(u.get("seconds", 0)) for u in self.units)
+        cpu = sum(float(u.get("cpu_seconds", u.get("seconds", 0))) for u in self.units)
         peak = max((float(u.get("peak_rss_gib") or 0) for u in self.units), default=0.0)
         lines = [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules "
                  f"{'' if self.prebuilt else 'built ahead '}for "
@@ -415,7 +415,7 @@ def _build(request: AotRequest, version: str, site: Path, link: LinkEnvironment,
         raise
     seconds = time.monotonic() - started
     marks.ended = time.time()
-    units = _units(request, marks, sampler.peaks)
+    units = _units(request, marks, sampler)
     built = sorted(p.parent.name for p in modules.glob("*/*.so"))
     if not built:
         raise CommandFailed("flashinfer's builder wrote no module", where=str(log))
@@ -434,10 +434,11 @@ def _source_count(build: Path) -> int:
     return sum(len(s.get("sources", [])) for s in specs if isinstance(s, dict))
 
 
-def _units(request: AotRequest, marks: BuildMarks, peaks: dict[str, int]
+def _units(request: AotRequest, marks: BuildMarks, sampler: MemorySampler
            ) -> list[dict[str, Any]]:
-    """The build's units from ninja's log and the sampler (its timeline), stored in the
-    cache's unit table when there is one."""
+    """The build's units from ninja's log and the sampler (its timeline, each unit's peak
+    and CPU-seconds), stored in the cache's unit table when there is one."""
+    peaks, cpu = sampler.peaks, sampler.cpu_seconds
     runs = read_runs(request.work / "logs" / "ninja-runs.jsonl")
     if not runs:
         return []
@@ -449,6 +450,8 @@ def _units(request: AotRequest, marks: BuildMarks, peaks: dict[str, int]
     for unit in timeline.units:
         entry = unit.to_dict()
         entry["module"] = Path(unit.output).parent.name
+        if unit.output in cpu:
+            entry["cpu_seconds"] = round(cpu[unit.output], 2)
         table.append(entry)
     write_text_atomic(request.work / "units.json", json.dumps(table, indent=1) + "\n")
     return table

@@ -60,6 +60,8 @@ class ModelFacts:
     attention_backend: str = "FLASHINFER"
     speculative_tokens: int = 0
     kv_page_sizes: tuple[int, ...] = ()
+    flashinfer_sampler: bool = True
+    """vLLM's ``VLLM_USE_FLASHINFER_SAMPLER`` (on unless the node profile sets it to 0)."""
     mtp_layers: int = 0
     shared_experts: bool = False
     hybrid: bool = False
@@ -225,8 +227,9 @@ def resolve_model(settings: ModelSettings, where: str) -> ModelFacts:
                                   "attention_backend", BACKENDS, where),
         speculative_tokens=_int(merged.get("speculative_tokens", 0), "speculative_tokens",
                                 where),
-        kv_page_sizes=tuple(pages), mtp_layers=_int(merged.get("mtp_layers", 0) or 0,
-                                                    "mtp_layers", where),
+        kv_page_sizes=tuple(pages),
+        flashinfer_sampler=bool(merged.get("flashinfer_sampler", True)),
+        mtp_layers=_int(merged.get("mtp_layers", 0) or 0, "mtp_layers", where),
         shared_experts=bool(merged.get("shared_experts", False)),
         hybrid=bool(merged.get("hybrid", False)),
         config=str(settings.config) if settings.config else None, sources=sources)

@@ -406,14 +406,18 @@ def model_set(model: ModelFacts, arch: str) -> ModuleSet:
     excluded: list[Excluded] = []
     notes: list[str] = []
     modules = [*_moe(model, family, notes, excluded), *_nvfp4(model, family, excluded),
-               *_attention(model, excluded, notes),
-               ModuleSpec("sampling", "flashinfer.jit.sampling:gen_sampling_module",
-                          route="default", reason=(
-                              "the sampler's top-k/top-p: VLLM_USE_FLASHINFER_SAMPLER defaults"
-                              " on (VL/vllm/envs.py:855-860) and flashinfer_sampler_supported"
-                              " holds for 8.0 <= cc <= 12.1 (v1/sample/ops/topk_topp_sampler."
-                              "py:28-74,96-101) -> top_k_top_p_sampling_from_logits "
-                              "(FI/sampling.py:67-68)"))]
+               *_attention(model, excluded, notes)]
+    if model.flashinfer_sampler:
+        modules.append(ModuleSpec(
+            "sampling", "flashinfer.jit.sampling:gen_sampling_module", route="default",
+            reason=("the sampler's top-k/top-p: VLLM_USE_FLASHINFER_SAMPLER defaults on "
+                    "(VL/vllm/envs.py:855-860) and flashinfer_sampler_supported holds for "
+                    "8.0 <= cc <= 12.1 (v1/sample/ops/topk_topp_sampler.py:28-74,96-101) -> "
+                    "top_k_top_p_sampling_from_logits (FI/sampling.py:67-68)")))
+    else:
+        excluded.append(Excluded("sampling", (
+            "flashinfer_sampler = false: VLLM_USE_FLASHINFER_SAMPLER=0 takes the PyTorch/"
+            "Triton sampler (VL/vllm/envs.py:855-860)")))
     excluded += _always_excluded(model)
     notes.append(
         "vLLM's has_flashinfer() also needs nvcc on PATH, flashinfer-cubin, or "

@@ -4,7 +4,11 @@ Every :data:`INTERVAL` seconds it lists the processes below sparkbuild (by paren
 process tree), finds for each the unit it works for -- the ``-o X.o`` of itself or its
 nearest ancestor that has one (nvcc's, or the launcher's, for cicc, ptxas and cudafe++
 whose own ``-o`` names a temporary file) -- and adds up their resident memory per unit.
-The highest sum of each unit is its peak.  The peaks are stored in the cache
+The highest sum of each unit is its peak.  Each process's CPU time (user + system, from
+``/proc/PID/stat``) is read too, and the last value seen of every process below a unit is
+that unit's CPU-seconds (what the process spent after the last sample is lost: at most
+one interval per process); on a machine whose cores other work shares, they say what a
+unit costs where its wall seconds do not.  The peaks are stored in the cache
 (``CACHE/units/memory.json``) keyed by unit (its source, relative to the tree), flags
 (:meth:`~sparkbuild.jobplan.ninja_graph.Edge.flags_key`) and arch, and
 :mod:`sparkbuild.jobplan.pools` plans the next build from them.
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
 
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 OBJECT_SUFFIXES = (".o", ".obj")
 
 
@@ -50,12 +55,24 @@ class Proc:
     ppid: int
     rss: int
     argv: list[str]
+    cpu: float = 0.0
+    """User + system seconds so far."""
+    started: int = 0
+    """Its start time (clock ticks after boot): a pid reused later is another process."""
 
 
 def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
     """One sample: the resident bytes of each unit's processes below ``root``, summed."""
-    by_pid = {p.pid: p for p in procs}
     totals: dict[str, int] = {}
+    for proc, unit in unit_procs(procs, root):
+        totals[unit] = totals.get(unit, 0) + proc.rss
+    return totals
+
+
+def unit_procs(procs: Iterable[Proc], root: int) -> list[tuple[Proc, str]]:
+    """Each process below ``root`` that works for a unit, with the unit."""
+    by_pid = {p.pid: p for p in procs}
+    found: list[tuple[Proc, str]] = []
     for proc in by_pid.values():
         unit, chain = None, 0
         current: Proc | None = proc
@@ -69,8 +86,8 @@ def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
             current = by_pid.get(current.ppid)
             chain += 1
         if below_root and unit is not None:
-            totals[unit] = totals.get(unit, 0) + proc.rss
-    return totals
+            found.append((proc, unit))
+    return found
 
 
 def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
@@ -88,7 +105,9 @@ def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or a kernel thread
         fields = stat[stat.rfind(")") + 2:].split()
-        procs.append(Proc(int(entry.name), int(fields[1]), rss_pages * _PAGE, argv))
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS if len(fields) > 19 else 0.0
+        procs.append(Proc(int(entry.name), int(fields[1]), rss_pages * _PAGE, argv, cpu,
+                          int(fields[19]) if len(fields) > 19 else 0))
     return procs
 
 
@@ -100,15 +119,29 @@ class MemorySampler:
     interval: float = INTERVAL
     peaks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
+    cpu_seen: dict[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
+    """(pid, start) -> (unit, its CPU seconds when last seen)."""
     reader: Callable[[], list[Proc]] = read_procs
     """Where a sample's processes come from (tests feed their own)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        for unit, rss in unit_rss(self.reader(), self.root).items():
+        totals: dict[str, int] = {}
+        for proc, unit in unit_procs(self.reader(), self.root):
+            totals[unit] = totals.get(unit, 0) + proc.rss
+            self.cpu_seen[(proc.pid, proc.started)] = (unit, proc.cpu)
+        for unit, rss in totals.items():
             self.peaks[unit] = max(self.peaks.get(unit, 0), rss)
         self.samples += 1
+
+    @property
+    def cpu_seconds(self) -> dict[str, float]:
+        """Each unit's CPU seconds: the last value seen of every process below it, summed."""
+        totals: dict[str, float] = {}
+        for unit, cpu in self.cpu_seen.values():
+            totals[unit] = totals.get(unit, 0.0) + cpu
+        return totals
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):

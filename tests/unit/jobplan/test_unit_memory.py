@@ -90,3 +90,20 @@ def test_store_keeps_seconds_for_every_unit_and_peaks_where_measured(tmp_path: P
                                   "start": 1.0}], killed=["csrc/b.cpp"])
     assert known_units(tmp_path, "12.1a")[1] == KnownUnit("csrc/a.cu", "f1", 20.0, 5 * GIB, 1.0)
     assert measured_for(tmp_path, "12.1a")[1] == ("csrc/b.cpp",)
+
+
+def test_cpu_seconds_are_the_last_seen_of_each_process_summed_per_unit() -> None:
+    from sparkbuild.jobplan.unit_memory import MemorySampler
+
+    first = [Proc(200, 100, 10, ["ninja"]),
+             Proc(301, 200, 10, ["nvcc", "-c", "a.cu", "-o", "a.cu.o"], 0.5, 7),
+             Proc(302, 301, 10, ["cicc", "-o", "/tmp/x.ptx"], 3.0, 8)]
+    later = [Proc(200, 100, 10, ["ninja"]),
+             Proc(301, 200, 10, ["nvcc", "-c", "a.cu", "-o", "a.cu.o"], 0.6, 7),
+             Proc(303, 301, 10, ["ptxas", "-o", "/tmp/x.cubin"], 2.0, 9),
+             Proc(302, 200, 10, ["c++", "-c", "b.cpp", "-o", "b.o"], 1.5, 10)]  # pid reused
+    samples = iter([first, later])
+    sampler = MemorySampler(root=100, reader=lambda: next(samples))
+    sampler.sample()
+    sampler.sample()
+    assert sampler.cpu_seconds == {"a.cu.o": 0.6 + 3.0 + 2.0, "b.o": 1.5}
