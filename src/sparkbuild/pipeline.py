@@ -285,7 +285,7 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
     """Offline, every pin (and a bundle's closure for the tree's requirements) must be
     there before anything compiles; each one missing is named.  With ``[flashinfer] aot``
     the wheels its builder needs are part of it (online, they are downloaded now)."""
-    from sparkbuild.flashinfer.builder import ready_builder
+    from sparkbuild.flashinfer.builder_wheels import ready_builder
 
     aot = ready_builder(options.recipe, cache.root, offline=options.offline)
     if options.offline:

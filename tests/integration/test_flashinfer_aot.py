@@ -33,7 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.flashinfer.builder import IMPORT_REQUIREMENTS, pack_jit_cache
+from sparkbuild.flashinfer.builder_wheels import IMPORT_REQUIREMENTS
+from sparkbuild.flashinfer.jit_cache_wheel import pack_jit_cache
 from sparkbuild.proc import run
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.hashing import sha256_file

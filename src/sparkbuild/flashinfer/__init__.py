@@ -6,8 +6,9 @@ with the code that says why (:mod:`.module_set`).  flashinfer's own builder, dri
 pinned flashinfer-python wheel by a script the build environment's interpreter runs
 (:mod:`.driver`), builds that set -- or flashinfer's default set when ``aot_args`` say so --
 with the cuBLAS/cuRAND headers and a link without a driver (:mod:`.build_env`), through
-sparkbuild's ninja and the build's compiler launcher (:mod:`.compile_launcher`), and packs
-the modules as a ``flashinfer-jit-cache`` wheel (:mod:`.builder`).  A build is kept in the
+sparkbuild's ninja and the build's compiler launcher (:mod:`.compile_launcher`), from the
+wheels it fetches into the cache before anything compiles (:mod:`.builder_wheels`), and packs
+the modules as a ``flashinfer-jit-cache`` wheel (:mod:`.builder`, :mod:`.jit_cache_wheel`).  A build is kept in the
 cache and reused while what built it stands (:mod:`.kept_builds`), and runs alongside vLLM's
 compile on a share of the cores (:mod:`.alongside`).  A prebuilt jit-cache wheel may be
 taken instead, pinned by hash, its version checked before anything compiles, cut down to

@@ -30,43 +30,44 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import json
 import os
-import platform
 import shutil
 import sys
-import sysconfig
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from packaging.utils import canonicalize_name
 
 from sparkbuild.console import info, step
 from sparkbuild.errors import (
     CacheMissError,
     CommandFailed,
     HashMismatchError,
-    RecipeError,
     ToolchainError,
     UsageError,
 )
 from sparkbuild.flashinfer.build_env import (
-    HEADER_WHEEL_OF,
     LinkEnvironment,
     environment_site,
-    find_headers,
     include_roots,
-    library_dirs,
     link_environment,
     missing_headers_error,
-    missing_libraries,
-    toolkit_root,
+)
+from sparkbuild.flashinfer.builder_wheels import (
+    IMPORT_REQUIREMENTS,
+    aot_wheels,
+    fetch_header_wheels,
+    held_wheels,
+    pinned_flashinfer,
+    wanted_wheels,
 )
 from sparkbuild.flashinfer.driver import SPECS_FILE
+from sparkbuild.flashinfer.jit_cache_wheel import (
+    jit_cache_version,
+    pack_jit_cache,
+    wheel_version,
+)
 from sparkbuild.flashinfer.module_set import needed_headers, needed_libraries
 from sparkbuild.jobplan.ninja_graph import read_ninja_file
 from sparkbuild.jobplan.ninja_shim import (
@@ -85,33 +86,17 @@ from sparkbuild.jobplan.unit_memory import (
     remember_build,
 )
 from sparkbuild.proc import run
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.files import write_text_atomic
-from sparkbuild.store.hashing import record_form, sha256_file
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sparkbuild.flashinfer.module_set import ModuleSpec
-    from sparkbuild.recipe import Pin, Recipe
+    from sparkbuild.recipe import Recipe
 
-JIT_CACHE_PROJECT = "flashinfer-jit-cache"
-JIT_CACHE_PACKAGE = "flashinfer_jit_cache"
-JIT_CACHE_DIR = "jit_cache"
-"""``flashinfer_jit_cache/jit_cache/<module>/<module>.so``: what get_jit_cache_dir() names."""
 
-IMPORT_REQUIREMENTS = (
-    "apache-tvm-ffi!=0.1.8,!=0.1.8.post0,<0.2,>=0.1.6",
-    "nvidia-ml-py", "tqdm", "requests", "urllib3", "certifi", "idna", "charset-normalizer",
-    "numpy", "filelock", "jinja2", "markupsafe", "packaging", "ninja",
-)
-"""What ``import flashinfer.aot`` (0.6.18) imports besides torch, found by importing it with
-each one missing in turn; the build environment's torch serves as it is."""
-
-EPOCH = (1980, 1, 1, 0, 0, 0)
-COMPLETE = ".sparkbuild-complete"
-"""The mark of a complete ``CACHE/flashinfer-aot/<tag>/``: the requirements it was filled for."""
 
 _OWN_OPTIONS = ("--out-dir", "--build-dir")
 UNIT_TABLE_PREFIX = "flashinfer:"
@@ -221,25 +206,6 @@ class AotResult:
         return None
 
 
-def jit_cache_version(flashinfer_version: str, cuda_version: str) -> str:
-    """``0.6.18+cu130``: flashinfer's version, then the CUDA it was compiled with."""
-    major, _, minor = cuda_version.partition(".")
-    return f"{flashinfer_version}+cu{major}{minor.split('.')[0] or '0'}"
-
-
-def wheel_version(wheel: Path) -> str:
-    """The version in a wheel's file name (``flashinfer_python-0.6.18-py3-...``)."""
-    parts = wheel.name.split("-")
-    if len(parts) < 5 or not wheel.name.endswith(".whl"):
-        raise UsageError(f"not a wheel file name: {wheel.name}", where=str(wheel))
-    return parts[1]
-
-
-def platform_tag() -> str:
-    """The tag of this machine's platform (the host code of the modules is built here)."""
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
-
-
 def _check_request(request: AotRequest) -> None:
     for option in _OWN_OPTIONS:
         if any(a == option or a.startswith(option + "=") for a in request.args):
@@ -266,36 +232,13 @@ def _install(request: AotRequest, site: Path, version: str) -> None:
         env=_PIP_ENV, timeout=1800, log=request.work / "install.log")
 
 
-def wanted_wheels(headers: tuple[str, ...], libraries: tuple[str, ...], cuda_home: Path,
-                  environment: list[Path], site: Path) -> tuple[list[str], list[str]]:
-    """What neither the toolkit nor ``environment`` (site-packages) nor ``site`` gives of
-    ``headers`` and ``libraries``, and the pinned wheels that give it."""
-    roots = include_roots(cuda_home, environment, site)
-    missing = find_headers(headers, roots)[2]
-    missing += missing_libraries(libraries, library_dirs(cuda_home, environment, site))
-    return missing, sorted({HEADER_WHEEL_OF[m] for m in missing})
-
-
-def _held(wheel_dir: Path, wanted: list[str]) -> list[str]:
-    """The pinned wheels of ``wanted`` not in ``wheel_dir``."""
-    return [w for w in wanted if not any(wheel_dir.glob(
-        f"{w.split('==')[0].replace('-', '_')}-{w.split('==')[1]}-*.whl"))]
-
-
-def fetch_header_wheels(wanted: list[str], python: Path, wheel_dir: Path, log: Path) -> None:
-    step(f"downloading {', '.join(wanted)}: their headers and libraries for flashinfer's "
-         "modules")
-    run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "--dest", wheel_dir, *wanted], timeout=3600, log=log)
-
-
 def _link_environment(request: AotRequest, site: Path) -> LinkEnvironment:
     """The headers and the link (build_env), the builder's pinned NVIDIA wheels installed
     first when the toolkit and the build environment lack what the set needs."""
     missing, wanted = wanted_wheels(request.headers, request.libraries, request.cuda_home,
                                     environment_site(request.python), site)
     if wanted:
-        absent = _held(request.wheel_dir, wanted)
+        absent = held_wheels(request.wheel_dir, wanted)
         if absent and request.offline:
             raise missing_headers_error(missing, include_roots(
                 request.cuda_home, environment_site(request.python), site))
@@ -496,180 +439,6 @@ def aot_environment(request: AotRequest, site: Path) -> dict[str, str]:
     if request.jobs:
         env["MAX_JOBS"] = str(request.jobs)
     return env
-
-
-# -- the wheel -----------------------------------------------------------------------------
-
-
-def _init_py(version: str) -> str:
-    return (f'"""flashinfer {version.split("+")[0]}\'s modules built ahead by sparkbuild."""\n'
-            "import os\n\n"
-            f"__version__ = {version!r}\n\n\n"
-            "def get_jit_cache_dir() -> str:\n"
-            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "
-            f"{JIT_CACHE_DIR!r})\n")
-
-
-def _record_line(name: str, data: bytes) -> str:
-    return f"{name},{record_form(hashlib.sha256(data))},{len(data)}"
-
-
-def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: str,
-                   tag: str | None = None) -> Path:
-    """``flashinfer_jit_cache-VERSION-py3-none-PLATFORM.whl`` holding ``modules/*/*.so``
-    under ``flashinfer_jit_cache/jit_cache/``: deterministic (sorted, fixed dates).
-    ``tag``: another wheel tag (a prebuilt wheel's, when it is cut down)."""
-    tag = tag or f"py3-none-{platform_tag()}"
-    dist_info = f"{JIT_CACHE_PACKAGE}-{version}.dist-info"
-    entries: list[tuple[str, bytes, bool]] = [
-        (f"{JIT_CACHE_PACKAGE}/__init__.py", _init_py(version).encode(), False)]
-    for library in sorted(modules.glob("*/*.so")):
-        name = f"{JIT_CACHE_PACKAGE}/{JIT_CACHE_DIR}/{library.parent.name}/{library.name}"
-        entries.append((name, library.read_bytes(), True))
-    metadata = ("Metadata-Version: 2.1\n"
-                f"Name: {JIT_CACHE_PROJECT}\nVersion: {version}\n"
-                f"Summary: flashinfer {flashinfer_version}'s kernel modules, built ahead\n"
-                f"Requires-Dist: flashinfer-python=={flashinfer_version}\n\n")
-    wheel_file = ("Wheel-Version: 1.0\nGenerator: sparkbuild\nRoot-Is-Purelib: false\n"
-                  f"Tag: {tag}\n")
-    entries += [(f"{dist_info}/METADATA", metadata.encode(), False),
-                (f"{dist_info}/WHEEL", wheel_file.encode(), False)]
-    record = [_record_line(name, data) for name, data, _ in entries]
-    record.append(f"{dist_info}/RECORD,,")
-    entries.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode(), False))
-    out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"{JIT_CACHE_PACKAGE}-{version}-{tag}.whl"
-    tmp = wheel.with_name(wheel.name + ".part")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data, executable in entries:
-            info = zipfile.ZipInfo(name, date_time=EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = (0o755 if executable else 0o644) << 16
-            archive.writestr(info, data)
-    tmp.replace(wheel)
-    return wheel
-
-
-# -- from a recipe -------------------------------------------------------------------------
-
-
-def pinned_flashinfer(recipe: Recipe) -> Pin:
-    """The recipe's flashinfer-python pin (refused when it has none)."""
-    for pin in recipe.pins:
-        if canonicalize_name(pin.name) == "flashinfer-python":
-            return pin
-    raise RecipeError("[flashinfer] aot needs a flashinfer-python pin", where=str(recipe.path),
-                      hint="add a [[pins]] entry for flashinfer-python (its wheel holds the "
-                      "builder), or set aot = false")
-
-
-def _interpreter_tag(python: Path) -> str:
-    if python.resolve() == Path(sys.executable).resolve():
-        return running_tag()
-    result = run([python, "-c", "import platform, sys; print(f'cp{sys.version_info[0]}"
-                  "{sys.version_info[1]}-{platform.machine()}')"], echo=False, timeout=120)
-    return result.output.strip().splitlines()[-1]
-
-
-def running_tag() -> str:
-    """``cp312-aarch64``: this interpreter's, which is the build environment's too (``wheel``
-    creates it with this interpreter, or builds with it: ``--use-existing-torch``)."""
-    return f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}"
-
-
-def _wanted(pin: Pin) -> str:
-    return "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
-
-
-def _complete(wheel_dir: Path, pin: Pin) -> bool:
-    """Whether ``wheel_dir``'s marker says every wheel the builder needs for ``pin`` is in."""
-    marker = wheel_dir / COMPLETE
-    return marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)
-
-
-def builder_gaps(recipe: Recipe, cache_root: Path, tag: str) -> list[str]:
-    """What ``CACHE/flashinfer-aot/<tag>/`` lacks of the wheels flashinfer's builder needs,
-    each named (reads files only); a recipe without the flashinfer-python pin is refused."""
-    pin = pinned_flashinfer(recipe)
-    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
-    if not _complete(wheel_dir, pin):
-        others = sorted(p.parent.name for p in wheel_dir.parent.glob(f"*/{COMPLETE}")
-                        if p.parent.name != tag)
-        held = f"; the cache holds them for {', '.join(others)} only" if others else ""
-        return [f"flashinfer-aot {pin.requirement} and the {len(IMPORT_REQUIREMENTS)} "
-                f"wheels its builder imports, for {tag}: not in {wheel_dir}{held}"]
-    if not sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl")):
-        return [f"flashinfer-aot {pin.requirement}: no wheel of it in {wheel_dir}"]
-    return []
-
-
-def fetch_builder_wheels(pin: Pin, python: Path, wheel_dir: Path) -> None:
-    """Download the pinned flashinfer-python wheel and what its builder imports, for
-    ``python`` (no dependencies: flashinfer's own closure is not needed to build)."""
-    step(f"downloading {pin.requirement} and what its builder imports into {wheel_dir}")
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
-        timeout=3600, log=wheel_dir / "download.log")
-    write_text_atomic(wheel_dir / COMPLETE, _wanted(pin))
-
-
-def ready_builder(recipe: Recipe, cache_root: Path, *, offline: bool) -> list[str]:
-    """``wheel``'s check before anything compiles (``[flashinfer] aot``): the model's set
-    resolved, a prebuilt jit-cache fetched and its version checked; online, the builder's
-    wheels (and the pinned NVIDIA wheels for headers the toolkit and this environment lack)
-    are downloaded now; offline, what the cache lacks is returned."""
-    from sparkbuild.flashinfer.module_set import recipe_set
-
-    if recipe.flashinfer.jit_cache is not None:
-        from sparkbuild.flashinfer.jit_cache import ready_jit_cache
-        from sparkbuild.store.cache import Cache
-
-        ready_jit_cache(recipe, Cache(cache_root), offline=offline,
-                        pinned=pinned_flashinfer(recipe).version)
-        return []
-    if not recipe.flashinfer.aot:
-        return []
-    chosen = recipe_set(recipe)  # a [model] the mapping refuses is said now
-    tag = running_tag()
-    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
-    gaps = builder_gaps(recipe, cache_root, tag)
-    if gaps and not offline:
-        fetch_builder_wheels(pinned_flashinfer(recipe), Path(sys.executable), wheel_dir)
-        gaps = builder_gaps(recipe, cache_root, tag)
-    modules = chosen.modules if chosen else []
-    cuda_home = toolkit_root()
-    if cuda_home is None:
-        return gaps  # doctor names the missing nvcc
-    missing, wanted = wanted_wheels(needed_headers(modules), needed_libraries(modules),
-                                    cuda_home, environment_site(Path(sys.executable)),
-                                    wheel_dir / "-")
-    absent = _held(wheel_dir, wanted)
-    if absent and not offline:
-        wheel_dir.mkdir(parents=True, exist_ok=True)
-        fetch_header_wheels(absent, Path(sys.executable), wheel_dir,
-                            wheel_dir / "headers-download.log")
-        absent = _held(wheel_dir, wanted)
-    return gaps + [f"{wheel} (for {', '.join(missing)}, which the toolkit at {cuda_home} "
-                   f"lacks): not in {wheel_dir}" for wheel in absent]
-
-
-def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tuple[Path, Path]:
-    """The pinned flashinfer-python wheel and the wheels its builder imports, for
-    ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online), then used
-    offline."""
-    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / _interpreter_tag(python)
-    if not _complete(wheel_dir, pin):
-        if offline:
-            raise CacheMissError(
-                f"the cache lacks the wheels flashinfer's builder needs ({pin.requirement} "
-                "and its imports)", where=str(wheel_dir),
-                hint="run `sparkbuild flashinfer-aot` (or `wheel`) online once with this cache")
-        fetch_builder_wheels(pin, python, wheel_dir)
-    found = sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl"))
-    if not found:
-        raise CacheMissError(f"no {pin.requirement} wheel in the cache", where=str(wheel_dir))
-    return found[0], wheel_dir
 
 
 def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,

@@ -38,11 +38,11 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.console import step
 from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError
-from sparkbuild.flashinfer.builder import (
+from sparkbuild.flashinfer.builder import AotResult
+from sparkbuild.flashinfer.jit_cache_wheel import (
     JIT_CACHE_DIR,
     JIT_CACHE_PACKAGE,
     JIT_CACHE_PROJECT,
-    AotResult,
     pack_jit_cache,
 )
 from sparkbuild.store.hashing import sha256_file
@@ -221,7 +221,7 @@ def ready_jit_cache(recipe: Recipe, cache: Cache, *, offline: bool, pinned: str)
 def take_recipe_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
                           offline: bool) -> AotResult:
     """:func:`take_jit_cache` with the recipe's flashinfer-python pin and this cache."""
-    from sparkbuild.flashinfer.builder import pinned_flashinfer
+    from sparkbuild.flashinfer.builder_wheels import pinned_flashinfer
     from sparkbuild.store.cache import Cache
 
     return take_jit_cache(recipe, Cache(cache_root), out=out, offline=offline,

@@ -27,14 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.flashinfer import builder as flashinfer_builder
-from sparkbuild.flashinfer.builder import (
-    AotRequest,
-    AotResult,
-    build_jit_cache,
-    jit_cache_version,
-    platform_tag,
-    wheel_version,
-)
+from sparkbuild.flashinfer.builder import AotRequest, AotResult, build_jit_cache
+from sparkbuild.flashinfer.jit_cache_wheel import jit_cache_version, platform_tag, wheel_version
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
@@ -68,7 +62,7 @@ def aot_key(request: AotRequest, torch: str | None) -> str:
         "platform": platform_tag(),
         "code": [_file_digest(Path(flashinfer_builder.__file__)), _file_digest(Path(__file__)),
                  *(_file_digest(Path(flashinfer_builder.__file__).with_name(name))
-                   for name in ("driver.py", "build_env.py"))],
+                   for name in ("driver.py", "build_env.py", "jit_cache_wheel.py"))],
     }
     return sha256_bytes(json.dumps(keyed, sort_keys=True).encode())
 

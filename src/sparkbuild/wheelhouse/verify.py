@@ -40,8 +40,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from sparkbuild.console import escaped, shown
 from sparkbuild.errors import SparkbuildError, VerifyError
-from sparkbuild.flashinfer.builder import JIT_CACHE_PROJECT
 from sparkbuild.flashinfer.jit_cache import codeless_modules
+from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain.kept_sass import LibraryCode
 from sparkbuild.toolchain.kernel_policy import Refusal, refusals

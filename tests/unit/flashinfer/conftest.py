@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.flashinfer import builder as flashinfer_builder
-from sparkbuild.flashinfer import compile_launcher
+from sparkbuild.flashinfer import builder_wheels, compile_launcher
 from support.flashinfer_toolkit import make_toolkit
 
 
@@ -22,6 +21,6 @@ def toolkit(tmp_path: Path) -> Path:
 def no_toolkit_lookup(monkeypatch: pytest.MonkeyPatch) -> None:
     """The builder's header check and launcher choice read this machine only when a test
     says so: no toolkit found (the check is skipped), no sccache or ccache."""
-    monkeypatch.setattr(flashinfer_builder, "toolkit_root", lambda: None)
+    monkeypatch.setattr(builder_wheels, "toolkit_root", lambda: None)
     monkeypatch.setattr(compile_launcher, "find_sccache", lambda: None)
     monkeypatch.setattr(compile_launcher, "find_launcher", lambda: None)

@@ -14,7 +14,8 @@ import pytest
 from sparkbuild import pipeline
 from sparkbuild.errors import CacheMissError, CommandFailed, RecipeError
 from sparkbuild.flashinfer import builder as flashinfer_builder
-from sparkbuild.flashinfer.builder import IMPORT_REQUIREMENTS, ready_builder, running_tag
+from sparkbuild.flashinfer import builder_wheels
+from sparkbuild.flashinfer.builder_wheels import IMPORT_REQUIREMENTS, ready_builder, running_tag
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from support.flashinfer_toolkit import make_toolkit
@@ -120,7 +121,7 @@ def test_online_the_builder_wheels_are_downloaded_before_the_build(
         dest = Path(command[command.index("--dest") + 1])
         (dest / "flashinfer_python-0.6.18-py3-none-any.whl").write_bytes(b"w")
 
-    monkeypatch.setattr(flashinfer_builder, "run", download)
+    monkeypatch.setattr(builder_wheels, "run", download)
     options = _options(tmp_path, offline=False)
     pipeline._refuse_runtime_gaps(options, None, cache, _tree(tmp_path))
     (command,) = calls
@@ -138,7 +139,7 @@ def test_online_a_failed_download_fails_before_the_build(
     def no_network(command: list[Any], **_: Any) -> None:
         raise CommandFailed("pip download failed: network is unreachable")
 
-    monkeypatch.setattr(flashinfer_builder, "run", no_network)
+    monkeypatch.setattr(builder_wheels, "run", no_network)
     cache = Cache(tmp_path / "cache")
     with pytest.raises(CommandFailed, match="network"):
         pipeline._refuse_runtime_gaps(_options(tmp_path, offline=False), None, cache,
@@ -172,8 +173,8 @@ def test_a_failed_build_with_only_says_to_switch_the_other_groups_off(
 def test_offline_a_toolkit_without_the_headers_names_the_pinned_wheels(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     bare = make_toolkit(tmp_path / "cuda", headers=())
-    monkeypatch.setattr(flashinfer_builder, "toolkit_root", lambda: bare)
-    monkeypatch.setattr(flashinfer_builder, "environment_site", lambda _python: [])
+    monkeypatch.setattr(builder_wheels, "toolkit_root", lambda: bare)
+    monkeypatch.setattr(builder_wheels, "environment_site", lambda _python: [])
     cache = Cache(tmp_path / "cache")
     _fill(cache, running_tag())
     gaps = ready_builder(_options(tmp_path).recipe, cache.root, offline=True)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError
-from sparkbuild.flashinfer.builder import pack_jit_cache
 from sparkbuild.flashinfer.jit_cache import (
     codeless_modules,
     cut_to,
@@ -18,6 +17,7 @@ from sparkbuild.flashinfer.jit_cache import (
     refuse_other_version,
     take_jit_cache,
 )
+from sparkbuild.flashinfer.jit_cache_wheel import pack_jit_cache
 from sparkbuild.recipe import load_recipe
 from sparkbuild.resources import recipes_dir
 from sparkbuild.store.cache import Cache
@@ -96,7 +96,7 @@ def test_a_local_file_is_taken_pinned_and_cut(tmp_path: Path) -> None:
 
 
 def test_a_version_other_than_the_pin_is_refused_before_the_build(tmp_path: Path) -> None:
-    from sparkbuild.flashinfer.builder import ready_builder
+    from sparkbuild.flashinfer.builder_wheels import ready_builder
 
     old = _wheel(tmp_path, "0.6.17+cu130", ("sampling",))
     recipe = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "{old}", '
