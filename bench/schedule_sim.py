@@ -17,7 +17,10 @@ Each is reported with its peak memory in flight (the sum of running units' peaks
 A table from a build that started its units longest first lists them in that order; with
 ``--today-order TODAY.json`` (a build with today's plan of the same units) the units are
 put in TODAY's start order first, CMake's, which today's plan would start them in.
-Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine.
+Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine, or those
+``--machine NAME=CORES,GB`` names (repeatable; GitHub's ubuntu-24.04-arm runner is
+``--machine gh-arm=4,16``).  ``--second-table`` appends another table (flashinfer's model
+set beside vLLM's: one main job compiles both).
 
     python bench/schedule_sim.py UNITS.json --team SHARE.json [--sparks 1,2,4] [--cores 20]
         [--link-gbps 10] [--second-table FLASHINFER.json] [--before S] [--after S] [--json]
@@ -205,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="another unit table through the same client (flashinfer's)")
     parser.add_argument("--local-share", type=float, default=None,
                         help="instead of the measured one (a sensitivity run)")
+    parser.add_argument("--machine", action="append", default=[], metavar="NAME=CORES,GB",
+                        help="simulate this machine instead of the Spark and the device")
     parser.add_argument("--before", type=float, default=BEFORE_S)
     parser.add_argument("--after", type=float, default=AFTER_S)
     args = parser.parse_args(argv)
@@ -232,7 +237,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['whole_job_s']:.0f} s ({row['whole_job_min']} min), MAX_JOBS "
                   f"{row['max_jobs']}{extra}")
         return 0
-    report = {name: plans(units, cores, total) for name, (cores, total) in MACHINES.items()}
+    if args.second_table is not None:
+        units += load(args.second_table)
+    machines = dict(MACHINES)
+    if args.machine:
+        machines = {}
+        for given in args.machine:
+            name, _, spec = given.partition("=")
+            cores, _, gigabytes = spec.partition(",")
+            machines[name] = (int(cores), int(float(gigabytes) * 10**9))
+    report = {name: plans(units, cores, total) for name, (cores, total) in machines.items()}
     if args.json:
         print(json.dumps(report, indent=1))
         return 0

@@ -197,13 +197,25 @@ def _install(args: argparse.Namespace) -> StageResult:
 
 def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
     from sparkbuild.flashinfer.builder import build_for_recipe
+    from sparkbuild.flashinfer.module_set import listing
     from sparkbuild.store.cache import default_cache_root
 
-    cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
     recipe = _recipe(args)
+    only = tuple(args.only)
+    if args.list:
+        return listing(recipe, only)
+    if not args.out:
+        raise UsageError("flashinfer-aot needs --out DIR to build (or --list)")
+    cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
+    if recipe.flashinfer.jit_cache is not None:
+        from sparkbuild.flashinfer.jit_cache import take_recipe_jit_cache
+        from sparkbuild.wheelhouse.verify import judge_jit_cache
+
+        taken = take_recipe_jit_cache(recipe, cache, out=Path(args.out), offline=args.offline)
+        return judge_jit_cache(taken, recipe.target.cuda_archs)
     return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
                             cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
-                            offline=args.offline, jobs=args.jobs)
+                            offline=args.offline, jobs=args.jobs, only=only)
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
@@ -443,7 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("flashinfer-aot", help="build flashinfer's kernel modules ahead for the "
                        "recipe's target: a flashinfer-jit-cache wheel")
-    p.add_argument("--out", required=True, metavar="DIR", help="where the wheel is written")
+    p.add_argument("--out", metavar="DIR", help="where the wheel is written")
+    p.add_argument("--list", action="store_true", help="print the module set, each module "
+                   "with why vLLM reaches it, and build nothing")
+    p.add_argument("--only", action="append", default=[], metavar="GLOB",
+                   help="build (or list) only the set's modules whose name matches; repeatable")
     p.add_argument("--python", default=sys.executable, metavar="PY",
                    help="an interpreter with torch to run flashinfer's builder (default: this one)")
     p.add_argument("--offline", action="store_true", help="take the wheels from the cache only")

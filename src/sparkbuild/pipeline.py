@@ -285,7 +285,7 @@ def _refuse_runtime_gaps(options: WheelOptions, runtime: dict[str, Any] | None,
     """Offline, every pin (and a bundle's closure for the tree's requirements) must be
     there before anything compiles; each one missing is named.  With ``[flashinfer] aot``
     the wheels its builder needs are part of it (online, they are downloaded now)."""
-    from sparkbuild.flashinfer.builder import ready_builder
+    from sparkbuild.flashinfer.builder_wheels import ready_builder
 
     aot = ready_builder(options.recipe, cache.root, offline=options.offline)
     if options.offline:
@@ -425,12 +425,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             torch = build_torch(python, options.use_existing_torch)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
-            builder = builder_for(recipe, python=python, torch=torch.version, cache=cache,
-                                  work=work, offline=options.offline,
-                                  compile_jobs=plan.max_jobs)
-            with aot_alongside(builder) as aot_run, open_shared_cache(
+            with open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch.version, work=work,
-                    cache_root=cache.root, dist=link) as shared:
+                    cache_root=cache.root, dist=link) as shared, aot_alongside(builder_for(
+                        recipe, python=python, torch=torch.version, cache=cache, work=work,
+                        offline=options.offline, compile_jobs=plan.max_jobs,
+                        shared=shared)) as aot_run:
                 if shared is not None and shared.launcher:
                     plan = plan.with_launcher(shared.launcher, f"sccache, {shared.role}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
@@ -448,10 +448,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 outcome = build_tree(request, python)
                 if outcome.timeline is not None:
                     built.append(outcome.timeline)
+                # what the wheel waits for it after the compile (the build's sccache, which
+                # flashinfer's compiles go through, stops after this block)
+                with phase("flashinfer aot"):
+                    aot = aot_run.result()
         if outcome.timeline is not None:
             remember_build(cache.root, recipe.target.torch_cuda_arch_list, outcome.timeline)
-        with phase("flashinfer aot"):  # what the wheel waits for it after the compile
-            aot = aot_run.result()
         compile_cache = shared.compile_cache if shared else None
         dist = dist_outcome(link, shared)
         trace = (write_build_trace(work / "logs" / "build-trace.json", outcome.timeline, dist)

@@ -101,6 +101,10 @@ class SourcePin:
     """A source spec: ``git+URL@REF``, a path, ``PATH#sha256=HEX`` or ``pypi:NAME==VERSION``."""
     sha256: str | None = None
     branch: str | None = None
+    not_in_wheel: tuple[str, ...] = ()
+    """Projects the tree's requirement files list but its build leaves out of the wheel's
+    Requires-Dist (vLLM's setup.py drops flashinfer-cubin): ``lock`` and a bundle's closure,
+    which read the files, leave them out too."""
 
 
 SPARK_ARCH = "12.1a"
@@ -166,7 +170,33 @@ class FlashinferSettings:
     aot: bool = False
     aot_args: tuple[str, ...] = ()
     """flashinfer's own builder options (``--add-moe false``, ``--fa2-head-dim 128,128``),
-    and sparkbuild's ``--only GLOB`` (keep only the modules whose name matches)."""
+    and sparkbuild's ``--only GLOB`` (keep only the modules whose name matches): given, they
+    override the model's set (sparkbuild.flashinfer.module_set)."""
+    jit_cache: JitCacheInput | None = None
+    """A prebuilt flashinfer-jit-cache wheel taken instead of building (its ``url``, or a
+    ``path`` beside the recipe, pinned by ``sha256``)."""
+
+
+@dataclass(frozen=True)
+class JitCacheInput:
+    """``[flashinfer] jit_cache = { url = ..., sha256 = ... }``
+    (sparkbuild.flashinfer.jit_cache)."""
+
+    sha256: str
+    url: str | None = None
+    path: Path | None = None
+    cut_to_model: bool = False
+    """Keep only the modules of the model's set in the wheel the node gets."""
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """``[model]``: what the node serves, for flashinfer's module set
+    (sparkbuild.flashinfer.model_config resolves it, module_set maps it).  ``config`` is a
+    Hugging Face ``config.json`` (no weights); every other key overrides what it says."""
+
+    config: Path | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -193,6 +223,7 @@ class Recipe:
     vendor: VendorSettings = field(default_factory=VendorSettings)
     flashinfer: FlashinferSettings = field(default_factory=FlashinferSettings)
     node: NodeSettings = field(default_factory=NodeSettings)
+    model: ModelSettings | None = None
 
     @property
     def lock_path(self) -> Path:
@@ -274,7 +305,7 @@ class Recipe:
 
 _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "recipe": {"name": str, "description": str, "package": str},
-    "source": {"spec": str, "sha256": str, "branch": str},
+    "source": {"spec": str, "sha256": str, "branch": str, "not_in_wheel": list},
     "series": {"path": str},
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
                "allow_jit": bool},
@@ -282,7 +313,15 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
               "compile_cache": str, "dist": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
                "crates": bool},
-    "flashinfer": {"aot": bool, "aot_args": list},
+    "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
+    "model": {"config": str, "architecture": str, "dtype": str, "kv_cache_dtype": str,
+              "head_dim": int, "head_dim_vo": int, "num_attention_heads": int,
+              "num_key_value_heads": int, "quantization": str, "quantization_ignore": list,
+              "experts": int, "experts_per_token": int, "moe_intermediate_size": int,
+              "sliding_window": int, "logits_soft_cap": (int, float),
+              "tensor_parallel_size": int, "expert_parallel": bool,
+              "attention_backend": str, "speculative_tokens": int, "kv_page_sizes": list,
+              "flashinfer_sampler": bool},
     "node": {"env": dict, "drop": list, "start_modules": list},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
@@ -458,6 +497,36 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
                           exclude=_strings(path, text, "exclude", table.get("exclude", [])),
                           sparse=bool(table.get("sparse", False)),
                           crates=bool(table.get("crates", True)))
+
+
+_JIT_CACHE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "url": str, "path": str, "sha256": str, "cut_to_model": bool}
+
+
+def _parse_jit_cache(path: Path, text: str, table: Any) -> JitCacheInput | None:
+    if table is None:
+        return None
+    where = _where(path, text, "flashinfer", "jit_cache")
+    checked = _check_table(path, text, "flashinfer.jit_cache", table, _JIT_CACHE_KEYS)
+    sha256 = str(checked.get("sha256", "")).lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise RecipeError("flashinfer.jit_cache needs sha256 = the wheel's 64 hex digits",
+                          where=where, hint="a prebuilt jit-cache is taken only pinned by hash")
+    if ("url" in checked) == ("path" in checked):
+        raise RecipeError("flashinfer.jit_cache needs one of url or path", where=where,
+                          hint='url = "https://..." (a [vendor] mirror may serve it) or '
+                          'path = "FILE.whl" beside the recipe')
+    local = (path.parent / checked["path"]).resolve() if "path" in checked else None
+    return JitCacheInput(sha256, checked.get("url"), local,
+                         bool(checked.get("cut_to_model", False)))
+
+
+def _parse_model(path: Path, table: Any) -> ModelSettings | None:
+    if table is None:
+        return None
+    fields = dict(table)
+    config = fields.pop("config", None)
+    return ModelSettings((path.parent / config).resolve() if config else None, fields)
 
 
 def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
@@ -650,7 +719,9 @@ def load_recipe(path: Path) -> Recipe:
         path=path.resolve(),
         name=tables["recipe"].get("name", path.stem),
         package=tables["recipe"].get("package", "vllm"),
-        source=SourcePin(source["spec"], source.get("sha256"), source.get("branch")),
+        source=SourcePin(source["spec"], source.get("sha256"), source.get("branch"),
+                         _strings(path, text, "not_in_wheel", source.get("not_in_wheel", []),
+                                  table="source")),
         series=(path.parent / tables["series"]["path"]).resolve(),
         target=Target(
             cuda_archs=archs,
@@ -674,7 +745,9 @@ def load_recipe(path: Path) -> Recipe:
         flashinfer=FlashinferSettings(
             aot=bool(tables["flashinfer"].get("aot", False)),
             aot_args=_strings(path, text, "aot_args", tables["flashinfer"].get("aot_args", []),
-                              table="flashinfer")),
+                              table="flashinfer"),
+            jit_cache=_parse_jit_cache(path, text, tables["flashinfer"].get("jit_cache"))),
+        model=_parse_model(path, data.get("model")),
         node=NodeSettings(
             env=_env_table(path, text, "node.env", tables["node"].get("env", {})),
             drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node"),

@@ -32,7 +32,7 @@ FOREIGN = frozenset({
     "python", "python3", "pip", "uv", "git", "cmake", "ninja", "nvcc", "ptxas", "cuobjdump",
     "cargo", "sccache", "ccache", "pytest", "sha256sum", "rm", "unshare", "redis-server",
     "docker", "actionlint", "gh", "tar", "curl", "ssh", "rsync", "ls", "cp", "env", "sudo",
-    "apt-get", "bash", "make", "gcc", "ulimit", "nvidia-smi", "systemctl",
+    "apt-get", "bash", "make", "gcc", "ulimit", "nvidia-smi", "systemctl", "vllm",
 })
 """Programs other than sparkbuild whose flags the pages may name."""
 

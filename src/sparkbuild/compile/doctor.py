@@ -133,6 +133,32 @@ def _check_nvcc(tools: dict[str, Tool]) -> tuple[Check, ToolchainError | None]:
     return Check("nvcc", True, str(nvcc.version), reason, hard=True), None
 
 
+def _check_libcuda(needed: bool) -> Check:
+    """What ``-lcuda`` links to in flashinfer's builds (sparkbuild.flashinfer.build_env):
+    the toolkit's stub, a driver's library, or a stub sparkbuild makes from cuda.h."""
+    from sparkbuild.flashinfer.build_env import choose_libcuda, toolkit_root
+
+    root = toolkit_root()
+    if root is None:
+        return Check("libcuda", not needed, "no toolkit found",
+                     "flashinfer's modules link -lcuda: set CUDA_HOME", hard=needed)
+    found = choose_libcuda(root, root, make=False)
+    if found is not None:
+        return Check("libcuda", True, found.kind, f"{found.path}: flashinfer's modules link "
+                     "-lcuda to it")
+    makes = (root / "include" / "cuda.h").is_file() and bool(shutil.which("cc")
+                                                            or shutil.which("gcc"))
+    if makes:
+        return Check("libcuda", True, "missing: sparkbuild provides a stub",
+                     f"no driver and no {root}/lib64/stubs/libcuda.so: flashinfer's link "
+                     f"gets a stub libcuda.so (soname libcuda.so.1) compiled from "
+                     f"{root}/include/cuda.h; the node's driver is loaded by that name")
+    return Check("libcuda", not needed, "missing",
+                 f"no driver, no {root}/lib64/stubs/libcuda.so and no cuda.h and C compiler "
+                 "to make a stub: every flashinfer module's link fails (cannot find -lcuda)",
+                 hard=needed)
+
+
 def _check_tool(name: str, tool: Tool | None, minimum: Version | None) -> Check:
     if tool is None:
         return Check(name, False, "missing", f"install it: pip install {name}")
@@ -357,6 +383,8 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
         *(_existing_torch_checks(tree, tools.get("nvcc")) if existing_torch
           else [_check_torch(tree)]),
         _check_disk(tree or Path.cwd()),
+        _check_libcuda(bool(recipe and (recipe.flashinfer.aot
+                                        and recipe.flashinfer.jit_cache is None))),
         check_own_requirements(),
         cache_check or _check_launcher(launcher),
         Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from sparkbuild.console import step
 from sparkbuild.jobplan.machine import GIB
+from sparkbuild.team.sccache_server import launcher_environment
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
+    from sparkbuild.team.sccache_server import SharedCache
 
 ALONGSIDE_SHARE = 4
 """The builder runs one job per this many of the compile's (at least one)."""
@@ -69,24 +71,40 @@ def builder_reserve(recipe: Recipe) -> float:
 
 
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
-                offline: bool, compile_jobs: int) -> Callable[[], AotResult] | None:
+                offline: bool, compile_jobs: int, shared: SharedCache | None = None
+                ) -> Callable[[], AotResult] | None:
     """The build of flashinfer's modules that runs beside a compile of ``compile_jobs``
-    (a kept one reused, flashinfer/kept_builds.py); None without ``[flashinfer] aot``."""
+    (a kept one reused, flashinfer/kept_builds.py; a prebuilt jit-cache taken,
+    flashinfer/jit_cache.py), through the build's sccache when ``shared`` runs one; None
+    without ``[flashinfer] aot``."""
+    if recipe.flashinfer.jit_cache is not None:
+        return functools.partial(_take, recipe, cache=cache, work=work, offline=offline)
     if not recipe.flashinfer.aot:
         return None
     return functools.partial(_build, recipe, python=python, torch=torch, cache=cache,
-                             work=work, offline=offline, jobs=alongside_jobs(compile_jobs))
+                             work=work, offline=offline, jobs=alongside_jobs(compile_jobs),
+                             launcher_env=launcher_environment(shared))
+
+
+def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResult:
+    from sparkbuild.flashinfer.jit_cache import take_recipe_jit_cache
+
+    dist = work / "flashinfer-aot-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    return take_recipe_jit_cache(recipe, cache.root, out=dist, offline=offline)
 
 
 def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
-           offline: bool, jobs: int) -> AotResult:
+           offline: bool, jobs: int, launcher_env: dict[str, str]) -> AotResult:
     from sparkbuild.flashinfer.builder import request_for_recipe
     from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
     request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
-                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs)
+                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs,
+                                 launcher_env=launcher_env,
+                                 usable_bytes=reserved_bytes(os.cpu_count() or 1))
     return reusing_jit_cache(cache, request, torch)
 
 

@@ -7,118 +7,101 @@ package is installed: then ``flashinfer.jit.env.FLASHINFER_AOT_DIR`` is that pac
 (``jit/core.py: JitSpec.aot_path``).  Its ``__version__`` must start with flashinfer's own
 (``jit/env.py: _get_aot_dir``), so the wheel is versioned ``<flashinfer version>+cu<CUDA>``.
 
-The build is flashinfer's own builder, from the pinned flashinfer-python wheel:
-``flashinfer.aot.main`` with the recipe's ``[flashinfer] aot_args`` and
-``FLASHINFER_CUDA_ARCH_LIST``, run by the build environment's interpreter (it has torch)
-with the wheel and the few packages ``import flashinfer.aot`` needs installed beside it
-(``--target``, from cached wheels, no index).  Two things the installed wheel does not do
-by itself, the driver below adds:
+The build is flashinfer's own builder, from the pinned flashinfer-python wheel, run by the
+build environment's interpreter (it has torch) with the wheel and the few packages its
+builder imports installed beside it (``--target``, from cached wheels, no index), through
+the driver :mod:`sparkbuild.flashinfer.driver`:
 
-* ``flashinfer.aot.main`` takes its sources from ``<site-packages>/csrc`` and
-  ``3rdparty/`` (the layout of a source checkout); the wheel holds them in
-  ``flashinfer/data/``, so the driver passes a staged root of links into it;
-* ``--only GLOB`` (sparkbuild's, repeatable) keeps only flashinfer's modules whose name
-  matches: flashinfer's own switches cannot leave out attention.
+* the module set is the model's (:mod:`sparkbuild.flashinfer.module_set`: each of
+  flashinfer's generators called with the model's arguments), or, with ``[flashinfer]
+  aot_args``, flashinfer's own default set narrowed by its switches and ``--only GLOB``;
+* the headers and the link without a driver come from :mod:`sparkbuild.flashinfer.build_env`
+  (named before anything compiles);
+* flashinfer's ninja is sparkbuild's (:mod:`sparkbuild.jobplan.ninja_shim`): the heavy
+  units in a pool memory holds, longest first, a unit killed for memory retried in the pool;
+  each unit's peak is sampled (:mod:`sparkbuild.jobplan.unit_memory`) and its seconds read
+  from ninja's log, into the cache's unit table (arch key ``flashinfer:<archs>``), which
+  plans the next build;
+* ccache or the build's sccache compiles through ``FLASHINFER_NVCC_LAUNCHER`` and
+  ``FLASHINFER_CXX_LAUNCHER``.
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
+import functools
+import json
 import os
-import platform
 import shutil
 import sys
-import sysconfig
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from packaging.utils import canonicalize_name
-
-from sparkbuild.console import step
+from sparkbuild.console import info, step
 from sparkbuild.errors import (
     CacheMissError,
     CommandFailed,
     HashMismatchError,
-    RecipeError,
+    ToolchainError,
     UsageError,
 )
+from sparkbuild.flashinfer.build_env import (
+    LinkEnvironment,
+    environment_site,
+    include_roots,
+    link_environment,
+    missing_headers_error,
+)
+from sparkbuild.flashinfer.builder_wheels import (
+    IMPORT_REQUIREMENTS,
+    aot_wheels,
+    fetch_header_wheels,
+    held_wheels,
+    pinned_flashinfer,
+    wanted_wheels,
+)
+from sparkbuild.flashinfer.driver import SPECS_FILE
+from sparkbuild.flashinfer.jit_cache_wheel import (
+    jit_cache_version,
+    pack_jit_cache,
+    wheel_version,
+)
+from sparkbuild.flashinfer.module_set import needed_headers, needed_libraries
+from sparkbuild.jobplan.ninja_graph import read_ninja_file
+from sparkbuild.jobplan.ninja_shim import (
+    PLAN_VARIABLE,
+    REAL_VARIABLE,
+    RECORD_VARIABLE,
+    write_wrapper,
+)
+from sparkbuild.jobplan.pools import PoolPlan, plan_pools, write_plan_file
+from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
+from sparkbuild.jobplan.unit_memory import (
+    MemorySampler,
+    known_units,
+    launcher_servers,
+    measured_for,
+    remember_build,
+)
 from sparkbuild.proc import run
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.files import write_text_atomic
-from sparkbuild.store.hashing import record_form, sha256_file
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 
 if TYPE_CHECKING:
-    from sparkbuild.recipe import Pin, Recipe
+    from collections.abc import Iterator
 
-JIT_CACHE_PROJECT = "flashinfer-jit-cache"
-JIT_CACHE_PACKAGE = "flashinfer_jit_cache"
-JIT_CACHE_DIR = "jit_cache"
-"""``flashinfer_jit_cache/jit_cache/<module>/<module>.so``: what get_jit_cache_dir() names."""
+    from sparkbuild.flashinfer.module_set import ModuleSpec
+    from sparkbuild.recipe import Recipe
 
-IMPORT_REQUIREMENTS = (
-    "apache-tvm-ffi!=0.1.8,!=0.1.8.post0,<0.2,>=0.1.6",
-    "nvidia-ml-py", "tqdm", "requests", "urllib3", "certifi", "idna", "charset-normalizer",
-    "numpy", "filelock", "jinja2", "markupsafe", "packaging", "ninja",
-)
-"""What ``import flashinfer.aot`` (0.6.18) imports besides torch, found by importing it with
-each one missing in turn; the build environment's torch serves as it is."""
 
-EPOCH = (1980, 1, 1, 0, 0, 0)
-COMPLETE = ".sparkbuild-complete"
-"""The mark of a complete ``CACHE/flashinfer-aot/<tag>/``: the requirements it was filled for."""
-
-DRIVER = r'''
-import fnmatch, sys
-from pathlib import Path
-
-root, out, build, *args = sys.argv[1:]
-only, rest, it = [], [], iter(args)
-for arg in it:
-    if arg == "--only":
-        only.append(next(it))
-    elif arg.startswith("--only="):
-        only.append(arg.split("=", 1)[1])
-    else:
-        rest.append(arg)
-import flashinfer
-from flashinfer import aot
-
-data = Path(flashinfer.__file__).resolve().parent / "data"
-staged = Path(root)
-for rel, target in {"csrc": "csrc", "include": "include", "3rdparty/cutlass": "cutlass",
-                    "3rdparty/spdlog": "spdlog"}.items():
-    link = staged / rel
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if not link.exists():
-        link.symlink_to(data / target)
-compile_modules = aot.compile_and_package_modules
-
-def compile_from_wheel(*a, **k):
-    k["project_root"] = staged
-    return compile_modules(*a, **k)
-
-aot.compile_and_package_modules = compile_from_wheel
-if only:
-    generate = aot.gen_all_modules
-
-    def selected(*a, **k):
-        specs = generate(*a, **k)
-        chosen = [s for s in specs if any(fnmatch.fnmatchcase(s.name, p) for p in only)]
-        if not chosen:
-            names = " ".join(sorted(s.name for s in specs))
-            sys.exit(f"--only {' '.join(only)} matches none of flashinfer's modules: {names}")
-        return chosen
-
-    aot.gen_all_modules = selected
-sys.argv = ["flashinfer.aot", "--out-dir", out, "--build-dir", build, *rest]
-aot.main()
-'''
 
 _OWN_OPTIONS = ("--out-dir", "--build-dir")
+UNIT_TABLE_PREFIX = "flashinfer:"
+"""The unit table's arch key for flashinfer's units (``flashinfer:12.1a``): the same table
+as vLLM's (``CACHE/units/memory.json``), apart from vLLM's plan."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +123,34 @@ class AotRequest:
     jobs: int | None = None
     sha256: str | None = None
     """The pin's hash of the flashinfer-python wheel, checked before use."""
+    modules: tuple[ModuleSpec, ...] = ()
+    """The model's set; empty: flashinfer's default set (``args``)."""
+    launcher_env: tuple[tuple[str, str], ...] = ()
+    """The build's sccache (``FLASHINFER_NVCC_LAUNCHER`` and its server's variables); empty:
+    the builder's own (:mod:`sparkbuild.flashinfer.compile_launcher`)."""
+    cache_root: Path | None = None
+    """Where the unit table is read from and written to; None: neither."""
+    usable_bytes: float | None = None
+    """The memory the build may use (None: this machine's available memory less the
+    system's share); the heavy pool's depth is what it holds."""
+    job_memory_gib: float = 8.7
+    offline: bool = True
+    """Whether a missing header wheel may be downloaded (never offline)."""
+
+    @property
+    def headers(self) -> tuple[str, ...]:
+        """What the set's sources include; flashinfer's default set needs both."""
+        return needed_headers(self.modules)
+
+    @property
+    def libraries(self) -> tuple[str, ...]:
+        """What the set's links name beyond libcuda: the MoE module ``-lnvrtc``, the GEMM
+        ``-lcublas -lcublasLt`` (flashinfer's default set: all of them)."""
+        return needed_libraries(self.modules)
+
+    @property
+    def unit_arch(self) -> str:
+        return UNIT_TABLE_PREFIX + flashinfer_arch_list(self.archs)
 
 
 @dataclass
@@ -155,49 +166,47 @@ class AotResult:
     log: Path | None = None
     reused: str | None = None
     """When the kept build this wheel was copied from was made (flashinfer/kept_builds.py)."""
+    sources: int = 0
+    units: list[dict[str, Any]] = field(default_factory=list)
+    """Every compile unit: module, source, seconds, start, peak, pool (the unit table)."""
+    environment: list[str] = field(default_factory=list)
+    """Where the headers and libcuda came from, the launcher and the pool plan."""
+    prebuilt: str | None = None
+    """Taken prebuilt instead of built: from where (flashinfer/jit_cache.py)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": str(self.wheel), "version": self.version,
                 "flashinfer_version": self.flashinfer_version, "archs": list(self.archs),
                 "flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs),
                 "aot_args": list(self.args), "modules": self.modules,
-                "seconds": round(self.seconds, 1), "size": self.size,
-                "log": str(self.log) if self.log else None, "reused_since": self.reused}
+                "sources": self.sources, "seconds": round(self.seconds, 1), "size": self.size,
+                "log": str(self.log) if self.log else None, "reused_since": self.reused,
+                "prebuilt": self.prebuilt, "environment": self.environment,
+                "units": self.units}
 
     def summary(self) -> list[str]:
         how = (f"reused from the cache (built {self.reused} in {self.seconds:.0f} s)"
                if self.reused else f"in {self.seconds:.0f} s")
-        return [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules built "
-                f"ahead for {flashinfer_arch_list(self.archs)} {how}",
-                f"  {self.wheel} ({self.size / 2**20:.1f} MiB)",
-                *(f"  {name}" for name in self.modules)]
+        if self.prebuilt:
+            how = f"taken {self.prebuilt}"
+        cpu = sum(float(u.get("cpu_seconds", u.get("seconds", 0))) for u in self.units)
+        peak = max((float(u.get("peak_rss_gib") or 0) for u in self.units), default=0.0)
+        lines = [f"flashinfer {self.flashinfer_version}: {len(self.modules)} modules "
+                 f"{'' if self.prebuilt else 'built ahead '}for "
+                 f"{flashinfer_arch_list(self.archs)} {how}",
+                 f"  {self.wheel} ({self.size / 2**20:.1f} MiB)"]
+        if self.units:
+            lines.append(f"  {len(self.units)} units, {cpu:.0f} CPU-s, highest peak "
+                         f"{peak:.1f} GiB")
+        lines += [f"  {line}" for line in self.environment]
+        return lines + [f"  {name}" for name in self.modules]
 
     @property
     def error(self) -> None:
         return None
 
 
-def jit_cache_version(flashinfer_version: str, cuda_version: str) -> str:
-    """``0.6.18+cu130``: flashinfer's version, then the CUDA it was compiled with."""
-    major, _, minor = cuda_version.partition(".")
-    return f"{flashinfer_version}+cu{major}{minor.split('.')[0] or '0'}"
-
-
-def wheel_version(wheel: Path) -> str:
-    """The version in a wheel's file name (``flashinfer_python-0.6.18-py3-...``)."""
-    parts = wheel.name.split("-")
-    if len(parts) < 5 or not wheel.name.endswith(".whl"):
-        raise UsageError(f"not a wheel file name: {wheel.name}", where=str(wheel))
-    return parts[1]
-
-
-def platform_tag() -> str:
-    """The tag of this machine's platform (the host code of the modules is built here)."""
-    return sysconfig.get_platform().replace("-", "_").replace(".", "_")
-
-
-def build_jit_cache(request: AotRequest) -> AotResult:
-    """Build flashinfer's modules for ``request.archs`` and pack them as a wheel."""
+def _check_request(request: AotRequest) -> None:
     for option in _OWN_OPTIONS:
         if any(a == option or a.startswith(option + "=") for a in request.args):
             raise UsageError(f"aot_args may not set {option}: sparkbuild chooses it",
@@ -209,43 +218,208 @@ def build_jit_cache(request: AotRequest) -> AotResult:
     if request.sha256 and sha256_file(request.flashinfer_wheel) != request.sha256:
         raise HashMismatchError("the flashinfer-python wheel differs from its pin",
                                 where=str(request.flashinfer_wheel))
-    version = wheel_version(request.flashinfer_wheel)
-    work = request.work
-    shutil.rmtree(work, ignore_errors=True)
-    site, modules = work / "site", work / "modules"
-    work.mkdir(parents=True)
-    pip_env = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
-               "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
+
+
+_PIP_ENV = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": "",
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INDEX": "1"}
+
+
+def _install(request: AotRequest, site: Path, version: str) -> None:
     step(f"installing flashinfer-python {version} and what its builder imports beside the "
          "build environment")
     run([request.python, "-m", "pip", "install", "--no-index", "--no-deps", "--target", site,
          "--find-links", request.wheel_dir, request.flashinfer_wheel, *IMPORT_REQUIREMENTS],
-        env=pip_env, timeout=1800, log=work / "install.log")
+        env=_PIP_ENV, timeout=1800, log=request.work / "install.log")
+
+
+def _link_environment(request: AotRequest, site: Path) -> LinkEnvironment:
+    """The headers and the link (build_env), the builder's pinned NVIDIA wheels installed
+    first when the toolkit and the build environment lack what the set needs."""
+    missing, wanted = wanted_wheels(request.headers, request.libraries, request.cuda_home,
+                                    environment_site(request.python), site)
+    if wanted:
+        absent = held_wheels(request.wheel_dir, wanted)
+        if absent and request.offline:
+            raise missing_headers_error(missing, include_roots(
+                request.cuda_home, environment_site(request.python), site))
+        if absent:
+            fetch_header_wheels(absent, request.python, request.wheel_dir,
+                                request.work / "headers-download.log")
+        run([request.python, "-m", "pip", "install", "--no-index", "--no-deps", "--target",
+             site, "--find-links", request.wheel_dir, *wanted], env=_PIP_ENV, timeout=1800,
+            log=request.work / "headers-install.log")
+    return link_environment(cuda_home=request.cuda_home, python=request.python,
+                            builder_site=site, work=request.work,
+                            needed_headers=request.headers, needed_libraries=request.libraries)
+
+
+def _pool_plan(request: AotRequest, jobs: int) -> PoolPlan:
+    """The heavy units' pool over the unit table's flashinfer units (the rule before any
+    was measured: CUTLASS/GEMM/FP4 paths at ``job_memory_gib`` each)."""
+    from sparkbuild.jobplan.machine import read_memory, usable_memory
+
+    usable = request.usable_bytes
+    if usable is None:
+        usable = usable_memory(*read_memory())
+    measured: dict[str, int] = {}
+    killed: tuple[str, ...] = ()
+    known = []
+    if request.cache_root is not None:
+        measured, killed = measured_for(request.cache_root, request.unit_arch)
+        known = known_units(request.cache_root, request.unit_arch)
+    return plan_pools(cores=jobs, usable_bytes=usable, job_memory_gib=request.job_memory_gib,
+                      measured=measured, killed=killed, known=known)
+
+
+def _ninja_environment(request: AotRequest, site: Path, plan: PoolPlan) -> dict[str, str]:
+    """sparkbuild's ninja first on PATH (flashinfer runs ``ninja`` by name), the plan
+    file it applies, and the record of its runs."""
+    real = site / "bin" / "ninja"
+    if not real.is_file():
+        found = shutil.which("ninja")
+        if found is None:
+            raise ToolchainError("no ninja for flashinfer's builder", where=str(site),
+                                 hint="the ninja wheel is one of the builder's imports")
+        real = Path(found)
+    logs = request.work / "logs"
+    write_wrapper(request.work / "bin" / "ninja", sys.executable,
+                  Path(__file__).resolve().parents[2])
+    plan_file = write_plan_file(plan, logs / "pool-plan.json", request.work)
+    record = logs / "ninja-runs.jsonl"
+    record.unlink(missing_ok=True)
+    return {REAL_VARIABLE: str(real), PLAN_VARIABLE: str(plan_file),
+            RECORD_VARIABLE: str(record)}
+
+
+def build_jit_cache(request: AotRequest) -> AotResult:
+    """Build flashinfer's modules for ``request.archs`` and pack them as a wheel."""
+    _check_request(request)
+    version = wheel_version(request.flashinfer_wheel)
+    work = request.work
+    shutil.rmtree(work, ignore_errors=True)
+    site = work / "site"
+    work.mkdir(parents=True)
+    _install(request, site, version)
+    link = _link_environment(request, site)  # a missing header is named here
+    with _launcher(request) as (launcher_env, launcher):
+        return _build(request, version, site, link, launcher_env, launcher)
+
+
+@contextlib.contextmanager
+def _launcher(request: AotRequest) -> Iterator[tuple[dict[str, str], str]]:
+    if request.launcher_env:
+        yield dict(request.launcher_env), "the build's sccache"
+        return
+    from sparkbuild.flashinfer.compile_launcher import builder_launcher
+
+    with builder_launcher(request.cache_root or request.work / "cache", request.work) as got:
+        yield got
+
+
+def _build(request: AotRequest, version: str, site: Path, link: LinkEnvironment,
+           launcher_env: dict[str, str], launcher: str) -> AotResult:
+    work = request.work
+    modules, build = work / "modules", work / "build"
+    jobs = request.jobs or os.cpu_count() or 1
+    plan = _pool_plan(request, jobs)
+    env = {**aot_environment(request, site), **link.env(), **launcher_env,
+           **_ninja_environment(request, site, plan), "MAX_JOBS": str(plan.jobs)}
+    env["PATH"] = os.pathsep.join([str(work / "bin"), env["PATH"]])
     driver = work / "driver.py"
-    driver.write_text(DRIVER, encoding="utf-8")
-    env = aot_environment(request, site)
+    shutil.copyfile(Path(__file__).with_name("driver.py"), driver)
+    plan_file = work / "plan.json"
+    driver_plan: dict[str, Any] = {"out": str(modules), "build": str(build)}
+    if request.modules:
+        driver_plan["specs"] = [m.plan_item() for m in request.modules]
+    else:
+        driver_plan["aot_args"] = list(request.args)
+    write_text_atomic(plan_file, json.dumps(driver_plan, indent=1) + "\n")
     log = work / "aot.log"
-    step(f"building flashinfer's modules ahead for FLASHINFER_CUDA_ARCH_LIST="
+    environment = [*link.lines(), f"compiler launcher: {launcher}",
+                   f"job plan: MAX_JOBS={plan.jobs}, heavy units in pool {plan.to_dict()['pool']}"
+                   f" of depth {plan.depth} ({plan.basis})"]
+    for line in environment:
+        info(f"flashinfer-aot: {line}")
+    what = (f"{len(request.modules)} modules of the model's set" if request.modules
+            else "flashinfer's default set" + (f" ({' '.join(request.args)})"
+                                                if request.args else ""))
+    step(f"building {what} for FLASHINFER_CUDA_ARCH_LIST="
          f"{env['FLASHINFER_CUDA_ARCH_LIST']} (log: {log})")
     started = time.monotonic()
+    marks = BuildMarks()
     try:
-        run([request.python, driver, work / "root", modules, work / "build",
-             *request.args], env=env, cwd=work, timeout=24 * 3600.0, log=log)
+        with MemorySampler(extra_roots=functools.partial(
+                launcher_servers, launcher_env.get("SCCACHE_SERVER_PORT")),
+                sources=_SourceMap(build / "cached_ops")) as sampler:
+            run([request.python, driver, plan_file], env=env, cwd=work,
+                timeout=24 * 3600.0, log=log)
     except CommandFailed as exc:
         only = any(a == "--only" or a.startswith("--only=") for a in request.args)
         exc.hint = (  # proc.run's own hint is generic: this one says what to change
             "flashinfer generates every switched-on group's modules before --only picks: "
             "switch the others off too (--add-moe false, --add-misc false, --add-xqa false, "
-            "...)" if only else "read the log; narrow the module set with [flashinfer] aot_args")
+            "...)" if only else "read the log; a unit killed for memory is retried in the "
+            "heavy pool (logs/ninja-runs.jsonl)")
         raise
     seconds = time.monotonic() - started
+    marks.ended = time.time()
+    units = _units(request, marks, sampler)
     built = sorted(p.parent.name for p in modules.glob("*/*.so"))
     if not built:
         raise CommandFailed("flashinfer's builder wrote no module", where=str(log))
     wheel = pack_jit_cache(modules, request.out,
                            jit_cache_version(version, request.cuda_version), version)
     return AotResult(wheel, jit_cache_version(version, request.cuda_version), version,
-                     request.archs, request.args, built, seconds, wheel.stat().st_size, log)
+                     request.archs, request.args, built, seconds, wheel.stat().st_size, log,
+                     sources=_source_count(build), units=units, environment=environment)
+
+
+class _SourceMap:
+    """Each compile unit's source -> its object file, read from the modules' ninja files
+    once flashinfer has written them (for the compiles a launcher's server runs)."""
+
+    def __init__(self, jit_dir: Path) -> None:
+        self.jit_dir = jit_dir
+        self.found: dict[str, str] = {}
+
+    def __call__(self) -> dict[str, str]:
+        if not self.found:
+            for manifest in sorted(self.jit_dir.glob("*/build.ninja")):
+                for edge in read_ninja_file(manifest).edges:
+                    if edge.is_compile and edge.outputs:
+                        self.found[edge.source] = edge.outputs[0]
+        return self.found
+
+
+def _source_count(build: Path) -> int:
+    try:
+        specs = json.loads((build / SPECS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    return sum(len(s.get("sources", [])) for s in specs if isinstance(s, dict))
+
+
+def _units(request: AotRequest, marks: BuildMarks, sampler: MemorySampler
+           ) -> list[dict[str, Any]]:
+    """The build's units from ninja's log and the sampler (its timeline, each unit's peak
+    and CPU-seconds), stored in the cache's unit table when there is one."""
+    peaks, cpu = sampler.peaks, sampler.cpu_seconds
+    runs = read_runs(request.work / "logs" / "ninja-runs.jsonl")
+    if not runs:
+        return []
+    timeline = build_timeline(runs, marks, request.work, peaks,
+                              cores=request.jobs or os.cpu_count() or 1)
+    if request.cache_root is not None:
+        remember_build(request.cache_root, request.unit_arch, timeline)
+    table = []
+    for unit in timeline.units:
+        entry = unit.to_dict()
+        entry["module"] = Path(unit.output).parent.name
+        if unit.output in cpu:
+            entry["cpu_seconds"] = round(cpu[unit.output], 2)
+        table.append(entry)
+    write_text_atomic(request.work / "units.json", json.dumps(table, indent=1) + "\n")
+    return table
 
 
 def aot_environment(request: AotRequest, site: Path) -> dict[str, str]:
@@ -267,169 +441,35 @@ def aot_environment(request: AotRequest, site: Path) -> dict[str, str]:
     return env
 
 
-# -- the wheel -----------------------------------------------------------------------------
-
-
-def _init_py(version: str) -> str:
-    return (f'"""flashinfer {version.split("+")[0]}\'s modules built ahead by sparkbuild."""\n'
-            "import os\n\n"
-            f"__version__ = {version!r}\n\n\n"
-            "def get_jit_cache_dir() -> str:\n"
-            f"    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "
-            f"{JIT_CACHE_DIR!r})\n")
-
-
-def _record_line(name: str, data: bytes) -> str:
-    return f"{name},{record_form(hashlib.sha256(data))},{len(data)}"
-
-
-def pack_jit_cache(modules: Path, out: Path, version: str, flashinfer_version: str) -> Path:
-    """``flashinfer_jit_cache-VERSION-py3-none-PLATFORM.whl`` holding ``modules/*/*.so``
-    under ``flashinfer_jit_cache/jit_cache/``: deterministic (sorted, fixed dates)."""
-    tag = f"py3-none-{platform_tag()}"
-    dist_info = f"{JIT_CACHE_PACKAGE}-{version}.dist-info"
-    entries: list[tuple[str, bytes, bool]] = [
-        (f"{JIT_CACHE_PACKAGE}/__init__.py", _init_py(version).encode(), False)]
-    for library in sorted(modules.glob("*/*.so")):
-        name = f"{JIT_CACHE_PACKAGE}/{JIT_CACHE_DIR}/{library.parent.name}/{library.name}"
-        entries.append((name, library.read_bytes(), True))
-    metadata = ("Metadata-Version: 2.1\n"
-                f"Name: {JIT_CACHE_PROJECT}\nVersion: {version}\n"
-                f"Summary: flashinfer {flashinfer_version}'s kernel modules, built ahead\n"
-                f"Requires-Dist: flashinfer-python=={flashinfer_version}\n\n")
-    wheel_file = ("Wheel-Version: 1.0\nGenerator: sparkbuild\nRoot-Is-Purelib: false\n"
-                  f"Tag: {tag}\n")
-    entries += [(f"{dist_info}/METADATA", metadata.encode(), False),
-                (f"{dist_info}/WHEEL", wheel_file.encode(), False)]
-    record = [_record_line(name, data) for name, data, _ in entries]
-    record.append(f"{dist_info}/RECORD,,")
-    entries.append((f"{dist_info}/RECORD", ("\n".join(record) + "\n").encode(), False))
-    out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"{JIT_CACHE_PACKAGE}-{version}-{tag}.whl"
-    tmp = wheel.with_name(wheel.name + ".part")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, data, executable in entries:
-            info = zipfile.ZipInfo(name, date_time=EPOCH)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = (0o755 if executable else 0o644) << 16
-            archive.writestr(info, data)
-    tmp.replace(wheel)
-    return wheel
-
-
-# -- from a recipe -------------------------------------------------------------------------
-
-
-def _pin_of(recipe: Recipe) -> Pin:
-    for pin in recipe.pins:
-        if canonicalize_name(pin.name) == "flashinfer-python":
-            return pin
-    raise RecipeError("[flashinfer] aot needs a flashinfer-python pin", where=str(recipe.path),
-                      hint="add a [[pins]] entry for flashinfer-python (its wheel holds the "
-                      "builder), or set aot = false")
-
-
-def _interpreter_tag(python: Path) -> str:
-    if python.resolve() == Path(sys.executable).resolve():
-        return running_tag()
-    result = run([python, "-c", "import platform, sys; print(f'cp{sys.version_info[0]}"
-                  "{sys.version_info[1]}-{platform.machine()}')"], echo=False, timeout=120)
-    return result.output.strip().splitlines()[-1]
-
-
-def running_tag() -> str:
-    """``cp312-aarch64``: this interpreter's, which is the build environment's too (``wheel``
-    creates it with this interpreter, or builds with it: ``--use-existing-torch``)."""
-    return f"cp{sys.version_info[0]}{sys.version_info[1]}-{platform.machine()}"
-
-
-def _wanted(pin: Pin) -> str:
-    return "\n".join([pin.requirement, *IMPORT_REQUIREMENTS]) + "\n"
-
-
-def _complete(wheel_dir: Path, pin: Pin) -> bool:
-    """Whether ``wheel_dir``'s marker says every wheel the builder needs for ``pin`` is in."""
-    marker = wheel_dir / COMPLETE
-    return marker.is_file() and marker.read_text(encoding="utf-8") == _wanted(pin)
-
-
-def builder_gaps(recipe: Recipe, cache_root: Path, tag: str) -> list[str]:
-    """What ``CACHE/flashinfer-aot/<tag>/`` lacks of the wheels flashinfer's builder needs,
-    each named (reads files only); a recipe without the flashinfer-python pin is refused."""
-    pin = _pin_of(recipe)
-    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / tag
-    if not _complete(wheel_dir, pin):
-        others = sorted(p.parent.name for p in wheel_dir.parent.glob(f"*/{COMPLETE}")
-                        if p.parent.name != tag)
-        held = f"; the cache holds them for {', '.join(others)} only" if others else ""
-        return [f"flashinfer-aot {pin.requirement} and the {len(IMPORT_REQUIREMENTS)} "
-                f"wheels its builder imports, for {tag}: not in {wheel_dir}{held}"]
-    if not sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl")):
-        return [f"flashinfer-aot {pin.requirement}: no wheel of it in {wheel_dir}"]
-    return []
-
-
-def fetch_builder_wheels(pin: Pin, python: Path, wheel_dir: Path) -> None:
-    """Download the pinned flashinfer-python wheel and what its builder imports, for
-    ``python`` (no dependencies: flashinfer's own closure is not needed to build)."""
-    step(f"downloading {pin.requirement} and what its builder imports into {wheel_dir}")
-    wheel_dir.mkdir(parents=True, exist_ok=True)
-    run([python, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-         "--dest", wheel_dir, pin.requirement, *IMPORT_REQUIREMENTS],
-        timeout=3600, log=wheel_dir / "download.log")
-    write_text_atomic(wheel_dir / COMPLETE, _wanted(pin))
-
-
-def ready_builder(recipe: Recipe, cache_root: Path, *, offline: bool) -> list[str]:
-    """``wheel``'s check before anything compiles (``[flashinfer] aot``): online, the
-    builder's wheels are downloaded now; offline, what the cache lacks is returned."""
-    if not recipe.flashinfer.aot:
-        return []
-    tag = running_tag()
-    gaps = builder_gaps(recipe, cache_root, tag)
-    if gaps and not offline:
-        fetch_builder_wheels(_pin_of(recipe), Path(sys.executable),
-                             cache_root / FLASHINFER_AOT_WHEELS / tag)
-        return builder_gaps(recipe, cache_root, tag)
-    return gaps
-
-
-def aot_wheels(pin: Pin, python: Path, cache_root: Path, *, offline: bool) -> tuple[Path, Path]:
-    """The pinned flashinfer-python wheel and the wheels its builder imports, for
-    ``python``: ``CACHE/flashinfer-aot/<python tag>/``, downloaded once (online), then used
-    offline."""
-    wheel_dir = cache_root / FLASHINFER_AOT_WHEELS / _interpreter_tag(python)
-    if not _complete(wheel_dir, pin):
-        if offline:
-            raise CacheMissError(
-                f"the cache lacks the wheels flashinfer's builder needs ({pin.requirement} "
-                "and its imports)", where=str(wheel_dir),
-                hint="run `sparkbuild flashinfer-aot` (or `wheel`) online once with this cache")
-        fetch_builder_wheels(pin, python, wheel_dir)
-    found = sorted(wheel_dir.glob(f"flashinfer_python-{pin.version}-*.whl"))
-    if not found:
-        raise CacheMissError(f"no {pin.requirement} wheel in the cache", where=str(wheel_dir))
-    return found[0], wheel_dir
-
-
 def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
                      work: Path, offline: bool, jobs: int | None = None,
-                     cuda_home: Path | None = None) -> AotResult:
-    """``sparkbuild flashinfer-aot``: the recipe's target and ``[flashinfer] aot_args``,
-    with the pinned wheel's builder (``wheel`` reuses a kept build: flashinfer/kept_builds.py)."""
+                     cuda_home: Path | None = None, only: tuple[str, ...] = ()
+                     ) -> AotResult:
+    """``sparkbuild flashinfer-aot``: the recipe's target and module set (the model's, or
+    ``[flashinfer] aot_args``), with the pinned wheel's builder (``wheel`` reuses a kept
+    build: flashinfer/kept_builds.py)."""
     return build_jit_cache(request_for_recipe(
         recipe, out=out, python=python, cache_root=cache_root, work=work, offline=offline,
-        jobs=jobs, cuda_home=cuda_home))
+        jobs=jobs, cuda_home=cuda_home, only=only))
 
 
 def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
                        work: Path, offline: bool, jobs: int | None = None,
-                       cuda_home: Path | None = None) -> AotRequest:
-    """The build the recipe asks for: its target, its ``aot_args``, the pinned wheel and
-    its builder's wheels (downloaded now when online and missing), and this nvcc."""
+                       cuda_home: Path | None = None, only: tuple[str, ...] = (),
+                       launcher_env: dict[str, str] | None = None,
+                       usable_bytes: float | None = None) -> AotRequest:
+    """The build the recipe asks for: its target, its module set (``only``: the modules
+    whose name matches one of these globs), the pinned wheel and its builder's wheels
+    (downloaded now when online and missing), and this nvcc."""
+    from sparkbuild.flashinfer.module_set import recipe_set, select
     from sparkbuild.toolchain.tools import cuda_root, find_nvcc
 
-    pin = _pin_of(recipe)
+    pin = pinned_flashinfer(recipe)
+    chosen = recipe_set(recipe)
+    modules = tuple(select(chosen.modules, only)) if chosen is not None else ()
+    args = recipe.flashinfer.aot_args
+    if chosen is None and only:
+        args = (*args, *(a for glob in only for a in ("--only", glob)))
     nvcc = find_nvcc()
     wheel, wheel_dir = aot_wheels(pin, python, cache_root, offline=offline)
     version = nvcc.version
@@ -438,4 +478,7 @@ def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: P
         archs=recipe.target.cuda_archs, out=out, work=work,
         cuda_home=cuda_home or cuda_root(nvcc),
         cuda_version=f"{version.major}.{version.minor}" if version else "0.0",
-        args=recipe.flashinfer.aot_args, jobs=jobs, sha256=pin.sha256)
+        args=args, jobs=jobs, sha256=pin.sha256, modules=modules,
+        launcher_env=tuple(sorted((launcher_env or {}).items())), cache_root=cache_root,
+        usable_bytes=usable_bytes, job_memory_gib=recipe.build.job_memory_gib,
+        offline=offline)

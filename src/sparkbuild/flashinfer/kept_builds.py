@@ -8,10 +8,11 @@ the sha256 of everything the build reads:
 
 * the pinned flashinfer-python wheel's bytes (its sources and its builder) and the bytes of
   every wheel in the builder's wheel directory (what ``pip install --find-links`` can pick);
-* the target archs and ``aot_args``;
+* the target archs, ``aot_args`` and the model's module set (each generator and its
+  arguments);
 * the CUDA compiler: its root, its version and the bytes of its ``nvcc`` and ``ptxas``;
-* the build's interpreter and its torch, the platform, and sparkbuild's driver and packing
-  code (this module's and the builder's source).
+* the build's interpreter and its torch, the platform, and sparkbuild's driver, build
+  environment and packing code (their sources).
 
 A kept entry whose blob is gone, whose copy does not hash to the recorded sha256 or whose
 version is not the one this request would write is a miss, never an error.
@@ -26,20 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.flashinfer import builder as flashinfer_builder
-from sparkbuild.flashinfer.builder import (
-    AotRequest,
-    AotResult,
-    build_jit_cache,
-    jit_cache_version,
-    platform_tag,
-    wheel_version,
-)
+from sparkbuild.flashinfer.builder import AotRequest, AotResult, build_jit_cache
+from sparkbuild.flashinfer.jit_cache_wheel import jit_cache_version, platform_tag, wheel_version
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 
 if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
 
-SCHEMA = 1
+SCHEMA = 2
 NAMESPACE = "flashinfer-aot-builds"
 COMPILER_FILES = ("nvcc", "ptxas")
 
@@ -57,6 +52,7 @@ def aot_key(request: AotRequest, torch: str | None) -> str:
                            for path in sorted(request.wheel_dir.glob("*.whl"))},
         "archs": list(request.archs),
         "args": list(request.args),
+        "modules": [m.plan_item() for m in request.modules],
         "cuda_home": str(request.cuda_home),
         "cuda_version": request.cuda_version,
         "compiler": {name: _file_digest(request.cuda_home / "bin" / name)
@@ -64,7 +60,9 @@ def aot_key(request: AotRequest, torch: str | None) -> str:
         "python": str(request.python),
         "torch": torch,
         "platform": platform_tag(),
-        "code": [_file_digest(Path(flashinfer_builder.__file__)), _file_digest(Path(__file__))],
+        "code": [_file_digest(Path(flashinfer_builder.__file__)), _file_digest(Path(__file__)),
+                 *(_file_digest(Path(flashinfer_builder.__file__).with_name(name))
+                   for name in ("driver.py", "build_env.py", "jit_cache_wheel.py"))],
     }
     return sha256_bytes(json.dumps(keyed, sort_keys=True).encode())
 

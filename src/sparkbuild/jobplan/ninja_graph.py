@@ -1,9 +1,12 @@
 """Reading what ninja builds: ``build.ninja`` (its edges) and ``.ninja_log`` (their times).
 
-Only as much of the ninja language as CMake writes: ``build`` statements with their
-indented edge variables, ``pool`` declarations, ``include``/``subninja``, ``$``-escapes and
-``$``-continued lines.  Variables are not expanded (an edge's ``FLAGS`` is read as written,
-which is what a unit's memory is keyed by).
+Only as much of the ninja language as CMake and flashinfer's builder write: ``build``
+statements with their indented edge variables, top-level variables, ``pool`` declarations,
+``include``/``subninja``, ``$``-escapes and ``$``-continued lines.  Variables are not
+expanded (an edge's ``FLAGS`` is read as written, which is what a unit's memory is keyed
+by).  flashinfer writes one file per module (``NAME/build.ninja``, its flags as the file's
+own ``cflags``/``cuda_cflags``, rules ``compile``/``cuda_compile`` and ``link``/``nvcc_link``)
+and one top file of ``subninja`` lines that ninja runs with ``-f``.
 """
 
 from __future__ import annotations
@@ -13,9 +16,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-COMPILE_RULE = re.compile(r"_COMPILER_")
-"""CMake names its compile rules ``<LANG>_COMPILER__<target>_...``; link rules ``_LINKER_``."""
-LINK_RULE = re.compile(r"_LINKER_|_STATIC_LIBRARY_")
+COMPILE_RULE = re.compile(r"_COMPILER_|^(cuda_)?compile$")
+"""CMake names its compile rules ``<LANG>_COMPILER__<target>_...``, link rules ``_LINKER_``;
+flashinfer's are ``compile``/``cuda_compile`` and ``link``/``nvcc_link``."""
+LINK_RULE = re.compile(r"_LINKER_|_STATIC_LIBRARY_|^(nvcc_)?link$")
+_SCOPE_FLAGS = {"compile": "cflags", "cuda_compile": "cuda_cflags"}
 
 
 @dataclass
@@ -28,6 +33,8 @@ class Edge:
     variables: dict[str, str] = field(default_factory=dict)
     line: int = 0
     """0-based index of the ``build`` line in its file's lines (after joining continuations)."""
+    scope: dict[str, str] = field(default_factory=dict)
+    """The file's top-level variables when the edge was read (flashinfer's flags)."""
 
     @property
     def is_compile(self) -> bool:
@@ -42,8 +49,12 @@ class Edge:
         return self.inputs[0] if self.inputs else ""
 
     def flags_key(self) -> str:
-        """What a unit's memory is keyed by besides its source: its flags and defines."""
-        text = self.variables.get("FLAGS", "") + "\n" + self.variables.get("DEFINES", "")
+        """What a unit's memory is keyed by besides its source: its flags and defines (a
+        flashinfer edge's are its file's ``cflags`` or ``cuda_cflags``)."""
+        if "FLAGS" not in self.variables and self.rule in _SCOPE_FLAGS:
+            text = self.rule + "\n" + self.scope.get(_SCOPE_FLAGS[self.rule], "")
+        else:
+            text = self.variables.get("FLAGS", "") + "\n" + self.variables.get("DEFINES", "")
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
@@ -135,6 +146,7 @@ def read_ninja_file(path: Path) -> NinjaFile:
     edges: list[Edge] = []
     pools: dict[str, int] = {}
     includes: list[str] = []
+    scope: dict[str, str] = {}
     current: Edge | None = None
     pool: str | None = None
     for index, line in enumerate(lines):
@@ -148,21 +160,45 @@ def read_ninja_file(path: Path) -> NinjaFile:
         current, pool = None, None
         if line.startswith("build "):
             outputs, rule, inputs, implicit, order_only = parse_build_line(line)
-            current = Edge(outputs, rule, inputs, implicit, order_only, line=index)
+            current = Edge(outputs, rule, inputs, implicit, order_only, line=index,
+                           scope=scope)
             edges.append(current)
         elif line.startswith("pool "):
             pool = line[len("pool "):].strip()
             pools.setdefault(pool, 0)
         elif line.startswith(("include ", "subninja ")):
             includes.append(line.split(None, 1)[1].strip())
+        elif _TOP_VARIABLE.match(line):
+            key, _, value = line.partition("=")
+            scope = {**scope, key.strip(): value.strip()}
     return NinjaFile(path, lines, edges, pools, includes)
 
 
-def read_graph(build_dir: Path) -> tuple[list[Edge], dict[str, int]]:
-    """Every edge and pool of ``build_dir/build.ninja`` and the files it includes."""
+_TOP_VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*\s*=")
+
+
+def manifest_files(build_dir: Path, manifest: Path | None = None) -> list[Path]:
+    """The manifest (``build_dir/build.ninja`` unless ``-f`` named another) and every file
+    it includes or runs as a subninja, the manifest first, each once."""
+    todo = [manifest or build_dir / "build.ninja"]
+    seen: list[Path] = []
+    while todo:
+        path = todo.pop(0)
+        if path in seen or not path.is_file():
+            continue
+        seen.append(path)
+        todo += [p if (p := Path(name)).is_absolute() else build_dir / p
+                 for name in read_ninja_file(path).includes]
+    return seen
+
+
+def read_graph(build_dir: Path, manifest: Path | None = None
+               ) -> tuple[list[Edge], dict[str, int]]:
+    """Every edge and pool of ``build_dir/build.ninja`` (or ``manifest``) and the files it
+    includes."""
     edges: list[Edge] = []
     pools: dict[str, int] = {}
-    todo, seen = [build_dir / "build.ninja"], set()
+    todo, seen = [manifest or build_dir / "build.ninja"], set()
     while todo:
         path = todo.pop()
         if path in seen or not path.is_file():

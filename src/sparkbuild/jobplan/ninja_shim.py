@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
-from sparkbuild.jobplan.ninja_graph import Edge, logical_lines, read_graph, read_ninja_file
+from sparkbuild.jobplan.ninja_graph import (
+    Edge,
+    NinjaFile,
+    logical_lines,
+    manifest_files,
+    read_graph,
+    read_ninja_file,
+)
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
 
 REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
@@ -61,18 +68,50 @@ def heavy_edge(edge: Edge, plan: dict[str, Any]) -> bool:
                     by_rule=rule_match(source, plan.get("patterns", ())))
 
 
-def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
-    """Put the heavy compile edges of ``build_dir/build.ninja`` into the plan's pool (and
-    declare it, when the top-level include did not), and list the compile edges longest
-    first (:mod:`sparkbuild.jobplan.unit_order`); returns the heavy edges' outputs."""
+def assign_pool(build_dir: Path, plan: dict[str, Any], manifest: Path | None = None
+                ) -> list[str]:
+    """Put the heavy compile edges of ``build_dir/build.ninja`` (or the ``-f`` manifest
+    and the files it runs as subninjas: flashinfer's, one per module) into the plan's pool
+    (and declare it, when the top-level include did not), and list the compile edges
+    longest first (:mod:`sparkbuild.jobplan.unit_order`) -- within each file, and the
+    subninja lines by their longest unit; returns the heavy edges' outputs."""
     pool, depth = str(plan["pool"]), int(plan["depth"])
-    path = build_dir / "build.ninja"
-    parsed = read_ninja_file(path)
+    files = manifest_files(build_dir, manifest)
+    if not files:
+        return []
+    heavy: list[str] = []
+    longest: dict[str, float] = {}
+    for path in files[1:]:
+        edited = _edit_compiles(path, plan, heavy)
+        if edited is not None:
+            longest[str(path)] = edited
+    top = files[0]
+    parsed = read_ninja_file(top)
     lines = list(parsed.lines)
+    _edit_lines(parsed, lines, plan, heavy)
+    if longest:
+        _subninjas_longest_first(lines, build_dir, longest)
+    _, pools = read_graph(build_dir, manifest)
+    if pool not in pools:
+        lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
+    elif pools[pool] != depth and not _depth_in(lines, pool, depth):
+        _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
+    text = "\n".join(lines) + ("\n" if lines and lines[-1] else "")
+    if text != top.read_text(encoding="utf-8", errors="replace"):
+        _replace_text(top, text)
+    return sorted(heavy)
+
+
+def _edit_lines(parsed: NinjaFile, lines: list[str], plan: dict[str, Any],
+                heavy: list[str]) -> float | None:
+    """Pool the heavy compile edges of one parsed file and list them longest first, in
+    ``lines``; the longest expected seconds of its units (None: it has no compile edge)."""
+    pool = str(plan["pool"])
     compiles = sorted((e for e in parsed.edges if e.is_compile), key=lambda e: e.line)
+    if not compiles:
+        return None
     spans: list[tuple[int, int]] = []
     bodies: list[list[str]] = []
-    heavy: list[str] = []
     for edge in compiles:
         end = edge.line + 1
         while end < len(lines) and lines[end].startswith(("  ", "\t")):
@@ -84,18 +123,39 @@ def assign_pool(build_dir: Path, plan: dict[str, Any]) -> list[str]:
             body = _in_pool(body, pool)
         bodies.append(body)
     tree = str(plan.get("tree", ""))
-    order = longest_first([expected_seconds(relative_source(e.source, tree), e.flags_key(),
-                                            plan) for e in compiles])
+    seconds = [expected_seconds(relative_source(e.source, tree), e.flags_key(), plan)
+               for e in compiles]
+    order = longest_first(seconds)
     for position in reversed(range(len(spans))):  # from the end: the spans above stand
         start, end = spans[position]
         lines[start:end] = bodies[order[position]]
-    _, pools = read_graph(build_dir)
-    if pool not in pools:
-        lines[:0] = [f"pool {pool}", f"  depth = {depth}", ""]
-    elif pools[pool] != depth and not _depth_in(lines, pool, depth):
-        _set_depth(build_dir, pool, depth)  # declared by the include (rules.ninja)
-    _replace_text(path, "\n".join(lines) + ("\n" if lines and lines[-1] else ""))
-    return sorted(heavy)
+    known = [s for s in seconds if s is not None]
+    return max(known) if len(known) == len(seconds) else float("inf")
+
+
+def _edit_compiles(path: Path, plan: dict[str, Any], heavy: list[str]) -> float | None:
+    """:func:`_edit_lines` on one included file, written back when it changed."""
+    parsed = read_ninja_file(path)
+    lines = list(parsed.lines)
+    longest = _edit_lines(parsed, lines, plan, heavy)
+    if longest is not None and lines != parsed.lines:
+        _replace_text(path, "\n".join(lines) + ("\n" if lines and lines[-1] else ""))
+    return longest
+
+
+def _subninjas_longest_first(lines: list[str], build_dir: Path,
+                             longest: dict[str, float]) -> None:
+    """Reorder the top file's ``subninja`` lines by their file's longest unit (an untimed
+    unit counts as the longest): ninja starts the edges in the order it reads them."""
+    places = [i for i, line in enumerate(lines) if line.startswith("subninja ")]
+
+    def weight(line: str) -> float:
+        name = Path(line.split(None, 1)[1].strip())
+        return longest.get(str(name if name.is_absolute() else build_dir / name), 0.0)
+
+    ordered = sorted((lines[i] for i in places), key=lambda line: -weight(line))
+    for index, line in zip(places, ordered, strict=True):
+        lines[index] = line
 
 
 def _in_pool(body: list[str], pool: str) -> list[str]:
@@ -164,6 +224,21 @@ def _build_dir(args: list[str]) -> Path:
     return Path.cwd()
 
 
+def _manifest(args: list[str], build_dir: Path) -> Path | None:
+    """The file ``-f FILE`` names (relative to the build directory, as ninja reads it);
+    None: ``build.ninja``."""
+    for index, arg in enumerate(args):
+        value = None
+        if arg == "-f" and index + 1 < len(args):
+            value = args[index + 1]
+        elif arg.startswith("-f") and len(arg) > 2:
+            value = arg[2:]
+        if value:
+            path = Path(value)
+            return path if path.is_absolute() else build_dir / path
+    return None
+
+
 def _not_a_build(args: list[str]) -> bool:
     if "CMakeFiles" in _build_dir(args).parts:  # CMake's try_compile projects
         return True
@@ -210,26 +285,32 @@ def main(argv: list[str]) -> int:
         if building and os.environ.get(RECORD_VARIABLE):
             started = time.time()
             returncode, _ = _run_ninja(real, argv)
-            _record({"dir": str(_build_dir(argv)), "start": started, "end": time.time(),
+            manifest = _manifest(argv, _build_dir(argv))
+            _record({"dir": str(_build_dir(argv)),
+                     **({"manifest": str(manifest)} if manifest else {}),
+                     "start": started, "end": time.time(),
                      "rc": returncode, "attempt": 1, "heavy": [], "retried": []})
             return returncode
         os.execvp(real, [real, *argv])
     plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
     build_dir = _build_dir(argv)
+    manifest = _manifest(argv, build_dir)
+    named = {"manifest": str(manifest)} if manifest else {}
     returncode = 1
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        heavy = assign_pool(build_dir, plan) if (build_dir / "build.ninja").is_file() else []
+        heavy = (assign_pool(build_dir, plan, manifest)
+                 if (manifest or build_dir / "build.ninja").is_file() else [])
         started = time.time()
         returncode, output = _run_ninja(real, argv)
         failed = failed_units(output) if returncode else {}
         killed = [out for out, was_killed in failed.items() if was_killed]
         retry = bool(failed) and len(killed) == len(failed) and attempt < MAX_ATTEMPTS
-        _record({"dir": str(build_dir), "start": started, "end": time.time(),
+        _record({"dir": str(build_dir), **named, "start": started, "end": time.time(),
                  "rc": returncode, "attempt": attempt, "heavy": heavy,
                  "retried": killed if retry else [], "depth": plan["depth"]})
         if not retry:
             break
-        edges, _ = read_graph(build_dir)
+        edges, _ = read_graph(build_dir, manifest)
         sources = {e.outputs[0]: relative_source(e.source, plan.get("tree", ""))
                    for e in edges if e.outputs}
         again = [sources.get(out, out) for out in killed]

@@ -59,6 +59,8 @@ class NinjaRun:
     rc: int
     retried: tuple[str, ...] = ()
     heavy: tuple[str, ...] = ()
+    manifest: Path | None = None
+    """The ``-f`` file ninja ran (flashinfer's); None: ``dir/build.ninja``."""
 
 
 def read_runs(record: Path) -> list[NinjaRun]:
@@ -68,9 +70,11 @@ def read_runs(record: Path) -> list[NinjaRun]:
     for line in record.read_text(encoding="utf-8").splitlines():
         try:
             data = json.loads(line)
+            manifest = data.get("manifest")
             runs.append(NinjaRun(Path(data["dir"]), float(data["start"]), float(data["end"]),
                                  int(data["rc"]), tuple(data.get("retried", ())),
-                                 tuple(data.get("heavy", ()))))
+                                 tuple(data.get("heavy", ())),
+                                 Path(manifest) if manifest else None))
         except (ValueError, KeyError, TypeError):
             continue
     return runs
@@ -222,7 +226,7 @@ def build_timeline(runs: list[NinjaRun], marks: BuildMarks, tree: Path,
         by_dir.setdefault(run.dir, []).append(run)
     first_start = min((r.start for r in runs), default=ended)
     for build_dir, dir_runs in by_dir.items():
-        edges, _pools = read_graph(build_dir)
+        edges, _pools = read_graph(build_dir, dir_runs[-1].manifest)
         all_edges += edges
         by_output = {e.outputs[0]: e for e in edges if e.outputs}
         entries = _entries_of(build_dir, len(dir_runs))

@@ -2,9 +2,19 @@
 
 Every :data:`INTERVAL` seconds it lists the processes below sparkbuild (by parent, the
 process tree), finds for each the unit it works for -- the ``-o X.o`` of itself or its
-nearest ancestor that has one (nvcc's, or the launcher's, for cicc, ptxas and cudafe++
-whose own ``-o`` names a temporary file) -- and adds up their resident memory per unit.
-The highest sum of each unit is its peak.  The peaks are stored in the cache
+nearest ancestor that has one (nvcc's, or the launcher's, for cicc, ptxas and cudafe++ whose
+own ``-o`` names a temporary file) -- and adds up their resident memory per unit. The
+highest sum of each unit is its peak. A compile launcher that runs the compilers in a server
+of its own (sccache: a daemon, not below sparkbuild) is followed too: the sampler is given
+the server's pid (``extra_roots``) and the build's sources (``sources``: source path ->
+object file); a process below the server is the unit of the nearest ``-o X.o``, else of the
+source its arguments name (``--orig_src_file_name`` of cicc and cudafe++), else of the one
+source whose file stem its temporary files carry (sccache's ptxas and host compile of nvcc's
+steps: ``quantization.ptx``, ``quantization.cudafe1.cpp``). Each process's CPU time (user +
+system, from ``/proc/PID/stat``) is read too, and the last value seen of every process below
+a unit is that unit's CPU-seconds (what the process spent after the last sample is lost: at
+most one interval per process); on a machine whose cores other work shares, they say what a
+unit costs where its wall seconds do not. The peaks are stored in the cache
 (``CACHE/units/memory.json``) keyed by unit (its source, relative to the tree), flags
 (:meth:`~sparkbuild.jobplan.ninja_graph.Edge.flags_key`) and arch, and
 :mod:`sparkbuild.jobplan.pools` plans the next build from them.
@@ -14,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,6 +39,7 @@ if TYPE_CHECKING:
 
 INTERVAL = 0.25
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 OBJECT_SUFFIXES = (".o", ".obj")
 
 
@@ -50,13 +62,64 @@ class Proc:
     ppid: int
     rss: int
     argv: list[str]
+    cpu: float = 0.0
+    """User + system seconds so far."""
+    started: int = 0
+    """Its start time (clock ticks after boot): a pid reused later is another process."""
 
 
 def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
     """One sample: the resident bytes of each unit's processes below ``root``, summed."""
-    by_pid = {p.pid: p for p in procs}
     totals: dict[str, int] = {}
+    for proc, unit in unit_procs(procs, root):
+        totals[unit] = totals.get(unit, 0) + proc.rss
+    return totals
+
+
+_NVCC_TEMP = re.compile(r"^tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_")
+STEP_FILES = (".ptx", ".cubin", ".cpp", ".ii", ".c", ".cu", ".fatbin")
+
+
+def _stem(path: str) -> str:
+    """``quantization`` of ``/x/quantization.cu``, ``quantization.cudafe1.cpp`` and nvcc's
+    ``tmpxft_00002f78_00000000-6_quantization.ptx``."""
+    return _NVCC_TEMP.sub("", path.rsplit("/", 1)[-1]).split(".", 1)[0]
+
+
+def unit_by_arguments(argv: list[str], sources: Mapping[str, str]) -> str | None:
+    """The unit a compiler step works for, from the source its arguments name or the one
+    source whose stem its files carry (the steps a launcher's server runs)."""
+    for index, arg in enumerate(argv[:-1]):
+        if arg in ("--orig_src_file_name", "--orig_src_path_name"):
+            named = argv[index + 1]
+            if named in sources:
+                return sources[named]
+    stems: dict[str, list[str]] = {}
+    for source, output in sources.items():
+        stems.setdefault(_stem(source), []).append(output)
+    for arg in argv[1:]:
+        if arg.endswith(STEP_FILES):
+            candidates = stems.get(_stem(arg), [])
+            if len(candidates) == 1:
+                return candidates[0]
+    return None
+
+
+def unit_procs(procs: Iterable[Proc], root: int, extra_roots: Iterable[int] = (),
+               sources: Mapping[str, str] | None = None) -> list[tuple[Proc, str]]:
+    """Each process below ``root`` (or one of ``extra_roots``) that works for a unit, with
+    the unit."""
+    by_pid = {p.pid: p for p in procs}
+    found: list[tuple[Proc, str]] = []
+    extra = set(extra_roots)
     for proc in by_pid.values():
+        if extra:
+            served = _below(proc, extra, by_pid)
+            if served is not None:
+                unit = served or (unit_by_arguments(proc.argv, sources) if sources else None)
+                if unit is not None:
+                    found.append((proc, unit))
+                continue
         unit, chain = None, 0
         current: Proc | None = proc
         below_root = False
@@ -69,8 +132,24 @@ def unit_rss(procs: Iterable[Proc], root: int) -> dict[str, int]:
             current = by_pid.get(current.ppid)
             chain += 1
         if below_root and unit is not None:
-            totals[unit] = totals.get(unit, 0) + proc.rss
-    return totals
+            found.append((proc, unit))
+    return found
+
+
+def _below(proc: Proc, roots: set[int], by_pid: Mapping[int, Proc]) -> str | None:
+    """For a process below one of ``roots``: the nearest ``-o X.o`` ("" when none); None
+    when it is not below them."""
+    unit: str | None = None
+    current: Proc | None = proc
+    chain = 0
+    while current is not None and chain < 64:
+        if unit is None:
+            unit = output_of(current.argv)
+        if current.ppid in roots:
+            return unit or ""
+        current = by_pid.get(current.ppid)
+        chain += 1
+    return None
 
 
 def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
@@ -88,7 +167,9 @@ def read_procs(proc_root: Path = Path("/proc")) -> list[Proc]:
         except (OSError, ValueError, IndexError):
             continue  # gone meanwhile, or a kernel thread
         fields = stat[stat.rfind(")") + 2:].split()
-        procs.append(Proc(int(entry.name), int(fields[1]), rss_pages * _PAGE, argv))
+        cpu = (int(fields[11]) + int(fields[12])) / _TICKS if len(fields) > 19 else 0.0
+        procs.append(Proc(int(entry.name), int(fields[1]), rss_pages * _PAGE, argv, cpu,
+                          int(fields[19]) if len(fields) > 19 else 0))
     return procs
 
 
@@ -100,15 +181,35 @@ class MemorySampler:
     interval: float = INTERVAL
     peaks: dict[str, int] = field(default_factory=dict)
     samples: int = 0
+    cpu_seen: dict[tuple[int, int], tuple[str, float]] = field(default_factory=dict)
+    """(pid, start) -> (unit, its CPU seconds when last seen)."""
+    extra_roots: Callable[[], Iterable[int]] | None = None
+    """The pids of a launcher's servers whose compiles count too (sccache's)."""
+    sources: Callable[[], Mapping[str, str]] | None = None
+    """The build's source -> object file, for what such a server runs."""
     reader: Callable[[], list[Proc]] = read_procs
     """Where a sample's processes come from (tests feed their own)."""
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
     def sample(self) -> None:
-        for unit, rss in unit_rss(self.reader(), self.root).items():
+        totals: dict[str, int] = {}
+        extra = list(self.extra_roots()) if self.extra_roots else []
+        sources = self.sources() if self.sources and extra else None
+        for proc, unit in unit_procs(self.reader(), self.root, extra, sources):
+            totals[unit] = totals.get(unit, 0) + proc.rss
+            self.cpu_seen[(proc.pid, proc.started)] = (unit, proc.cpu)
+        for unit, rss in totals.items():
             self.peaks[unit] = max(self.peaks.get(unit, 0), rss)
         self.samples += 1
+
+    @property
+    def cpu_seconds(self) -> dict[str, float]:
+        """Each unit's CPU seconds: the last value seen of every process below it, summed."""
+        totals: dict[str, float] = {}
+        for unit, cpu in self.cpu_seen.values():
+            totals[unit] = totals.get(unit, 0.0) + cpu
+        return totals
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval):
@@ -214,3 +315,25 @@ def remember(cache_root: Path, arch: str, units: Iterable[Mapping[str, Any]],
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
     return count
+
+
+def launcher_servers(port: str | None, proc_root: Path = Path("/proc")) -> list[int]:
+    """The pids of sccache servers listening on ``port`` (their environment says
+    ``SCCACHE_SERVER_PORT``): a daemon, whose compiles are not below the build."""
+    if not port:
+        return []
+    wanted = f"SCCACHE_SERVER_PORT={port}".encode()
+    found = []
+    for entry in os.scandir(proc_root):
+        if not entry.name.isdigit():
+            continue
+        base = Path(entry.path)
+        try:
+            argv0 = (base / "cmdline").read_bytes().split(b"\0", 1)[0]
+            if not argv0.endswith(b"sccache"):
+                continue
+            if wanted in (base / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found

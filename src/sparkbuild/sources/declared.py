@@ -23,6 +23,7 @@ from sparkbuild.recipe import TreeRequirements, parse_toml
 from sparkbuild.sources.requirements import RequirementLine, parse_requirement, read_requirements
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
@@ -47,13 +48,19 @@ def _pyproject_dependencies(path: Path) -> list[RequirementLine]:
     return lines
 
 
-def declared_requirements(tree: Path) -> list[RequirementLine]:
-    """The runtime requirements a source tree declares, each with its ``FILE:LINE``."""
+def declared_requirements(tree: Path, not_in_wheel: Iterable[str] = ()
+                          ) -> list[RequirementLine]:
+    """The runtime requirements a source tree declares, each with its ``FILE:LINE``; those
+    on a project of ``not_in_wheel`` (the recipe's ``[source] not_in_wheel``: what the
+    tree's build leaves out of its wheel) left out."""
+    dropped = {canonicalize_name(name) for name in not_in_wheel}
     for relative in REQUIREMENT_FILES:
         if (tree / relative).is_file():
-            return read_requirements(tree / relative)
+            return [line for line in read_requirements(tree / relative)
+                    if canonicalize_name(Requirement(line.text).name) not in dropped]
     if (tree / "pyproject.toml").is_file():
-        return _pyproject_dependencies(tree / "pyproject.toml")
+        return [line for line in _pyproject_dependencies(tree / "pyproject.toml")
+                if canonicalize_name(Requirement(line.text).name) not in dropped]
     raise RecipeError(
         "the source tree lists no runtime requirements",
         where=str(tree),

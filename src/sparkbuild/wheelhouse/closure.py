@@ -278,12 +278,12 @@ def bundle_target(recipe: Recipe) -> ClosureTarget:
                          recipe.target.python if recipe.target.platform else None)
 
 
-def declared_texts(tree: Path) -> list[str]:
+def declared_texts(tree: Path, not_in_wheel: Sequence[str] = ()) -> list[str]:
     from sparkbuild.errors import RecipeError
     from sparkbuild.sources.declared import declared_requirements
 
     try:
-        return [line.text for line in declared_requirements(tree)]
+        return [line.text for line in declared_requirements(tree, not_in_wheel)]
     except RecipeError:
         return []  # a tree without requirement files: only the pins
 
@@ -298,7 +298,7 @@ def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, clos
     outside = outside or RealOutside()
     target = bundle_target(recipe)
     dest.mkdir(parents=True, exist_ok=True)
-    requirements = declared_texts(tree)
+    requirements = declared_texts(tree, recipe.source.not_in_wheel)
     with cache.locked():
         pins = [fetch_pin(p, cache, dest, outside, offline=offline) for p in recipe.pins]
         skip = {canonicalize_name(recipe.package), *(f.key for f in pins)}
@@ -377,7 +377,8 @@ def refuse_runtime_gaps(recipe: Recipe, cache: Cache, runtime: dict[str, Any] | 
     """For an offline build, before anything compiles: every pin, and a bundle's closure
     for the tree's requirements, must be there (:func:`runtime_gaps`), with ``also`` (the
     wheels flashinfer's builder needs); each one missing is named."""
-    gaps = runtime_gaps(recipe.pins, cache, runtime, declared_texts(tree), closure=closure,
+    gaps = runtime_gaps(recipe.pins, cache, runtime,
+                        declared_texts(tree, recipe.source.not_in_wheel), closure=closure,
                         skip={canonicalize_name(recipe.package)}) + list(also)
     if gaps:
         where = f"the bundle {bundle}" if bundle else "the cache"

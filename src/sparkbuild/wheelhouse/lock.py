@@ -359,7 +359,8 @@ def _source_tree_requirements(
     with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-src-") as tmp:
         source = fetch_source(recipe.source.spec, Path(tmp) / "tree", recipe=recipe,
                               context=context)
-        return declared_requirements(source.tree), source.tree
+        return (declared_requirements(source.tree, recipe.source.not_in_wheel),
+                source.tree)
 
 
 def lock_comments(package: str, target: ClosureTarget, index: str) -> list[str]:
@@ -385,7 +386,7 @@ def refuse_contradicted_pins(recipe: Recipe, tree: Path, platform: str | None) -
     the build, not hours later; the wheelhouse checks every shipped wheel again.
     ``platform``: the wheelhouse's (None: this machine's)."""
     try:
-        declared = declared_requirements(tree)
+        declared = declared_requirements(tree, recipe.source.not_in_wheel)
     except RecipeError:
         declared = []  # a tree without requirement files: the built wheel's metadata decides
     env = target_environment(platform, recipe.target.python if platform else None)
@@ -422,7 +423,7 @@ def lock_closure(
     target = ClosureTarget(platform, check_python(python))
     parse_platform(platform)
     if tree is not None:
-        declared = declared_requirements(tree)
+        declared = declared_requirements(tree, recipe.source.not_in_wheel)
     else:
         declared, tree = _source_tree_requirements(recipe, context)
     env = target_environment(platform, python)

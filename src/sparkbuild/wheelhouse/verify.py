@@ -40,6 +40,8 @@ from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel
 
 from sparkbuild.console import escaped, shown
 from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.flashinfer.jit_cache import codeless_modules
+from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain.kept_sass import LibraryCode
 from sparkbuild.toolchain.kernel_policy import Refusal, refusals
@@ -60,6 +62,7 @@ from sparkbuild.wheelhouse.wheel_check import manifest_wheel_problems, same_vers
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
 
@@ -431,6 +434,13 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
                                          read_kernels=read_kernels)
         result.libraries += libraries
         result.notes += notes
+    for module in codeless_modules([(lib.wheel, lib.library, lib.archs)
+                                    for lib in result.libraries]):
+        result.mismatches.append(Mismatch(
+            f"{JIT_CACHE_PROJECT}:{module}",
+            f"flashinfer module {module} holds no GPU machine code for "
+            f"{', '.join(result.target_archs) or 'the target'}: its kernels were compiled "
+            "for no target arch (the moe_utils class, flashinfer#5237/#5238)"))
     if not result.libraries:
         result.notes.append("the built wheels hold no shared library: no GPU code to check")
     elif result.target_archs and not any(lib.archs for lib in result.libraries):
@@ -438,6 +448,48 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
             ", ".join(sorted({lib.wheel for lib in result.libraries})),
             f"no shared library holds GPU machine code, but the target is "
             f"{', '.join(result.target_archs)}"))
+
+
+@dataclass
+class JudgedJitCache:
+    """``flashinfer-aot`` with a prebuilt jit-cache: the wheel taken, every kernel judged
+    as verify judges a built one."""
+
+    aot: AotResult
+    targets: tuple[str, ...]
+    libraries: list[LibraryArchs]
+    codeless: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.aot.to_dict(), "ok": self.error is None,
+                "libraries": [lib.to_dict() for lib in self.libraries],
+                "codeless_modules": self.codeless}
+
+    def summary(self) -> list[str]:
+        lines = self.aot.summary()
+        for lib in self.libraries:
+            kernels = "; ".join(c.describe() for c in lib.coverage)
+            lines.append(f"  {lib.library}: {', '.join(lib.archs) or 'no GPU code'}; {kernels}")
+        return lines
+
+    @property
+    def error(self) -> SparkbuildError | None:
+        refused = [f"{lib.library} ({found.describe(width=160, shown=NAMED_KERNELS)})"
+                   for lib in self.libraries for found in lib.refusals(allow_jit=False)]
+        refused += [f"{module}: no GPU machine code" for module in self.codeless]
+        if not refused:
+            return None
+        return VerifyError(f"the prebuilt jit-cache has {len(refused)} module(s) the target "
+                           f"{', '.join(self.targets)} cannot load as built: "
+                           + "; ".join(refused), where=str(self.aot.wheel),
+                           hint="take a jit-cache built for the target, or build the modules")
+
+
+def judge_jit_cache(aot: AotResult, targets: Sequence[str]) -> JudgedJitCache:
+    """Every kernel of a prebuilt jit-cache's modules judged for ``targets``."""
+    libraries, _notes = gpu_libraries([aot.wheel], targets)
+    codeless = codeless_modules([(lib.wheel, lib.library, lib.archs) for lib in libraries])
+    return JudgedJitCache(aot, tuple(targets), libraries, codeless)
 
 
 def check_requirements(result: VerifyResult, directory: Path, manifest: dict[str, Any]

