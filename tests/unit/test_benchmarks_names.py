@@ -29,7 +29,8 @@ SKIPPED_AT_ROOT = frozenset({".git", ".venv", "wheelhouse", "build", "dist", ".w
 """Not the repository's files: git's own, the venv, and .gitignore's anchored entries."""
 SKIPPED_ANYWHERE = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 
-HEADLINES = ("Full build, projected", "Team of Sparks, projected", "Full build, measured",
+HEADLINES = ("Full build, projected", "Team of Sparks, projected",
+             "flashinfer for the model, measured", "Full build, measured",
              "Warm rebuild", "Pools ratio", "First start", "E2M1", "check --all")
 """BENCHMARKS.md's headline block: one line each, in this order."""
 DATE = re.compile(r"(?<![-#\w])20\d\d-\d\d-\d\d(?![-\w])")
