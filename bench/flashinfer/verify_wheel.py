@@ -19,6 +19,8 @@ def main(argv: list[str]) -> int:
     for lib in libraries:
         kernels = "; ".join(c.describe() for c in lib.coverage)
         print(f"{lib.library}: {', '.join(lib.archs) or 'no GPU code'}; {kernels}")
+        for line in lib.unreachable_lines():
+            print(f"  accepted: {line}")
         for found in lib.refusals(allow_jit=False):
             refused += 1
             print(f"  REFUSED: {found.describe(width=160, shown=8)}")

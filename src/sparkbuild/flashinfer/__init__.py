@@ -13,6 +13,8 @@ packs the modules as a ``flashinfer-jit-cache`` wheel (:mod:`.builder`,
 (:mod:`.kept_builds`), and runs alongside vLLM's compile on a share of the cores
 (:mod:`.alongside`). A prebuilt jit-cache wheel may be taken instead, pinned by hash, its
 version checked before anything compiles, cut down to the model's set (:mod:`.jit_cache`).
-It hands :mod:`sparkbuild.compile` and the wheelhouse a jit-cache wheel whose every kernel
-``verify`` reads.
+The guard stubs its modules hold that no sm_12x GPU launches (instantiations for another
+arch's branch of a run-time dispatcher) are named per module before anything compiles, each
+with the code that says so (:mod:`.unreachable_stubs`). It hands :mod:`sparkbuild.compile`
+and the wheelhouse a jit-cache wheel whose every kernel ``verify`` reads.
 """

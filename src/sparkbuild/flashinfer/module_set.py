@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import RecipeError
+from sparkbuild.flashinfer.unreachable_stubs import rules_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -88,7 +89,8 @@ class ModuleSpec:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "route": self.route, "reason": self.reason,
                 "generator": self.gen, "args": list(self.args), "kwargs": dict(self.kwargs),
-                "headers": list(self.headers)}
+                "headers": list(self.headers),
+                "unreachable_stubs": [rule.to_dict() for rule in rules_for(self.name)]}
 
 
 ALL_HEADERS = ("cublas", "curand")
@@ -156,6 +158,8 @@ class ModuleSet:
         shown: set[str] = set()
         for module in self.modules:
             lines.append(f"  {module.name}  [{module.route}]")
+            lines += [f"      guard stubs accepted, never launched on sm_12x: {rule.describe()}"
+                      for rule in rules_for(module.name)]
             family = _reason_family(module)
             if family not in shown:
                 shown.add(family)

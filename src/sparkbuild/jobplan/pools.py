@@ -128,6 +128,14 @@ def pool_depth(usable: float, jobs: int, heavy: float, light: float) -> int:
     return max(1, min(jobs, math.floor((usable - jobs * light) / (heavy - light))))
 
 
+def rule_jobs(usable: float, jobs: int, heavy: float, light: float) -> int:
+    """At most ``jobs``, and few enough that one heavy unit beside the light ones fits
+    ``usable`` (at least one job)."""
+    if heavy + (jobs - 1) * light <= usable or light <= 0:
+        return jobs
+    return max(1, min(jobs, 1 + math.floor((usable - heavy) / light)))
+
+
 def today_jobs(cores: int, usable_bytes: float, job_memory_gib: float,
                nvcc_threads: int = 1) -> int:
     """Today's plan: one MAX_JOBS for every unit, each budgeted ``job_memory_gib``."""
@@ -179,6 +187,7 @@ class _Candidate:
     fits: bool
     makespan: float
     peak: float
+    jobs: int
 
 
 def _table(known: Sequence[KnownUnit], measured: Mapping[str, int], killed: tuple[str, ...],
@@ -195,27 +204,41 @@ def _table(known: Sequence[KnownUnit], measured: Mapping[str, int], killed: tupl
     return table
 
 
-def _candidates(table: list[_Unit], jobs: int, usable: float, fair: float
-                ) -> list[_Candidate]:
+def _candidates(table: list[_Unit], jobs: int, usable: float, fair: float, *,
+                below_fair: bool = False) -> list[_Candidate]:
+    """One candidate per threshold at or above the fair share (``below_fair``: at every
+    peak, and only those that fit), each at the largest depth that fits ``usable``."""
     seconds = [u.seconds for u in table]
     peaks = [u.peak for u in table]
     out = []
-    for threshold in sorted({fair, *(p for p in peaks if p > fair)}):
+    for threshold in sorted({fair, *(p for p in peaks if p > fair or below_fair)}):
         pooled = frozenset(i for i, u in enumerate(table) if u.heavy(threshold))
         heavy = sorted((peaks[i] for i in pooled), reverse=True)
         light = sorted((p for i, p in enumerate(peaks) if i not in pooled), reverse=True)
         fitting = fitting_depth(heavy, light, jobs, usable)
-        if fitting is None and threshold > fair:
+        if fitting is None and (threshold > fair or below_fair):
             continue  # the light units alone may not fit: not a candidate
         depth = fitting or 1
         run = simulate(seconds, peaks, jobs, pooled, depth)
         out.append(_Candidate(threshold, depth, pooled, fitting is not None, run.makespan,
-                              run.peak))
+                              run.peak, jobs))
     return out
 
 
+def _fitting(table: list[_Unit], jobs: int, usable: float, fair: float) -> list[_Candidate]:
+    """The candidates with every core; when none of them fits memory (one heavy unit
+    beside ``jobs - 1`` light ones is too much: a 10 GiB unit on a 16 GB runner), those
+    that do with fewer jobs and more units pooled, down to one job at a time."""
+    found = _candidates(table, jobs, usable, fair)
+    if any(c.fits for c in found):
+        return found
+    fewer = [c for n in range(jobs, 0, -1)
+             for c in _candidates(table, n, usable, usable / n, below_fair=True)]
+    return fewer or found
+
+
 def _fastest(found: list[_Candidate]) -> _Candidate:
-    return min(found, key=lambda c: (c.makespan, c.threshold))
+    return min(found, key=lambda c: (not c.fits, c.makespan, c.threshold))
 
 
 def plan_pools(
@@ -242,6 +265,12 @@ def plan_pools(
     reasons = [f"MAX_JOBS={jobs}: every core ({cores} / {threads} nvcc thread(s)); today's "
                f"plan would give every unit {job_memory_gib:g} GiB: MAX_JOBS={today}"]
     if not measured and not known:
+        fit_jobs = rule_jobs(usable_bytes, jobs, heavy_est, light_est)
+        if fit_jobs < jobs:
+            reasons.append(
+                f"MAX_JOBS={fit_jobs}: one heavy unit ({_gib(heavy_est)}) beside {jobs - 1} "
+                f"light ones ({_gib(light_est)} each) is over {_gib(usable_bytes)} usable")
+            jobs = fit_jobs
         depth = pool_depth(usable_bytes, jobs, heavy_est, light_est)
         reasons += [
             f"rule (nothing measured yet): units whose path matches CUTLASS/GEMM/FP4 and the "
@@ -259,15 +288,21 @@ def plan_pools(
     unit_seconds = {f"{u.source}|{u.flags}": max(0.0, u.seconds) for u in known}
     # today's plan starts the units in the table's order (the earlier build's); the pool
     # plan longest first, as the ninja wrapper lists them -- unless that is predicted slower
-    found = in_order = _candidates(table, jobs, usable_bytes, fair)
+    found = in_order = _fitting(table, jobs, usable_bytes, fair)
     starts_longest = False
     if unit_seconds:
         longest = [table[i] for i in longest_first([u.seconds for u in table])]
-        by_longest = _candidates(longest, jobs, usable_bytes, fair)
+        by_longest = _fitting(longest, jobs, usable_bytes, fair)
         if _fastest(by_longest).makespan <= _fastest(in_order).makespan * (1 + 1e-9):
             table, found, starts_longest = longest, by_longest, True
     seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
     best = _fastest(found)
+    if best.jobs < jobs:
+        reasons.append(
+            f"MAX_JOBS={best.jobs}: with every core no plan fits memory (the heaviest unit "
+            f"beside {jobs - 1} light ones is over {_gib(usable_bytes)}); fewer jobs and "
+            f"every unit above {_gib(best.threshold)} pooled do")
+        jobs = best.jobs
     timed = "seconds" if known else "no seconds known: units counted alike"
     reasons.append(
         f"measured: {len(table)} unit(s) from earlier builds ({timed}); the heaviest took "
@@ -277,19 +312,21 @@ def plan_pools(
         f"(x{HEADROOM:g}) at once, simulated")
     if best.makespan > baseline.makespan * (1 + 1e-9):
         at_fair = found[0]
-        floor = _Candidate(fair, max(at_fair.depth, today), at_fair.pooled, False, 0.0, 0.0)
+        floor = _Candidate(fair, max(at_fair.depth, today), at_fair.pooled, False, 0.0, 0.0,
+                           jobs)
         run = simulate(seconds, peaks, jobs, floor.pooled, floor.depth)
         reasons.append(
             f"memory fits depth {best.depth} at best, predicted {best.makespan:.0f} s: slower "
             f"than today's plan ({baseline.makespan:.0f} s, which relies on the "
             f"{job_memory_gib:g} GiB budget); heavy units keep today's limit")
         if run.makespan <= baseline.makespan * (1 + 1e-9):
-            best = _Candidate(fair, floor.depth, floor.pooled, False, run.makespan, run.peak)
+            best = _Candidate(fair, floor.depth, floor.pooled, False, run.makespan, run.peak,
+                              jobs)
         else:  # today's plan itself, in today's order
             table, starts_longest = original, False
             seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
             jobs, best = today, _Candidate(fair, today, in_order[0].pooled, False,
-                                           baseline.makespan, baseline.peak)
+                                           baseline.makespan, baseline.peak, today)
             reasons.append(f"MAX_JOBS={today}: today's plan itself (no pool plan is predicted "
                            "faster)")
     if starts_longest:

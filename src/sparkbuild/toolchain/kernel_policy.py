@@ -14,7 +14,10 @@ The verdicts, one per kind:
 * ``ptx``: refused unless the recipe sets ``allow_jit`` (the manifest then lists the kernel
   in ``jit_kernels``);
 * ``none``: refused, whatever ``allow_jit`` says;
-* ``guard-stub``: refused, whatever ``allow_jit`` says.
+* ``guard-stub``: refused, whatever ``allow_jit`` says -- unless the stub is one a library's
+  own dispatcher never launches at the target, named before anything compiles
+  (:class:`UnreachableStubs`: the stubs of one kernel class instantiated for an arch tag
+  that a run-time branch selects only on SMs the target is not).
 
 Each judge reads a different thing -- verify a built library, ``check`` and the unit watch
 one object, the forecast a unit's ``-gencode`` before anything compiles (the unit stands for
@@ -25,10 +28,12 @@ a kernel of that code) -- and asks the same questions here: :func:`refused` of o
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
 
-from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY
+from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, arch_digits
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -97,10 +102,74 @@ def coverage_refusals(found: Iterable[Coverage], *, allow_jit: bool) -> list[Ref
     return out
 
 
+@dataclass(frozen=True)
+class UnreachableStubs:
+    """Guard stubs that a library's own dispatcher never launches at the target.
+
+    A template compiled for every arch branch of a run-time dispatcher holds, at a target
+    outside a branch's range, that branch's kernels as stubs: CUTLASS compiles a kernel
+    whose arch tag is not the one being compiled for to a trap.  Such a stub is accepted
+    only when all of this holds: the wheel's project and the library's file name are these;
+    the kernel's mangled name matches ``kernel`` whole; and every target's SM lies outside
+    ``selected_for``, the SMs the dispatcher selects that instantiation for.  Any other
+    stub is refused as before.
+    """
+
+    project: str
+    """The wheel's project (``flashinfer-jit-cache``)."""
+    library: str
+    """The library's file name (``fused_moe_120.so``)."""
+    kernel: str
+    """A regular expression the whole mangled name matches."""
+    selected_for: tuple[int, int]
+    """``[low, high)``: the SMs (``75`` for 7.5) whose run-time branch launches it."""
+    what: str
+    """The instantiation, as a person reads it."""
+    why: str
+    """The code that says where the dispatcher selects it, and what it compiles to here."""
+
+    def applies(self, project: str, library: str, targets: Sequence[str]) -> bool:
+        """Whether this rule speaks for ``library`` of ``project``'s wheel at ``targets``."""
+        low, high = self.selected_for
+        sms = [int(arch_digits(t) or 0) for t in targets]
+        return (project == self.project and PurePosixPath(library).name == self.library
+                and bool(sms) and all(not low <= sm < high for sm in sms))
+
+    def covers(self, kernel: str) -> bool:
+        return re.fullmatch(self.kernel, kernel) is not None
+
+    def describe(self) -> str:
+        low, high = self.selected_for
+        return (f"{self.library}: {self.what}, launched only for "
+                f"{low // 10}.{low % 10} <= SM < {high // 10}.{high % 10} ({self.why})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "library": self.library, "kernel": self.kernel,
+                "selected_for": list(self.selected_for), "what": self.what, "why": self.why}
+
+
+def unreachable_stubs(rules: Iterable[UnreachableStubs], project: str, library: str,
+                      targets: Sequence[str], guard_stubs: Sequence[str]
+                      ) -> dict[UnreachableStubs, tuple[str, ...]]:
+    """The guard stubs of ``library`` that a rule names unreachable at ``targets``."""
+    found = {}
+    for rule in rules:
+        if rule.applies(project, library, targets):
+            named = tuple(k for k in guard_stubs if rule.covers(k))
+            if named:
+                found[rule] = named
+    return found
+
+
 def refusals(found: Iterable[Coverage], *, allow_jit: bool, stub_archs: Sequence[str] = (),
-             guard_stubs: Sequence[str] = (), trap_only: Sequence[str] = ()) -> list[Refusal]:
+             guard_stubs: Sequence[str] = (), trap_only: Sequence[str] = (),
+             unreachable: Sequence[str] = ()) -> list[Refusal]:
     """Everything the policy refuses of one binary: its guard stubs (in the SASS of
-    ``stub_archs``; ``trap_only``: those of them that trap), then its coverage per target."""
+    ``stub_archs``; ``trap_only``: those of them that trap) but the ``unreachable`` ones
+    (:func:`unreachable_stubs`), then its coverage per target."""
+    skip = set(unreachable)
+    guard_stubs = [k for k in guard_stubs if k not in skip]
+    trap_only = [k for k in trap_only if k not in skip]
     stubs = ([Refusal(GUARD_STUB, ", ".join(stub_archs), tuple(guard_stubs),
                       trap_only=len(trap_only))] if guard_stubs else [])
     return [*stubs, *coverage_refusals(found, allow_jit=allow_jit)]

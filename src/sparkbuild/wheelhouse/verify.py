@@ -42,9 +42,15 @@ from sparkbuild.console import escaped, shown
 from sparkbuild.errors import SparkbuildError, VerifyError
 from sparkbuild.flashinfer.jit_cache import codeless_modules
 from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
+from sparkbuild.flashinfer.unreachable_stubs import RULES as UNREACHABLE_RULES
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain.kept_sass import LibraryCode
-from sparkbuild.toolchain.kernel_policy import Refusal, refusals
+from sparkbuild.toolchain.kernel_policy import (
+    Refusal,
+    UnreachableStubs,
+    refusals,
+    unreachable_stubs,
+)
 from sparkbuild.toolchain.sass import (
     PTX_ONLY,
     Coverage,
@@ -108,6 +114,14 @@ class LibraryArchs:
     trap-only ones and those that silently do nothing."""
     coverage: tuple[Coverage, ...] = ()
     """Every kernel of the library, per target arch: native, PTX only or none."""
+    unreachable: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...] = ()
+    """Guard stubs the library's own dispatcher never launches at the targets, each group
+    with the rule that names it before the compile (:mod:`sparkbuild.flashinfer.
+    unreachable_stubs`): accepted, and listed."""
+
+    @property
+    def unreachable_kernels(self) -> tuple[str, ...]:
+        return tuple(k for _, kernels in self.unreachable for k in kernels)
 
     def to_dict(self) -> dict[str, Any]:
         return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
@@ -115,6 +129,8 @@ class LibraryArchs:
                 "block_scaled_mma": self.block_scaled_mma,
                 "trap_only_kernels": list(self.trap_only_kernels),
                 "guard_stub_kernels": list(self.guard_stub_kernels),
+                "unreachable_stubs": [{"rule": rule.to_dict(), "kernels": list(kernels)}
+                                      for rule, kernels in self.unreachable],
                 "coverage": [c.to_dict() for c in self.coverage]}
 
     def kernels_of(self, kind: str) -> list[tuple[str, str, str | None]]:
@@ -125,7 +141,13 @@ class LibraryArchs:
         """What the kernel policy refuses of this library: its guard stubs, then the
         kernels with no code for a target and (unless ``allow_jit``) those with PTX only."""
         return refusals(self.coverage, allow_jit=allow_jit, stub_archs=self.sass_archs,
-                        guard_stubs=self.guard_stub_kernels, trap_only=self.trap_only_kernels)
+                        guard_stubs=self.guard_stub_kernels, trap_only=self.trap_only_kernels,
+                        unreachable=self.unreachable_kernels)
+
+    def unreachable_lines(self) -> list[str]:
+        """One line per rule: how many stubs it accepted, and why."""
+        return [f"{len(kernels)} guard stub(s) never launched at the target: "
+                f"{rule.describe()}" for rule, kernels in self.unreachable]
 
     def jit_kernels(self) -> list[dict[str, Any]]:
         """The PTX-only kernels, as the manifest's ``jit_kernels`` lists them."""
@@ -173,9 +195,13 @@ class VerifyResult:
                     if lib.sass_archs else "")
             kernels = "".join(f"; kernels {c.describe()}" for c in lib.coverage)
             lines.append(f"  {shown(lib.wheel)}: {shown(lib.library)}: {archs}{sass}{kernels}")
-            lines += [f"    TRAP-ONLY {shown(name)}" for name in lib.trap_only_kernels]
+            accepted = set(lib.unreachable_kernels)
+            lines += [f"    UNREACHABLE {escaped(line)}" for line in lib.unreachable_lines()]
+            lines += [f"    TRAP-ONLY {shown(name)}" for name in lib.trap_only_kernels
+                      if name not in accepted]
             lines += [f"    GUARD STUB (prints and exits) {shown(name)}"
-                      for name in lib.guard_stub_kernels if name not in lib.trap_only_kernels]
+                      for name in lib.guard_stub_kernels
+                      if name not in lib.trap_only_kernels and name not in accepted]
         lines += [item.line() for item in self.agreement]
         lines += [f"  note: {escaped(note)}" for note in self.notes]
         return lines
@@ -371,8 +397,17 @@ def judged(wheel: str, member: str, code: LibraryCode, targets: Sequence[str]) -
     if code.archs and targets:
         sass = machine_code(code.functions, targets)
     covered = coverage_at(code.kernels, targets) if code.kernels else ()
+    accepted = unreachable_stubs(UNREACHABLE_RULES, _project(wheel), member, targets, sass[3])
     return LibraryArchs(wheel, member, code.archs, missing, sass[1], sass[2], sass[0],
-                        sass[3], covered)
+                        sass[3], covered, tuple(accepted.items()))
+
+
+def _project(wheel: str) -> str:
+    """The wheel file's project, normalized; ``""`` for a name that is not a wheel's."""
+    try:
+        return str(parse_wheel_filename(wheel)[0])
+    except InvalidWheelFilename:
+        return ""
 
 
 def _library_code(path: Path, readers: Readers, *, with_code: bool,

@@ -58,6 +58,9 @@ def test_list_json_names_the_set_with_reasons(capsys: pytest.CaptureFixture[str]
     assert {"fused_moe_120", "fp4_quantization_121"} <= {m["name"] for m in listed["modules"]}
     assert all(m["reason"] for m in listed["modules"])
     assert listed["model"]["experts"] == 512 and listed["model"]["moe_intermediate_size"] == 640
+    stubs = {m["name"]: m["unreachable_stubs"] for m in listed["modules"]}
+    assert [rule["selected_for"] for rule in stubs["fused_moe_120"]] == [[75, 80]]
+    assert not any(v for name, v in stubs.items() if name != "fused_moe_120")
 
 
 def test_list_only_narrows_and_an_unknown_glob_is_refused(

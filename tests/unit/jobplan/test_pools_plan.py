@@ -58,7 +58,8 @@ def test_first_build_rule_never_constrains_heavy_units_below_todays_max_jobs() -
     assert (plan.basis, plan.jobs, plan.depth) == ("rule", 20, 13)
     assert "never get fewer slots than today's MAX_JOBS=13" in " ".join(plan.reasons)
     small = plan_pools(cores=16, usable_bytes=30 * GIB, job_memory_gib=6.0)
-    assert (small.jobs, small.depth) == (16, 5)
+    # one 6 GiB heavy unit beside 15 light ones of 3 GiB is over 30 GiB: 1 + 24 / 3 jobs
+    assert (small.jobs, small.depth) == (9, 5)
     roomy = plan_pools(cores=8, usable_bytes=500 * GIB, job_memory_gib=6.0)
     assert roomy.depth == 8
 
@@ -194,3 +195,49 @@ def test_the_table_order_is_kept_where_longest_first_is_predicted_slower() -> No
     plan = plan_pools(cores=2, usable_bytes=64 * GIB, job_memory_gib=8.0, known=units)
     assert plan.seconds == {} and "longest first" not in " ".join(plan.reasons)
     assert plan.predicted_seconds == pytest.approx(6.0) == plan.today_seconds
+
+
+def _worst_case(plan_units: list[KnownUnit], plan: object) -> float:
+    """What the plan lets run at once at worst: the ``depth`` largest pooled peaks and the
+    ``jobs - depth`` largest others (x HEADROOM), whatever the order."""
+    from sparkbuild.jobplan.pools import PoolPlan
+
+    assert isinstance(plan, PoolPlan)
+    pooled = heavy_indices(plan, plan_units)
+    peaks = [float(u.peak_bytes or 0) * HEADROOM for u in plan_units]
+    heavy = sorted((peaks[i] for i in pooled), reverse=True)
+    light = sorted((p for i, p in enumerate(peaks) if i not in pooled), reverse=True)
+    depth = min(plan.depth, len(heavy))
+    return sum(heavy[:depth]) + sum(light[:plan.jobs - depth])
+
+
+def test_a_small_runner_gets_fewer_jobs_rather_than_a_plan_memory_cannot_hold() -> None:
+    # flashinfer's set on GitHub's 4-core/16 GB arm runner: one 10.4 GiB MoE unit beside
+    # three 2 GiB ones is over the 13.4 GiB usable, at any pool depth
+    usable = 13.4 * GIB
+    units = ([_unit(f"moe_gemm_{i}.cu", 300.0, 10.4, i) for i in range(6)]
+             + [_unit(f"moe_light_{i}.cu", 40.0, 2.0, 6 + i) for i in range(30)]
+             + [_unit(f"xqa_{i}.cu", 5.0, 0.6, 36 + i) for i in range(36)])
+    plan = plan_pools(cores=4, usable_bytes=usable, job_memory_gib=8.7, known=units)
+    assert plan.jobs < 4
+    assert _worst_case(units, plan) <= usable
+    assert any("no plan fits memory" in r for r in plan.reasons)
+    assert plan.predicted_seconds is not None and plan.today_seconds is not None
+    assert plan.predicted_seconds < plan.today_seconds  # still better than one job
+
+
+def test_a_roomy_machine_keeps_every_core_and_fits() -> None:
+    units = ([_unit(f"moe_gemm_{i}.cu", 300.0, 10.4, i) for i in range(6)]
+             + [_unit(f"moe_light_{i}.cu", 40.0, 2.0, 6 + i) for i in range(30)])
+    plan = plan_pools(cores=20, usable_bytes=115.2 * GIB, job_memory_gib=8.7, known=units)
+    assert plan.jobs == 20 and _worst_case(units, plan) <= 115.2 * GIB
+    assert not any("no plan fits memory" in r for r in plan.reasons)
+
+
+def test_the_first_build_rule_lowers_max_jobs_where_one_heavy_unit_and_the_rest_overflow(
+) -> None:
+    plan = plan_pools(cores=4, usable_bytes=13.4 * GIB, job_memory_gib=8.7)
+    # 8.7 GiB heavy + 3 x 3 GiB light = 17.7 GiB > 13.4: two jobs, 8.7 + 3 fit
+    assert (plan.basis, plan.jobs, plan.depth) == ("rule", 2, 1)
+    assert plan.reasons[1].startswith("MAX_JOBS=2: one heavy unit")
+    assert plan_pools(cores=4, usable_bytes=5 * GIB, job_memory_gib=8.7).jobs == 1
