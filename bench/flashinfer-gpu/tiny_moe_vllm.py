@@ -107,27 +107,13 @@ def run(model: Path, max_new: int) -> dict[str, Any]:
 
 
 # flashinfer's workspace after a start: what a compile leaves, and what is not a compile
-BUILD_PRODUCTS = (".so", ".o", ".a", ".cubin", ".fatbin", ".ptx", ".ninja")
-BUILD_NAMES = ("build.ninja", ".ninja_log", ".ninja_deps")
-SOURCES = (".cu", ".cuh", ".cpp", ".h", ".inc")
-
-
 def workspace_kinds(files: list[str]) -> dict[str, list[str]]:
-    """Build products, generated sources (a module's spec writes them before flashinfer
-    looks for the prebuilt library), locks (flashinfer takes one before it raises
-    MissingJITCacheError) and the rest (its log)."""
-    kinds: dict[str, list[str]] = {"build_products": [], "generated_sources": [], "locks": [],
-                                   "other": []}
-    for path in files:
-        name = Path(path).name
-        if name in BUILD_NAMES or name.endswith(BUILD_PRODUCTS):
-            kinds["build_products"].append(path)
-        elif name.endswith(SOURCES):
-            kinds["generated_sources"].append(path)
-        elif name.endswith(".lock"):
-            kinds["locks"].append(path)
-        else:
-            kinds["other"].append(path)
+    """first_start.py's kinds of flashinfer's workspace, with the locks on their own:
+    flashinfer takes one before it raises MissingJITCacheError, and a lock is no build."""
+    kinds: dict[str, list[str]] = first_start.workspace_kinds(files)
+    built = kinds["build_products"]
+    kinds["locks"] = [path for path in built if path.endswith(".lock")]
+    kinds["build_products"] = [path for path in built if not path.endswith(".lock")]
     return kinds
 
 
