@@ -44,6 +44,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 from sparkbuild.compile.existing_torch import strip_torch_pins
@@ -84,6 +85,10 @@ LEAVE_OUT = {
     "llguidance": "structured output's guidance backend, a LazyLoader until a request asks for "
                   "it; 1.7.6's only x86_64 wheel is manylinux_2_31, beyond the tags carried",
 }
+LEFT_OUT_SINCE = {"llguidance": Version("0.29.0")}
+"""Left out only for a vLLM at or after this version: vLLM 0.20.0 reads
+``llguidance.LLMatcher`` in a class body as it imports the engine
+(vllm/v1/structured_output/backend_guidance.py:139), found on the 2026-12-05 tiny-MoE run."""
 
 
 def freeze_versions(text: str) -> dict[str, str]:
@@ -165,14 +170,28 @@ def download(name: str, version: str, dest: Path) -> Path | None:
     return sorted(found)[0] if found else None
 
 
-def split(pins: list[tuple[str, str]], image: dict[str, str]
+def sdist_version(sdist: Path) -> Version | None:
+    """``vllm-0.20.0.tar.gz`` -> 0.20.0; None for a name that does not say."""
+    try:
+        return Version(sdist.name.removesuffix(".tar.gz").rpartition("-")[2])
+    except InvalidVersion:
+        return None
+
+
+def leaves_out(name: str, vllm: Version | None) -> bool:
+    since = LEFT_OUT_SINCE.get(name)
+    return name in LEAVE_OUT and (since is None or vllm is None or vllm >= since)
+
+
+def split(pins: list[tuple[str, str]], image: dict[str, str], vllm: Version | None = None
           ) -> tuple[list[dict[str, str]], list[tuple[str, str]], list[dict[str, str]]]:
-    """The resolution split three ways: the image's own (same version), to carry, left out."""
+    """The resolution split three ways: the image's own (same version), to carry, left out
+    (for ``vllm``, the sdist's version)."""
     from_image: list[dict[str, str]] = []
     to_carry: list[tuple[str, str]] = []
     left_out: list[dict[str, str]] = []
     for name, version in pins:
-        if name in LEAVE_OUT:
+        if leaves_out(name, vllm):
             left_out.append({"name": name, "version": version, "why": LEAVE_OUT[name],
                              "image_has": image.get(name, "")})
         elif image.get(name) == version:
@@ -204,7 +223,7 @@ def main() -> None:
         pins = resolve(requirements(args.sdist, Path(scratch), existing_torch=args.existing_torch,
                                     drop=tuple(args.drop)), image, keep)
     args.dest.mkdir(parents=True, exist_ok=True)
-    from_image, to_carry, left_out = split(pins, image)
+    from_image, to_carry, left_out = split(pins, image, sdist_version(args.sdist))
     carried: list[dict[str, Any]] = []
     failed: list[str] = []
     for name, version in to_carry:

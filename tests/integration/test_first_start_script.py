@@ -185,6 +185,17 @@ def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:
     assert [(o["name"], o["image_has"]) for o in left_out] == [("numba", "0.68.0")]
 
 
+def test_llguidance_is_left_out_only_where_vllm_imports_it_lazily() -> None:
+    # vLLM 0.20.0 reads llguidance.LLMatcher as the engine imports (the 2026-12-05 tiny-MoE run)
+    mw = _bench_script("missing_wheels")
+    pins = [("llguidance", "1.3.0")]
+    old = mw.sdist_version(Path("vllm-0.20.0.tar.gz"))
+    assert str(old) == "0.20.0" and mw.split(pins, {}, old)[1] == pins
+    new = mw.sdist_version(Path("vllm-0.29.0.tar.gz"))
+    assert [o["name"] for o in mw.split(pins, {}, new)[2]] == ["llguidance"]
+    assert mw.sdist_version(Path("not-a-version.tar.gz")) is None
+
+
 def test_the_image_view_links_the_wanted_versions_only(tmp_path: Path) -> None:
     site, view = tmp_path / "site", tmp_path / "view"
     (site / "foo").mkdir(parents=True)
