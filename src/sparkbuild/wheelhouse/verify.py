@@ -505,6 +505,7 @@ class JudgedJitCache:
         for lib in self.libraries:
             kernels = "; ".join(c.describe() for c in lib.coverage)
             lines.append(f"  {lib.library}: {', '.join(lib.archs) or 'no GPU code'}; {kernels}")
+            lines += [f"    UNREACHABLE {escaped(line)}" for line in lib.unreachable_lines()]
         return lines
 
     @property

@@ -146,8 +146,8 @@ class WheelhouseResult:
         lines += [f"  GPU code {lib.library}: {', '.join(lib.sass_archs) or 'none'}, "
                   f"{lib.block_scaled_mma} block-scaled MMA, "
                   f"{len(lib.trap_only_kernels)} trap-only kernel(s)"
-                  + (f" ({len(lib.unreachable_kernels)} of them never launched at the target,"
-                     " named before the compile)" if lib.unreachable else "")
+                  + (f", {len(lib.unreachable_kernels)} guard stub(s) never launched at the "
+                     "target (named before the compile)" if lib.unreachable else "")
                   + "".join(f"; kernels {c.describe()}" for c in lib.coverage)
                   for lib in self.libraries]
         if self.machine_code and self.machine_code.libraries:

@@ -87,3 +87,17 @@ def test_refusals_leave_out_only_what_is_named_unreachable() -> None:
 def test_the_rule_is_named_with_its_module_before_the_compile() -> None:
     assert rules_for("fused_moe_120") == (MOE_FC_GEMM_SM75,)
     assert rules_for("fp4_quantization_121") == ()
+
+
+def test_verify_lists_an_accepted_stub_once_and_refuses_the_rest() -> None:
+    from pathlib import Path
+
+    from sparkbuild.wheelhouse.verify import VerifyResult
+
+    library = judged(WHEEL, LIBRARY, _code(SM75, SM80), ["12.1a"])
+    result = VerifyResult(Path("wh"), 1, ("12.1a",), libraries=[library])
+    lines = result.summary()
+    assert sum(line.startswith("    UNREACHABLE 1 guard stub(s)") for line in lines) == 1
+    assert [line for line in lines if line.startswith("    TRAP-ONLY")] == [
+        f"    TRAP-ONLY {SM80}"]
+    assert result.error is not None and SM80[:60] in str(result.error)
