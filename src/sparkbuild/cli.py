@@ -208,11 +208,9 @@ def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
         raise UsageError("flashinfer-aot needs --out DIR to build (or --list)")
     cache = (Path(args.cache) if args.cache else default_cache_root()).expanduser().resolve()
     if recipe.flashinfer.jit_cache is not None:
-        from sparkbuild.flashinfer.jit_cache import take_recipe_jit_cache
-        from sparkbuild.wheelhouse.verify import judge_jit_cache
+        from sparkbuild.wheelhouse.verify import take_judged_jit_cache
 
-        taken = take_recipe_jit_cache(recipe, cache, out=Path(args.out), offline=args.offline)
-        return judge_jit_cache(taken, recipe.target.cuda_archs)
+        return take_judged_jit_cache(recipe, cache, out=Path(args.out), offline=args.offline)
     return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
                             cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
                             offline=args.offline, jobs=args.jobs, only=only)

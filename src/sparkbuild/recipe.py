@@ -516,7 +516,8 @@ def _parse_jit_cache(path: Path, text: str, table: Any) -> JitCacheInput | None:
         raise RecipeError("flashinfer.jit_cache needs one of url or path", where=where,
                           hint='url = "https://..." (a [vendor] mirror may serve it) or '
                           'path = "FILE.whl" beside the recipe')
-    local = (path.parent / checked["path"]).resolve() if "path" in checked else None
+    # absolute, a symbolic link kept: the wheel is named by the path the recipe gives
+    local = (path.parent / checked["path"]).absolute() if "path" in checked else None
     return JitCacheInput(sha256, checked.get("url"), local,
                          bool(checked.get("cut_to_model", False)))
 

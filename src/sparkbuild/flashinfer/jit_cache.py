@@ -7,6 +7,10 @@ mirror directory (``https://flashinfer.ai/whl/=file:///srv/mirror/``).  Taken:
 
 * pinned by hash: fetched into the cache verified (:func:`sparkbuild.store.download.
   fetch_to_cache`), a local file re-hashed;
+* named by a plain ``flashinfer_jit_cache-VERSION-TAG.whl`` file name, the one it is written
+  under, and checked inside as a wheel sparkbuild built, before anything reads a member or
+  compiles (:func:`refuse_unsafe_structure`: the one structure check of
+  :mod:`sparkbuild.store.wheel_check`); a member that cannot be read is a named error;
 * its version checked against the pinned flashinfer-python before anything compiles: the
   wheel's file name, its METADATA and its package's ``__version__`` must all be the pin's
   version with a local label (``0.6.18+cu130`` for ``flashinfer-python==0.6.18``).
@@ -33,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from packaging.utils import canonicalize_name
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from sparkbuild.console import step
-from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError
+from sparkbuild.console import escaped, shown, step, unsafe_characters
+from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError, VerifyError
 from sparkbuild.flashinfer.builder import AotResult
 from sparkbuild.flashinfer.jit_cache_wheel import (
     JIT_CACHE_DIR,
@@ -45,7 +49,10 @@ from sparkbuild.flashinfer.jit_cache_wheel import (
     JIT_CACHE_PROJECT,
     pack_jit_cache,
 )
+from sparkbuild.store.files import replacing
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.wheel_check import wheel_problems
+from sparkbuild.store.wheel_members import READ_ERRORS, open_member, read_text_member
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import JitCacheInput, Recipe
@@ -92,32 +99,85 @@ class JitCacheWheel:
     name: str
     versions: dict[str, str | None] = field(default_factory=dict)
     """Where each version was read: ``file name``, ``METADATA``, ``__version__``."""
+    source: str = ""
+    """What the recipe named it by: the path as given, or the URL (messages name this)."""
+
+    @property
+    def shown_as(self) -> str:
+        return self.source or str(self.path)
 
 
-def read_jit_cache(path: Path, name: str | None = None) -> JitCacheWheel:
-    """The version (file name, METADATA, ``__version__``), tag and modules of a wheel
-    (``name``: its file name, when ``path`` is a cache blob)."""
+def jit_cache_file_name(name: str, where: str) -> tuple[str, str]:
+    """The version and tag of a jit-cache wheel's file name; :class:`RecipeError` for a name
+    that is not a plain ``flashinfer_jit_cache-VERSION-TAG.whl`` (a URL's last part may
+    hold ``/`` once unquoted: the wheel is written under this name)."""
+    problem = None
+    if not name or "/" in name or "\\" in name or name.startswith(".") or (
+            unsafe_characters(name)):
+        problem = "is not a plain file name"
+    else:
+        try:
+            project, _version, _build, _tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            problem = "is not a wheel's file name"
+        else:
+            if project != JIT_CACHE_PROJECT:
+                problem = f"is not a {JIT_CACHE_PROJECT} wheel's"
+    if problem is not None:
+        raise RecipeError(f"the jit-cache wheel's name {shown(name)} {problem}", where=where,
+                          hint=f"name a {JIT_CACHE_PACKAGE}-VERSION-TAG.whl file")
+    parts = name.removesuffix(".whl").split("-")
+    return parts[1], "-".join(parts[-3:])
+
+
+def refuse_unsafe_structure(path: Path, name: str, where: str) -> None:
+    """A prebuilt jit-cache is checked as a wheel sparkbuild built, before anything reads
+    its members or compiles (:mod:`sparkbuild.store.wheel_check`: names that climb out,
+    symbolic links, a RECORD that omits a member or misstates one, a ``.pth``, a member
+    nothing can read); it goes into the wheelhouse as a built wheel, held to the same."""
+    problems = wheel_problems(path, built=True, name=name)
+    if problems:
+        raise VerifyError(
+            f"the prebuilt {JIT_CACHE_PROJECT} {shown(name)} is not a wheel an installer may "
+            f"be given: {len(problems)} problem(s): {'; '.join(escaped(p) for p in problems)}",
+            where=where, hint="take the jit-cache wheel flashinfer publishes, or build the "
+            "modules ([flashinfer] aot without jit_cache)")
+
+
+def read_jit_cache(path: Path, name: str | None = None, source: str | None = None
+                   ) -> JitCacheWheel:
+    """The version (file name, METADATA, ``__version__``), tag and modules of a wheel whose
+    structure is first checked (:func:`refuse_unsafe_structure`).  ``name``: its file name,
+    when ``path`` is a cache blob; ``source``: what messages name it by."""
     name = name or path.name
-    parts = name[:-len(".whl")].split("-") if name.endswith(".whl") else []
-    if len(parts) < 5 or canonicalize_name(parts[0]) != JIT_CACHE_PROJECT:
-        raise RecipeError(f"not a {JIT_CACHE_PROJECT} wheel: {name}", where=str(path))
-    versions: dict[str, str | None] = {"file name": parts[1], "METADATA": None,
+    where = source or str(path)
+    version, tag = jit_cache_file_name(name, where)
+    refuse_unsafe_structure(path, name, where)
+    versions: dict[str, str | None] = {"file name": version, "METADATA": None,
                                        "__version__": None}
     modules = []
-    with zipfile.ZipFile(path) as archive:
-        for name in archive.namelist():
-            match = _MODULE.match(name)
-            if match and match.group(1) == match.group(2):
-                modules.append(match.group(1))
-            elif name.endswith(".dist-info/METADATA"):
-                text = archive.read(name).decode("utf-8", "replace")
-                found = re.search(r"^Version:\s*(\S+)", text, re.MULTILINE)
-                versions["METADATA"] = found.group(1) if found else None
-            elif name == f"{JIT_CACHE_PACKAGE}/__init__.py":
-                found = _VERSION_LINE.search(archive.read(name).decode("utf-8", "replace"))
-                versions["__version__"] = found.group(1) if found else None
-    return JitCacheWheel(path, parts[1], sorted(modules), "-".join(parts[-3:]), name,
-                         versions)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                match = _MODULE.match(member)
+                if match and match.group(1) == match.group(2):
+                    modules.append(match.group(1))
+                elif member.endswith(".dist-info/METADATA"):
+                    found = re.search(r"^Version:\s*(\S+)",
+                                      read_text_member(archive, member, where), re.MULTILINE)
+                    versions["METADATA"] = found.group(1) if found else None
+                elif member == f"{JIT_CACHE_PACKAGE}/__init__.py":
+                    found = _VERSION_LINE.search(read_text_member(archive, member, where))
+                    versions["__version__"] = found.group(1) if found else None
+    except READ_ERRORS as exc:
+        raise _unreadable(name, where, exc) from exc
+    return JitCacheWheel(path, version, sorted(modules), tag, name, versions, where)
+
+
+def _unreadable(name: str, where: str, exc: Exception) -> VerifyError:
+    return VerifyError(f"the prebuilt {JIT_CACHE_PROJECT} {shown(name)} cannot be read: "
+                       f"{escaped(str(exc))}", where=where,
+                       hint="the wheel is damaged: fetch it again, or build the modules")
 
 
 def refuse_other_version(wheel: JitCacheWheel, pinned: str) -> None:
@@ -132,7 +192,7 @@ def refuse_other_version(wheel: JitCacheWheel, pinned: str) -> None:
                 f"the prebuilt {JIT_CACHE_PROJECT} is {version or 'unversioned'} (its "
                 f"{where}), the pinned flashinfer-python is {pinned}: flashinfer would "
                 "ignore it on the node and compile its modules at first use",
-                where=str(wheel.path),
+                where=wheel.shown_as,
                 hint=f"take the jit-cache wheel of flashinfer {pinned} (version {pinned}+cuXYZ)"
                 ", or build the modules ([flashinfer] aot without jit_cache)")
 
@@ -142,20 +202,22 @@ def fetch_jit_cache(given: JitCacheInput, cache: Cache, *, offline: bool,
     """The pinned wheel: a local file re-hashed, or the URL (through a mirror) fetched into
     the cache verified; read."""
     if given.path is not None:
+        where = shown(str(given.path))
         if not given.path.is_file():
-            raise RecipeError("the jit-cache wheel is not there", where=str(given.path))
+            raise RecipeError("the jit-cache wheel is not there (or not a file)", where=where)
         actual = sha256_file(given.path)
         if actual != given.sha256:
             raise HashMismatchError(f"the jit-cache wheel differs from its pin: sha256 {actual}"
-                                    f", the recipe pins {given.sha256}", where=str(given.path))
-        return read_jit_cache(given.path)
+                                    f", the recipe pins {given.sha256}", where=where)
+        return read_jit_cache(given.path, source=where)
     from sparkbuild.sources.mirrors import Mirrors
     from sparkbuild.store.download import fetch_to_cache
 
     assert given.url is not None
     url = Mirrors.parse(mirrors, where="[vendor] mirrors").rewrite(given.url)
     name = urllib.parse.unquote(given.url.rstrip("/").rsplit("/", 1)[-1])
-    return read_jit_cache(fetch_to_cache(cache, url, given.sha256, offline=offline), name)
+    return read_jit_cache(fetch_to_cache(cache, url, given.sha256, offline=offline), name,
+                          shown(given.url))
 
 
 def cut_to(wheel: JitCacheWheel, keep: list[str], out: Path) -> Path:
@@ -164,17 +226,21 @@ def cut_to(wheel: JitCacheWheel, keep: list[str], out: Path) -> Path:
     if lacking:
         raise RecipeError(
             f"the prebuilt {JIT_CACHE_PROJECT} lacks {len(lacking)} module(s) of the model's "
-            f"set: {', '.join(lacking)}", where=str(wheel.path),
+            f"set: {', '.join(lacking)}", where=wheel.shown_as,
             hint="the node would compile them at first use: build them ([flashinfer] aot) "
             "or take a jit-cache that has them")
-    with tempfile.TemporaryDirectory() as scratch, zipfile.ZipFile(wheel.path) as archive:
+    with tempfile.TemporaryDirectory() as scratch:
         modules = Path(scratch)
-        for name in keep:
-            member = f"{JIT_CACHE_PACKAGE}/{JIT_CACHE_DIR}/{name}/{name}.so"
-            target = modules / name / f"{name}.so"
-            target.parent.mkdir(parents=True)
-            with archive.open(member) as source, target.open("wb") as copy:
-                shutil.copyfileobj(source, copy)
+        try:
+            with zipfile.ZipFile(wheel.path) as archive:
+                for name in keep:
+                    member = f"{JIT_CACHE_PACKAGE}/{JIT_CACHE_DIR}/{name}/{name}.so"
+                    target = modules / name / f"{name}.so"
+                    target.parent.mkdir(parents=True)
+                    with open_member(archive, member) as source, target.open("wb") as copy:
+                        shutil.copyfileobj(source, copy)
+        except READ_ERRORS as exc:
+            raise _unreadable(wheel.name, wheel.shown_as, exc) from exc
         base = wheel.version.split("+")[0]
         return pack_jit_cache(modules, out, wheel.version, base, tag=wheel.tag)
 
@@ -190,7 +256,7 @@ def take_jit_cache(recipe: Recipe, cache: Cache, *, out: Path, offline: bool,
     wheel = fetch_jit_cache(given, cache, offline=offline, mirrors=recipe.vendor.mirrors)
     refuse_other_version(wheel, pinned)
     out.mkdir(parents=True, exist_ok=True)
-    source = given.url or str(given.path)
+    source = wheel.shown_as
     if given.cut_to_model:
         chosen = recipe_set(recipe)
         if chosen is None:
@@ -201,16 +267,17 @@ def take_jit_cache(recipe: Recipe, cache: Cache, *, out: Path, offline: bool,
         modules = sorted(chosen.names)
         how = f"prebuilt {source}, cut from {len(wheel.modules)} modules to the model's"
     else:
-        taken = out / wheel.name
-        shutil.copyfile(wheel.path, taken)
+        taken = out / wheel.name  # a plain file name (jit_cache_file_name)
+        with replacing(taken) as partial:
+            shutil.copyfile(wheel.path, partial)
         modules, how = wheel.modules, f"prebuilt {source}"
     return AotResult(taken, wheel.version, pinned, recipe.target.cuda_archs, (), modules,
                      time.monotonic() - started, taken.stat().st_size, prebuilt=how)
 
 
 def ready_jit_cache(recipe: Recipe, cache: Cache, *, offline: bool, pinned: str) -> None:
-    """``wheel``'s check before anything compiles: the pinned wheel there (fetched online)
-    and of the pinned flashinfer's version."""
+    """``wheel``'s check before anything compiles: the pinned wheel there (fetched online),
+    a wheel an installer may be given, and of the pinned flashinfer's version."""
     given = recipe.flashinfer.jit_cache
     if given is None:
         return

@@ -10,16 +10,29 @@ prints them beside their module, so they are known before anything compiles.
 
 from __future__ import annotations
 
-from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
-from sparkbuild.toolchain.kernel_policy import UnreachableStubs
+from sparkbuild.flashinfer.jit_cache_wheel import (
+    JIT_CACHE_DIR,
+    JIT_CACHE_PACKAGE,
+    JIT_CACHE_PROJECT,
+)
+from sparkbuild.toolchain.kernel_policy import ClassTemplateKernel, UnreachableStubs
+
+
+def module_library(module: str) -> str:
+    """A module's library, its path inside the jit-cache wheel."""
+    return f"{JIT_CACHE_PACKAGE}/{JIT_CACHE_DIR}/{module}/{module}.so"
+
 
 MOE_FC_GEMM_SM75 = UnreachableStubs(
     project=JIT_CACHE_PROJECT,
-    library="fused_moe_120.so",
-    kernel=(r"_ZN7cutlass6KernelINS_4gemm6kernel9MoeFCGemmI.*"
-            r"NS\w*_4Sm75ELNS\w*_17GroupScheduleModeE\w*EEEEEvNT_6ParamsE"),
+    library=module_library("fused_moe_120"),
+    kernel=ClassTemplateKernel(
+        function=("cutlass", "Kernel"),
+        template=("cutlass", "gemm", "kernel", "MoeFCGemm"),
+        arity=5, position=3, argument=("cutlass", "arch", "Sm75")),
     selected_for=(75, 80),
-    what="cutlass::gemm::kernel::MoeFCGemm<MmaPipelined<...>, ..., cutlass::arch::Sm75, ...>",
+    what=("cutlass::Kernel<cutlass::gemm::kernel::MoeFCGemm<Mma, Epilogue, Swizzle, "
+          "cutlass::arch::Sm75, GroupScheduleMode>>: its KernelArch argument Sm75"),
     why=("MoeGemmRunner::dispatchToArch takes the Sm75 instantiation only for 75 <= sm < 80 "
          "(TL/kernels/cutlass_kernels/moe_gemm/moe_gemm_template_dispatch.h:784-796) and "
          "sm >= 90 to the TMA warp-specialized grouped GEMM, Sm89 (FP8) or Sm80 (:824-965), "
@@ -34,4 +47,4 @@ RULES = (MOE_FC_GEMM_SM75,)
 
 def rules_for(module: str) -> tuple[UnreachableStubs, ...]:
     """The rules that speak for ``module``'s library."""
-    return tuple(rule for rule in RULES if rule.library == f"{module}.so")
+    return tuple(rule for rule in RULES if rule.library == module_library(module))

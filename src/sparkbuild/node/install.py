@@ -65,8 +65,8 @@ from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import usable_path, venv_python
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.wheel_members import read_text_member
 from sparkbuild.wheelhouse.lock import LOCK_NAME, find_uv, parse_lock
-from sparkbuild.wheelhouse.members import read_text_member
 from sparkbuild.wheelhouse.pylock import PYLOCK_NAME
 from sparkbuild.wheelhouse.verify import verify_files
 

@@ -56,10 +56,10 @@ from sparkbuild.node.venv_files import (
 )
 from sparkbuild.store.files import usable_path
 from sparkbuild.store.hashing import sha256_file, sha256_stream
+from sparkbuild.store.wheel_check import same_version
+from sparkbuild.store.wheel_members import member_digest
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
-from sparkbuild.wheelhouse.members import member_digest
 from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
-from sparkbuild.wheelhouse.wheel_check import same_version
 
 
 @dataclass

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import glob
 import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -123,6 +125,21 @@ def discarded(partial: Path) -> Iterator[Path]:
 def partial_beside(target: Path) -> Path:
     """The temporary name a write of ``target`` uses (same directory: one rename)."""
     return target.with_name(f".{target.name}.partial-{os.getpid()}")
+
+
+def sweep_partials_beside(target: Path) -> list[Path]:
+    """Remove the :func:`partial_beside` files and directories of runs that died writing
+    ``target`` (a link among them is removed, never followed)."""
+    swept = []
+    for path in sorted(target.parent.glob(f".{glob.escape(target.name)}.partial-*")):
+        if not writer_gone(path.name.rpartition("-")[2]):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        swept.append(path)
+    return swept
 
 
 @contextlib.contextmanager

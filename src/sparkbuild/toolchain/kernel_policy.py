@@ -28,11 +28,10 @@ a kernel of that code) -- and asks the same questions here: :func:`refused` of o
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.toolchain.mangled import Builtin, Part, Qualified, parse_kernel
 from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, arch_digits
 
 if TYPE_CHECKING:
@@ -103,24 +102,77 @@ def coverage_refusals(found: Iterable[Coverage], *, allow_jit: bool) -> list[Ref
 
 
 @dataclass(frozen=True)
+class ClassTemplateKernel:
+    """``void FUNCTION<TEMPLATE<a0, ..., aN>>(TEMPLATE<a0, ..., aN>::PARAMS)`` with argument
+    ``position`` exactly ``ARGUMENT``: the one kernel of a class template instantiated for
+    one arch tag (CUTLASS's ``cutlass::Kernel<Op>(Op::Params)``), read from its mangled name
+    by :func:`sparkbuild.toolchain.mangled.parse_kernel` -- whatever the other arguments are,
+    and however the substitutions spell this one.  A name the reader cannot read whole, with
+    text after its end, another function, template, count of arguments, argument there or
+    parameter list is not this kernel."""
+
+    function: tuple[str, ...]
+    """``("cutlass", "Kernel")``."""
+    template: tuple[str, ...]
+    """``("cutlass", "gemm", "kernel", "MoeFCGemm")``."""
+    arity: int
+    position: int
+    """Which argument is fixed, from 0."""
+    argument: tuple[str, ...]
+    """``("cutlass", "arch", "Sm75")``: a class, no template of its own."""
+    params: str = "Params"
+
+    def matches(self, mangled: str) -> bool:
+        """Whether the mangled name ``mangled`` is this kernel, whole."""
+        kernel = parse_kernel(mangled)
+        if kernel is None or not _plain(kernel.name, self.function):
+            return False
+        outer = kernel.name.args
+        if outer is None or len(outer) != 1 or not isinstance(outer[0], Qualified):
+            return False
+        instance = outer[0]
+        if not _plain(instance, self.template) or len(instance.args or ()) != self.arity:
+            return False
+        assert instance.args is not None
+        fixed = Qualified(tuple(Part(identifier) for identifier in self.argument))
+        return (instance.args[self.position] == fixed and kernel.returns == Builtin("void")
+                and kernel.params == (Qualified((*instance.parts, Part(self.params))),))
+
+    def describe(self) -> str:
+        """``void cutlass::Kernel<T<..., cutlass::arch::Sm75, ...> >(T<...>::Params)``."""
+        template = "::".join(self.template)
+        args = ", ".join("::".join(self.argument) if index == self.position else "_"
+                         for index in range(self.arity))
+        return (f"void {'::'.join(self.function)}<{template}<{args}> >"
+                f"({template}<{args}>::{self.params})")
+
+
+def _plain(name: Qualified, path: tuple[str, ...]) -> bool:
+    """``name`` is ``path`` with template arguments on its last part alone."""
+    return name.path == path and all(part.args is None for part in name.parts[:-1])
+
+
+@dataclass(frozen=True)
 class UnreachableStubs:
     """Guard stubs that a library's own dispatcher never launches at the target.
 
     A template compiled for every arch branch of a run-time dispatcher holds, at a target
     outside a branch's range, that branch's kernels as stubs: CUTLASS compiles a kernel
     whose arch tag is not the one being compiled for to a trap.  Such a stub is accepted
-    only when all of this holds: the wheel's project and the library's file name are these;
-    the kernel's mangled name matches ``kernel`` whole; and every target's SM lies outside
-    ``selected_for``, the SMs the dispatcher selects that instantiation for.  Any other
-    stub is refused as before.
+    only when all of this holds: the wheel's project is this one and the library is this
+    member of it, its path in the wheel exactly; the kernel's mangled name is ``kernel``,
+    whole, its arch tag the template argument the dispatcher's branch instantiates; and
+    every target's SM lies outside ``selected_for``, the SMs the dispatcher selects that
+    instantiation for.  Any other stub is refused as before.
     """
 
     project: str
     """The wheel's project (``flashinfer-jit-cache``)."""
     library: str
-    """The library's file name (``fused_moe_120.so``)."""
-    kernel: str
-    """A regular expression the whole mangled name matches."""
+    """The library's path inside the wheel
+    (``flashinfer_jit_cache/jit_cache/fused_moe_120/fused_moe_120.so``)."""
+    kernel: ClassTemplateKernel
+    """The kernel, as its mangled name must read whole."""
     selected_for: tuple[int, int]
     """``[low, high)``: the SMs (``75`` for 7.5) whose run-time branch launches it."""
     what: str
@@ -132,11 +184,12 @@ class UnreachableStubs:
         """Whether this rule speaks for ``library`` of ``project``'s wheel at ``targets``."""
         low, high = self.selected_for
         sms = [int(arch_digits(t) or 0) for t in targets]
-        return (project == self.project and PurePosixPath(library).name == self.library
+        return (project == self.project and library == self.library
                 and bool(sms) and all(not low <= sm < high for sm in sms))
 
     def covers(self, kernel: str) -> bool:
-        return re.fullmatch(self.kernel, kernel) is not None
+        """Whether the mangled name ``kernel`` is one this rule names."""
+        return self.kernel.matches(kernel)
 
     def describe(self) -> str:
         low, high = self.selected_for
@@ -144,8 +197,9 @@ class UnreachableStubs:
                 f"{low // 10}.{low % 10} <= SM < {high // 10}.{high % 10} ({self.why})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "library": self.library, "kernel": self.kernel,
-                "selected_for": list(self.selected_for), "what": self.what, "why": self.why}
+        return {"project": self.project, "library": self.library,
+                "kernel": self.kernel.describe(), "selected_for": list(self.selected_for),
+                "what": self.what, "why": self.why}
 
 
 def unreachable_stubs(rules: Iterable[UnreachableStubs], project: str, library: str,

@@ -4,8 +4,7 @@ Lock files of a runtime closure (:mod:`.lock`), pins against what they ship besi
 (:mod:`.overrides`), reproducible wheels (:mod:`.wheel_rewrite`), the pins and closure from
 the index (:mod:`.closure`), writing the wheelhouse (:mod:`.write`, :mod:`.destination`,
 :mod:`.manifest`), its lock and SBOM in the standards' words (:mod:`.standards`,
-:mod:`.pylock`, :mod:`.sbom`) and checking it (:mod:`.verify`, :mod:`.requirements_check`,
-each wheel's inner structure in :mod:`.wheel_check`, reading wheels' members with bounded
-memory in :mod:`.members`).  It hands :mod:`sparkbuild.node` a directory that every node
-installs the same way.
+:mod:`.pylock`, :mod:`.sbom`) and checking it (:mod:`.verify`, :mod:`.requirements_check`;
+each wheel's inner structure by :mod:`sparkbuild.store.wheel_check`).  It hands
+:mod:`sparkbuild.node` a directory that every node installs the same way.
 """

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import CommandFailed, PinRefusedError, SparkbuildError, UsageError
-from sparkbuild.wheelhouse.wheel_check import same_version
+from sparkbuild.store.wheel_check import same_version
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe

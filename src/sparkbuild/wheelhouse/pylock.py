@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
 from sparkbuild.recipe import parse_toml
-from sparkbuild.wheelhouse.wheel_check import normal_version, same_project, same_version
+from sparkbuild.store.wheel_check import normal_version, same_project, same_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -24,7 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.wheelhouse.members import read_text_member
+from sparkbuild.store.wheel_members import read_text_member
 from sparkbuild.wheelhouse.overrides import (
     Demand,
     Override,

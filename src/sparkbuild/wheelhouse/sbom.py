@@ -61,8 +61,8 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
 from sparkbuild.recipe import parse_json
+from sparkbuild.store.wheel_check import normal_version
 from sparkbuild.wheelhouse.pylock import listing_disagreements
-from sparkbuild.wheelhouse.wheel_check import normal_version
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

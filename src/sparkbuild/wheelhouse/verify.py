@@ -27,8 +27,10 @@ checks its staged wheelhouse with those very facts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
+import shutil
 import stat
 import tempfile
 import zipfile
@@ -38,12 +40,15 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from sparkbuild.console import escaped, shown
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.console import escaped, shown, unsafe_characters
+from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.flashinfer.jit_cache import codeless_modules
 from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
 from sparkbuild.flashinfer.unreachable_stubs import RULES as UNREACHABLE_RULES
+from sparkbuild.store.files import fsync_dir, partial_beside, sweep_partials_beside
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
+from sparkbuild.store.wheel_check import manifest_wheel_problems, same_version
+from sparkbuild.store.wheel_members import READ_ERRORS, open_member
 from sparkbuild.toolchain.kept_sass import LibraryCode
 from sparkbuild.toolchain.kernel_policy import (
     Refusal,
@@ -63,12 +68,12 @@ from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
 from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 from sparkbuild.wheelhouse.standards import Agreement, check_standards
-from sparkbuild.wheelhouse.wheel_check import manifest_wheel_problems, same_version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from sparkbuild.flashinfer.builder import AotResult
+    from sparkbuild.recipe import Recipe
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
 
@@ -289,7 +294,7 @@ def verify_files(directory: Path) -> CheckedFiles:
     for ``verify`` and for ``install``.  The lock is read once, hashed and parsed from the
     same bytes; a manifest entry that leaves the directory is named and never read.  Each
     wheel with the manifest's sha256 is then read inside, its entries and the manifest's
-    name and version of it (:mod:`sparkbuild.wheelhouse.wheel_check`)."""
+    name and version of it (:mod:`sparkbuild.store.wheel_check`)."""
     raw, manifest = load_manifest(directory)
     actual, refused = plain_files(directory)
     lock_bytes = None
@@ -381,10 +386,11 @@ class Readers:
         """Its archs; with ``with_code`` (there are targets) its functions and kernels too."""
         with path.open("rb") as head:
             elf = head.read(4) == b"\x7fELF"
-        archs = tuple(self.list_archs(path)) if elf else ()  # cuobjdump reads a file whole
+        # cuobjdump reads a file whole; a file that is no ELF (an empty one) holds no GPU code
+        archs = tuple(self.list_archs(path)) if elf else ()
         functions = (tuple(as_facts(f) for f in self.read_functions(path))
                      if archs and with_code else ())
-        kernels = tuple(self.read_kernels(path)) if with_code else ()
+        kernels = tuple(self.read_kernels(path)) if with_code and elf else ()
         return LibraryCode(archs, functions, kernels)
 
 
@@ -429,12 +435,21 @@ def library_archs(wheel: Path, targets: Sequence[str], list_archs: ArchLister,
     with_code = bool(targets)
     found = []
     with zipfile.ZipFile(wheel) as archive, tempfile.TemporaryDirectory() as tmp:
-        for member in sorted(n for n in archive.namelist() if _is_shared_library(n)):
-            path = Path(archive.extract(member, tmp))
+        for info in sorted((i for i in archive.infolist() if _is_shared_library(i.filename)),
+                           key=lambda i: i.filename):
+            path = Path(tmp) / _scratch_name(info.filename)  # one at a time, never a path
+            with open_member(archive, info) as source, path.open("wb") as copy:
+                shutil.copyfileobj(source, copy)
             code = _library_code(path, readers, with_code=with_code, kept_code=kept_code)
-            found.append(judged(wheel.name, member, code, targets))
+            found.append(judged(wheel.name, info.filename, code, targets))
             path.unlink()
     return found
+
+
+def _scratch_name(member: str) -> str:
+    """The file name a library is read under: its own, unless that could not be one."""
+    name = PurePosixPath(member).name
+    return "library.so" if unsafe_characters(name) or "\\" in name else name
 
 
 def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
@@ -453,8 +468,8 @@ def gpu_libraries(built: Sequence[Path], targets: Sequence[str], *,
                 wheel, targets, list_archs or _default_lister,
                 read_functions or (kept_code.read_functions if kept_code else _default_reader),
                 read_kernels, kept_code)
-        except zipfile.BadZipFile:
-            notes.append(f"{wheel.name} is not a readable zip: GPU code not listed")
+        except READ_ERRORS as exc:
+            notes.append(f"{wheel.name} is not a readable zip ({exc}): GPU code not listed")
     return libraries, notes
 
 
@@ -494,14 +509,24 @@ class JudgedJitCache:
     targets: tuple[str, ...]
     libraries: list[LibraryArchs]
     codeless: list[str]
+    notes: list[str] = field(default_factory=list)
+    """Wheels whose GPU code could not be listed: refused, since nothing was judged."""
+    source: str | None = None
+    """The prebuilt wheel as the recipe names it (a refused wheel is never placed)."""
+    placed: bool = True
+    """Whether the wheel is in ``--out`` (:func:`take_judged_jit_cache` places only one
+    that passes)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.aot.to_dict(), "ok": self.error is None,
+        return {**self.aot.to_dict(), "wheel": str(self.aot.wheel) if self.placed else None,
+                "ok": self.error is None,
                 "libraries": [lib.to_dict() for lib in self.libraries],
-                "codeless_modules": self.codeless}
+                "codeless_modules": self.codeless, "notes": self.notes}
 
     def summary(self) -> list[str]:
         lines = self.aot.summary()
+        if not self.placed:
+            lines[1:2] = ["  refused: nothing written to --out"]
         for lib in self.libraries:
             kernels = "; ".join(c.describe() for c in lib.coverage)
             lines.append(f"  {lib.library}: {', '.join(lib.archs) or 'no GPU code'}; {kernels}")
@@ -513,19 +538,65 @@ class JudgedJitCache:
         refused = [f"{lib.library} ({found.describe(width=160, shown=NAMED_KERNELS)})"
                    for lib in self.libraries for found in lib.refusals(allow_jit=False)]
         refused += [f"{module}: no GPU machine code" for module in self.codeless]
+        refused += [escaped(note) for note in self.notes]
         if not refused:
             return None
         return VerifyError(f"the prebuilt jit-cache has {len(refused)} module(s) the target "
                            f"{', '.join(self.targets)} cannot load as built: "
-                           + "; ".join(refused), where=str(self.aot.wheel),
+                           + "; ".join(refused), where=self.source or str(self.aot.wheel),
                            hint="take a jit-cache built for the target, or build the modules")
 
 
 def judge_jit_cache(aot: AotResult, targets: Sequence[str]) -> JudgedJitCache:
     """Every kernel of a prebuilt jit-cache's modules judged for ``targets``."""
-    libraries, _notes = gpu_libraries([aot.wheel], targets)
+    libraries, notes = gpu_libraries([aot.wheel], targets)
     codeless = codeless_modules([(lib.wheel, lib.library, lib.archs) for lib in libraries])
-    return JudgedJitCache(aot, tuple(targets), libraries, codeless)
+    return JudgedJitCache(aot, tuple(targets), libraries, codeless, notes)
+
+
+def take_judged_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
+                          offline: bool) -> JudgedJitCache:
+    """``flashinfer-aot`` with a prebuilt jit-cache: the wheel taken into a staging directory
+    beside ``out`` (``.OUT.partial-PID``), judged there, and renamed into ``out`` only when
+    every module passes.  A refusal, an error or an interruption leaves ``out`` as it was;
+    what a killed run left beside it is removed by the next."""
+    from sparkbuild.flashinfer.jit_cache import take_recipe_jit_cache
+
+    out = Path(os.path.normpath(out.absolute()))
+    if not out.name:
+        raise DestinationError("--out names no directory of its own", where=str(out),
+                               hint="name a directory the wheel goes into")
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise DestinationError("--out exists and is not a directory", where=shown(str(out)),
+                               hint="choose a directory for the wheel")
+    sweep_partials_beside(out)
+    staging = partial_beside(out)
+    given = recipe.flashinfer.jit_cache
+    source = shown(str(given.url or given.path)) if given is not None else None
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+        taken = take_recipe_jit_cache(recipe, cache_root, out=staging, offline=offline)
+        judgement = judge_jit_cache(taken, recipe.target.cuda_archs)
+        judgement.source = source
+        judgement.placed = judgement.error is None
+        if judgement.placed:
+            judgement.aot = dataclasses.replace(taken, wheel=_placed(taken.wheel, out))
+        return judgement
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _placed(staged: Path, out: Path) -> Path:
+    """``staged`` renamed into ``out`` (one rename: ``out`` is beside the staging directory)."""
+    target = out / staged.name
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        raise DestinationError(f"{shown(staged.name)} exists in --out and is not a file",
+                               where=shown(str(target)), hint="remove it, or choose another --out")
+    out.mkdir(exist_ok=True)
+    staged.replace(target)
+    fsync_dir(out)
+    return target
 
 
 def check_requirements(result: VerifyResult, directory: Path, manifest: dict[str, Any]

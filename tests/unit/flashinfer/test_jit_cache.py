@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError
+from sparkbuild.errors import HashMismatchError, PinRefusedError, RecipeError, VerifyError
 from sparkbuild.flashinfer.jit_cache import (
     codeless_modules,
     cut_to,
+    fetch_jit_cache,
+    jit_cache_file_name,
     read_jit_cache,
     refuse_other_version,
     take_jit_cache,
@@ -24,6 +27,14 @@ from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import KernelCode, coverage_at
 from sparkbuild.wheelhouse.verify import LibraryArchs, VerifyResult, check_archs
+from support.jit_caches import (
+    JitCache,
+    compressed_by_method,
+    encrypted,
+    library,
+    module_member,
+    symbolic_link,
+)
 
 
 def _wheel(tmp_path: Path, version: str, modules: tuple[str, ...]) -> Path:
@@ -142,3 +153,88 @@ def test_verify_refuses_a_codeless_module_and_one_built_for_other_archs(
     assert "flashinfer module moe_utils holds no GPU machine code for 12.1a" in error
     assert "flashinfer#5237" in error
     assert "moe_sm90/moe_sm90.so" in error and "no code for 12.1a: _Z4moeKPf" in error
+
+
+# -- the wheel's own name, its structure, what cannot be read -------------------------------
+
+
+def _hostile(tmp_path: Path, **how: Any) -> Path:
+    return JitCache(**how).write(tmp_path / "dist")
+
+
+def test_an_uncut_wheel_is_taken_under_its_own_name_whatever_its_last_member(
+        tmp_path: Path) -> None:
+    for n, last in enumerate(({}, {module_member("norm"): library()})):
+        prebuilt = _hostile(tmp_path / str(n), last=last)
+        recipe = load_recipe(_recipe(tmp_path / str(n), f'jit_cache = {{ path = "{prebuilt}", '
+                                                        f'sha256 = "{sha256_file(prebuilt)}" }}'))
+        out = tmp_path / str(n) / "out"
+        taken = take_jit_cache(recipe, Cache(tmp_path / "cache"), out=out, offline=True,
+                               pinned="0.6.18")
+        assert taken.wheel == out / prebuilt.name
+        assert [p.name for p in out.iterdir()] == [prebuilt.name]
+        assert taken.wheel.read_bytes() == prebuilt.read_bytes()
+
+
+@pytest.mark.parametrize("name", [
+    "flashinfer_jit_cache-0.6.18+cu130-py3-none-x/../../jc.whl",
+    "../flashinfer_jit_cache-0.6.18+cu130-py3-none-any.whl",
+    "/tmp/flashinfer_jit_cache-0.6.18+cu130-py3-none-any.whl",
+    "flashinfer_jit_cache-0.6.18+cu130-py3-none-any.whl\n",
+    ".flashinfer_jit_cache-0.6.18+cu130-py3-none-any.whl",
+    "flashinfer_jit_cache-0.6.18+cu130-py3-none-x\\..\\jc.whl",
+    "flashinfer_jit_cache-0.6.18+cu130.whl",
+    "flashinfer_python-0.6.18-py3-none-any.whl",
+    "",
+])
+def test_a_name_that_is_no_plain_jit_cache_wheel_name_is_refused(name: str) -> None:
+    with pytest.raises(RecipeError, match="the jit-cache wheel's name"):
+        jit_cache_file_name(name, "recipe")
+
+
+def test_the_file_name_gives_version_and_tag() -> None:
+    assert jit_cache_file_name(WHEEL, "r") == ("0.6.18+cu130", "py3-none-linux_x86_64")
+
+
+@pytest.mark.parametrize(("how", "says"), [
+    ({"last": {"/abs/x.whl": b"x"}}, "an absolute name"),
+    ({"extra": {"flashinfer_jit_cache/../../x.py": b"x"}}, "climbs out with .."),
+    ({"extra": {"x.so": b"/etc/passwd"}, "tweak": {"x.so": symbolic_link}},
+     "a symbolic link member"),
+    ({"unlisted": (module_member("sampling"),)}, "is not listed in RECORD"),
+    ({"extra": {"hook.pth": b"import os\n"}}, "a .pth file"),
+    ({"tweak": {module_member("sampling"): encrypted}}, "an encrypted member"),
+    ({"tweak": {module_member("sampling"): compressed_by_method(99)}},
+     "compressed by method 99"),
+])
+def test_a_wheel_an_installer_must_not_get_is_refused_before_it_is_read(
+        tmp_path: Path, how: dict[str, Any], says: str) -> None:
+    with pytest.raises(VerifyError, match="is not a wheel an installer may be given") as caught:
+        read_jit_cache(_hostile(tmp_path, **how), source="given/path.whl")
+    assert says in caught.value.what and caught.value.where == "given/path.whl"
+
+
+def test_a_file_that_is_no_zip_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / WHEEL
+    path.write_bytes(b"not a zip\n")
+    with pytest.raises(VerifyError, match="not a readable wheel"):
+        read_jit_cache(path)
+
+
+def test_a_symbolic_link_is_read_under_the_name_the_recipe_gives(tmp_path: Path) -> None:
+    blob = JitCache().write(tmp_path / "blobs", "3f2a9c")
+    link = tmp_path / "given" / WHEEL
+    link.parent.mkdir()
+    link.symlink_to(blob)
+    recipe = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "given/{WHEEL}", '
+                                           f'sha256 = "{sha256_file(blob)}" }}'))
+    given = recipe.flashinfer.jit_cache
+    assert given is not None and given.path == link
+    wheel = fetch_jit_cache(given, Cache(tmp_path / "cache"), offline=True)
+    assert wheel.name == WHEEL and wheel.shown_as == str(link)
+    wrong = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "given/{WHEEL}", '
+                                          f'sha256 = "{"0" * 64}" }}'))
+    assert wrong.flashinfer.jit_cache is not None
+    with pytest.raises(HashMismatchError) as caught:
+        fetch_jit_cache(wrong.flashinfer.jit_cache, Cache(tmp_path / "cache"), offline=True)
+    assert caught.value.where == str(link)

@@ -1,6 +1,7 @@
 """Guard stubs a library's own dispatcher never launches: accepted only when a rule named
-before the compile covers them -- the project, the library, the kernel's whole mangled name
-and targets outside the dispatcher's branch all agree -- and refused otherwise."""
+before the compile covers them -- the project, the library's exact path in the wheel, the
+kernel's mangled name read whole (its arch tag the template argument the dispatcher's branch
+instantiates) and targets outside the dispatcher's branch all agree -- and refused otherwise."""
 
 from __future__ import annotations
 
@@ -12,17 +13,16 @@ from sparkbuild.toolchain.kept_sass import LibraryCode
 from sparkbuild.toolchain.kernel_policy import GUARD_STUB, refusals, unreachable_stubs
 from sparkbuild.toolchain.sass import FunctionFacts, KernelCode
 from sparkbuild.wheelhouse.verify import judged
+from support.kernel_names import (
+    PREFIX,
+    SM75,
+    SM75_AS_SUBSTITUTION,
+    SM75_DEMANGLED,
+    SM80_AFTER_AN_SM75_MMA,
+    moe_fc_gemm,
+)
 
-
-def _moe_fc_gemm(arch_tag: str) -> str:
-    """A MoeFCGemm kernel's mangled name, shaped as fused_moe_120.so holds them (cut)."""
-    return ("_ZN7cutlass6KernelINS_4gemm6kernel9MoeFCGemmINS1_11threadblock12MmaPipelinedINS1_9"
-            "GemmShapeILi128ELi128ELi64EEEEENS4_37GemmBatchedIdentityThreadblockSwizzleENS12_"
-            f"4{arch_tag}ELNS2_17GroupScheduleModeE0EEEEEvNT_6ParamsE")
-
-
-SM75 = _moe_fc_gemm("Sm75")
-SM80 = _moe_fc_gemm("Sm80")
+SM80 = moe_fc_gemm("Sm80")
 OTHER = "_ZN7cutlass6KernelINS_4gemm6kernel7GemmSm75EEEvNT_6ParamsE"
 WHEEL = "flashinfer_jit_cache-0.6.18+cu130-py3-none-linux_x86_64.whl"
 LIBRARY = "flashinfer_jit_cache/jit_cache/fused_moe_120/fused_moe_120.so"
@@ -59,11 +59,58 @@ def test_a_stub_of_another_kernel_class_is_refused() -> None:
     ("vllm-0.29.0-cp38-abi3-linux_aarch64.whl", LIBRARY),
     (WHEEL, "flashinfer_jit_cache/jit_cache/fused_moe_100/fused_moe_100.so"),
     ("not a wheel", LIBRARY),
+    (WHEEL, "fused_moe_120.so"),
+    (WHEEL, "flashinfer_jit_cache/fused_moe_120.so"),
+    (WHEEL, "flashinfer_jit_cache/jit_cache/sampling/fused_moe_120.so"),
+    (WHEEL, "other/jit_cache/fused_moe_120/fused_moe_120.so"),
+    (WHEEL, "x/flashinfer_jit_cache/jit_cache/fused_moe_120/fused_moe_120.so"),
+    (WHEEL, LIBRARY + ".1"),
 ])
 def test_the_rule_speaks_only_for_its_project_and_library(wheel: str, library: str) -> None:
     found = judged(wheel, library, _code(SM75), ["12.1a"])
     assert found.unreachable == ()
     assert found.refusals(allow_jit=False)[0].kernels == (SM75,)
+
+
+@pytest.mark.parametrize("kernel", [
+    SM75, moe_fc_gemm("Sm75", mode=1), SM75_AS_SUBSTITUTION,
+    moe_fc_gemm("Sm75", arch="N7cutlass4arch4Sm75E"),  # spelt out, no substitution
+])
+def test_the_sm75_kernel_is_covered_however_its_arch_tag_is_spelt(kernel: str) -> None:
+    assert MOE_FC_GEMM_SM75.covers(kernel)
+
+
+@pytest.mark.parametrize("kernel", [
+    *(moe_fc_gemm(tag) for tag in ("Sm80", "Sm89", "Sm90", "Sm100", "Sm120", "Sm70", "Sm750",
+                                   "Sm7", "Sm75a")),
+    SM80_AFTER_AN_SM75_MMA,                          # 4Sm75E in the Mma, Sm80 the arch tag
+    moe_fc_gemm("Sm75", arch="NS_5archx4Sm75E"),     # cutlass::archx::Sm75
+    moe_fc_gemm("Sm75", arch="NSP_4Sm75IiEE"),       # cutlass::arch::Sm75<int>
+    moe_fc_gemm("Sm75", arch="NSP_4Sm75ENSP_4Sm80E"),  # six arguments
+    moe_fc_gemm("Sm75", arch="4Sm75"),               # ::Sm75
+    moe_fc_gemm("Sm75", arch="PNSP_4Sm75E"),         # cutlass::arch::Sm75*
+    PREFIX + "NSP_4Sm80ENSP_4Sm75EEEEEvNT_6ParamsE",  # Sm80 fourth, Sm75 fifth
+    SM75 + "x", SM75 + "i", SM75 + "Q", SM75 + ".cold", "x" + SM75,   # text after or before
+    SM75.replace("vNT_6ParamsE", "vNT_7ParamsXE"),   # another parameter
+    SM75.replace("vNT_6ParamsE", "iNT_6ParamsE"),    # another return type
+    SM75.replace("_ZN7cutlass6KernelI", "_ZN7cutlass7Kernel2I"),   # another function
+    SM75.replace("9MoeFCGemmI", "10MoeFCGemm2I"),    # another class template
+    SM75_DEMANGLED,                                  # demangled: verify reads mangled names
+    OTHER,
+])
+def test_any_other_kernel_is_not_covered(kernel: str) -> None:
+    assert not MOE_FC_GEMM_SM75.covers(kernel)
+    library = judged(WHEEL, LIBRARY, _code(SM75, kernel), ["12.1a"])
+    (refusal,) = library.refusals(allow_jit=False)
+    assert refusal.kernels == (kernel,)
+
+
+def test_the_rule_says_its_kernel_exactly() -> None:
+    said = MOE_FC_GEMM_SM75.to_dict()
+    assert said["library"] == LIBRARY
+    assert said["kernel"] == (
+        "void cutlass::Kernel<cutlass::gemm::kernel::MoeFCGemm<_, _, _, cutlass::arch::Sm75, _> >"
+        "(cutlass::gemm::kernel::MoeFCGemm<_, _, _, cutlass::arch::Sm75, _>::Params)")
 
 
 def test_a_target_inside_the_branch_keeps_the_stub_refused() -> None:

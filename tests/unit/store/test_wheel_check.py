@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from sparkbuild.wheelhouse.verify import verify_files
-from sparkbuild.wheelhouse.wheel_check import (
+from sparkbuild.store.wheel_check import (
     manifest_wheel_problems,
     member_name_problem,
     same_project,
@@ -20,6 +19,8 @@ from sparkbuild.wheelhouse.wheel_check import (
     script_name_problem,
     wheel_problems,
 )
+from sparkbuild.store.wheel_members import open_member, unreadable
+from sparkbuild.wheelhouse.verify import verify_files
 from support.wheels import record_row
 
 if TYPE_CHECKING:
@@ -215,3 +216,40 @@ def test_verify_files_looks_inside_each_wheel_it_vouches_for(tmp_path: Path) -> 
     checked = verify_files(tmp_path)
     assert [(m.file, m.problem) for m in checked.mismatches] == [
         (NAME, "zz.pth: a .pth file: the interpreter runs it at every start")]
+
+
+@pytest.mark.parametrize(("flags", "method", "problem"), [
+    (0x1, zipfile.ZIP_STORED, "an encrypted member"),
+    (0x40, zipfile.ZIP_STORED, "an encrypted member"),
+    (0x20, zipfile.ZIP_STORED, "compressed patched data"),
+    (0, 99, "compressed by method 99"),
+    (0, 9, "compressed by method 9"),  # deflate64: zipfile has no codec
+])
+@pytest.mark.parametrize("member", ["demo/_C.so", f"{DIST}/METADATA", f"{DIST}/RECORD"])
+def test_a_member_nothing_can_read_is_named_not_raised(
+        tmp_path: Path, member: str, flags: int, method: int, problem: str) -> None:
+    path = wheel(tmp_path, members(("demo/_C.so", b"\x7fELF")))
+    with zipfile.ZipFile(path, "a") as archive:
+        info = archive.getinfo(member)
+        info.flag_bits |= flags
+        info.compress_type = method
+        archive._didModify = True  # type: ignore[attr-defined]  # rewrite the directory
+    assert unreadable(info) is not None and problem in (unreadable(info) or "")
+    for built in (True, False):
+        found = wheel_problems(path, built=built)
+        assert any(problem in p and member in p for p in found), found
+    with zipfile.ZipFile(path) as archive, pytest.raises(zipfile.BadZipFile, match=problem):
+        open_member(archive, member)
+
+
+@pytest.mark.parametrize("data", [b"", b"not a zip", b"PK\x03\x04" + bytes(40)])
+def test_a_file_that_is_no_zip_is_a_problem(tmp_path: Path, data: bytes) -> None:
+    (tmp_path / NAME).write_bytes(data)
+    (found,) = wheel_problems(tmp_path / NAME, built=True)
+    assert found.startswith("not a readable wheel")
+
+
+def test_a_cache_blob_is_checked_under_the_name_it_was_given(tmp_path: Path) -> None:
+    blob = wheel(tmp_path, members(), name="3f2a9c")
+    assert wheel_problems(blob, built=True, name=NAME) == []
+    assert wheel_problems(blob, built=True)[0].startswith("not a wheel file name")

@@ -1,5 +1,7 @@
 """A wheel's inner structure, checked before anything trusts it: one check for ``verify``,
-``install`` and ``wheel`` alike (through :func:`sparkbuild.wheelhouse.verify.verify_files`).
+``install`` and ``wheel`` alike (through :func:`sparkbuild.wheelhouse.verify.verify_files`),
+and for a prebuilt flashinfer jit-cache before anything compiles
+(:mod:`sparkbuild.flashinfer.jit_cache`, which holds it to a built wheel's rules).
 
 The wheelhouse's hashes say that a wheel is the file the manifest vouches for, not what is
 inside it.  pip reads the zip directory, not RECORD: it installs the last of two entries
@@ -12,6 +14,8 @@ extracted), and each of these is a named problem:
 * a member name that is absolute, climbs with ``..``, holds a backslash or an empty or
   ``.`` part, or a control or bidirectional character (a newline, U+202E);
 * a symbolic link member;
+* a member nothing can read: encrypted, or compressed by a method no installer has
+  (:func:`sparkbuild.store.wheel_members.unreadable`);
 * not exactly one ``.dist-info`` directory, or one, or METADATA's Name and Version, that
   is not the file name's project and version;
 * a RECORD that omits a member, lists one the wheel lacks or lists one twice, or gives a
@@ -45,7 +49,6 @@ import io
 import re
 import stat
 import zipfile
-import zlib
 from collections import Counter
 from email.parser import HeaderParser
 from typing import TYPE_CHECKING, Any
@@ -56,7 +59,12 @@ from packaging.version import InvalidVersion, Version
 from sparkbuild.console import shown, unsafe_characters
 from sparkbuild.errors import VerifyError
 from sparkbuild.store.hashing import record_form
-from sparkbuild.wheelhouse.members import member_hash, read_text_member
+from sparkbuild.store.wheel_members import (
+    READ_ERRORS,
+    member_hash,
+    read_text_member,
+    unreadable,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping
@@ -241,6 +249,8 @@ def _member_problem(info: zipfile.ZipInfo, project: str, *, built: bool) -> str 
     problem = member_name_problem(name)
     if problem is None and _is_symlink(info):
         problem = "a symbolic link member"
+    if problem is None:
+        problem = unreadable(info)
     if problem is None and not info.is_dir():
         head, _, rest = name.partition("/")  # pip takes every top-level *.data as one
         problem = (_data_problem(rest, project, built=built) if head.endswith(".data")
@@ -248,22 +258,22 @@ def _member_problem(info: zipfile.ZipInfo, project: str, *, built: bool) -> str 
     return problem
 
 
-def wheel_problems(wheel: Path, *, built: bool) -> list[str]:
+def wheel_problems(wheel: Path, *, built: bool, name: str | None = None) -> list[str]:
     """Every way ``wheel``'s inner structure is not one an installer may be given (see the
     module docstring); ``built``: a wheel sparkbuild built (its bytes against RECORD, no
-    ``.pth``)."""
+    ``.pth``); ``name``: its file name, when ``wheel`` is a cache blob."""
     try:
-        project, version, _build, _tags = parse_wheel_filename(wheel.name)
+        project, version, _build, _tags = parse_wheel_filename(name or wheel.name)
     except InvalidWheelFilename as exc:
         return [f"not a wheel file name: {exc}"]
     where = str(wheel)
     try:
         with zipfile.ZipFile(wheel) as archive:
             return _structure(archive, str(project), str(version), where, built=built)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
-        return [f"not a readable wheel: {exc}"]
-    except (VerifyError, configparser.Error, UnicodeDecodeError) as exc:
+    except (VerifyError, configparser.Error) as exc:
         return [f"its metadata cannot be read: {exc}"]
+    except READ_ERRORS as exc:
+        return [f"not a readable wheel: {exc}"]
 
 
 def _structure(archive: zipfile.ZipFile, project: str, version: str, where: str, *,
