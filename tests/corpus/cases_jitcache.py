@@ -341,6 +341,14 @@ UNREADABLE = [
          _wheelhouse_with(_moe(moe_fc_gemm("Sm80", arch="NSP_4Sm80ENSP_4Sm75E"))), AOT),
     Case("verify-jit-cache-stub-sm75-spelt-as-substitution", "jitcache", None, RULE_WHY,
          _wheelhouse_with(_moe(SM75_AS_SUBSTITUTION)), AOT),
+    Case("verify-jit-cache-stub-sm75-with-text-after-the-mode", "jitcache", VerifyError,
+         STUB_REFUSED,
+         _wheelhouse_with(_moe(SM75.replace("ModeE0EEEEEv", "ModeE0Sm80EEEEEv"))), AOT),
+    Case("verify-jit-cache-stub-sm75-of-another-scope", "jitcache", VerifyError, STUB_REFUSED,
+         _wheelhouse_with(_moe(moe_fc_gemm("Sm75", arch="NS0_4Sm75E"))), AOT),
+    Case("verify-jit-cache-stub-rule-library-in-another-module", "jitcache", VerifyError,
+         STUB_REFUSED, _wheelhouse_with(_moe(
+             SM75, member=f"{PACKAGE}/jit_cache/sampling/fused_moe_120.so")), AOT),
 ]
 
 

@@ -238,3 +238,14 @@ def test_a_symbolic_link_is_read_under_the_name_the_recipe_gives(tmp_path: Path)
     with pytest.raises(HashMismatchError) as caught:
         fetch_jit_cache(wrong.flashinfer.jit_cache, Cache(tmp_path / "cache"), offline=True)
     assert caught.value.where == str(link)
+
+
+def test_wheels_check_before_the_build_refuses_a_wheel_nothing_can_read(
+        tmp_path: Path) -> None:
+    from sparkbuild.flashinfer.builder_wheels import ready_builder
+
+    bad = _hostile(tmp_path, tweak={module_member("sampling"): encrypted})
+    recipe = load_recipe(_recipe(tmp_path, f'jit_cache = {{ path = "{bad}", '
+                                           f'sha256 = "{sha256_file(bad)}" }}'))
+    with pytest.raises(VerifyError, match="an encrypted member"):
+        ready_builder(recipe, tmp_path / "cache", offline=True)
