@@ -9,5 +9,6 @@ an environment variable as a kept result's key sees it (:mod:`.env_key`), and a 
 inner structure checked before anything trusts it (:mod:`.wheel_check`, its members read
 with bounded memory by :mod:`.wheel_members`): ``verify``, ``install``, ``wheel`` and a
 prebuilt flashinfer jit-cache share that one check.  It hands the
-stages verified paths and nothing else: it knows no recipe, no tree and no build.
+stages verified paths and wheels checked inside: it knows no recipe, no tree and no
+build.
 """
