@@ -8,7 +8,6 @@ offline or not, which recipe (:mod:`.context`) --, the phase clock of one ``whee
 an environment variable as a kept result's key sees it (:mod:`.env_key`), and a wheel's
 inner structure checked before anything trusts it (:mod:`.wheel_check`, its members read
 with bounded memory by :mod:`.wheel_members`): ``verify``, ``install``, ``wheel`` and a
-prebuilt flashinfer jit-cache share that one check.  It hands the
-stages verified paths and wheels checked inside: it knows no recipe, no tree and no
-build.
+prebuilt flashinfer jit-cache share that one check.  It hands the stages verified paths
+and wheels checked inside: it knows no recipe, no tree and no build.
 """
