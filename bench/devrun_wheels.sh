@@ -21,7 +21,8 @@ device_wheels() {
     nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 \
     cyclonedx-python-lib==11.12.0 boolean.py==5.0 defusedxml==0.7.1 license-expression==30.4.4 \
     packageurl-python==0.17.6 py-serializable==2.2.0 \
-    setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2
+    setuptools-scm==10.3.4 vcs-versioning==2.6.0 setuptools==80.10.2 \
+    setuptools-rust==1.13.0 semantic_version==2.10.0
   $PY -m pip wheel -q --no-deps --no-build-isolation -w $dest $REPO
 }
 

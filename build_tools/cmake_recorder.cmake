@@ -46,7 +46,16 @@ function(file mode)
     if(ARGV${_sbf_i} STREQUAL "CONFIGURE_DEPENDS")
       continue()  # a build-system option, refused in script mode
     endif()
-    string(APPEND _sbf_code " [==[${ARGV${_sbf_i}}]==]")
+    set(_sbf_arg "${ARGV${_sbf_i}}")
+    # script mode globs relative to the working directory; a configure, to the current
+    # source directory (a followed project's own, not the tree's)
+    if(mode MATCHES "^GLOB" AND _sbf_i GREATER 1 AND NOT IS_ABSOLUTE "${_sbf_arg}"
+       AND NOT _sbf_arg MATCHES "^(LIST_DIRECTORIES|RELATIVE|FOLLOW_SYMLINKS|true|false|ON|OFF)$"
+       AND NOT _sbf_prev MATCHES "^(RELATIVE|LIST_DIRECTORIES)$")
+      set(_sbf_arg "${CMAKE_CURRENT_SOURCE_DIR}/${_sbf_arg}")
+    endif()
+    set(_sbf_prev "${ARGV${_sbf_i}}")
+    string(APPEND _sbf_code " [==[${_sbf_arg}]==]")
     if(ARGV${_sbf_i} MATCHES "^[A-Za-z_][A-Za-z0-9_]*$")
       list(APPEND _sbf_names "${ARGV${_sbf_i}}")
     endif()
@@ -112,7 +121,34 @@ endmacro()
 macro(enable_language)
   _sb_languages(${ARGN})
 endmacro()
-foreach(_sb_cmd install add_custom_target add_custom_command
+# add_custom_target: recorded by name, with whether it runs anything (COMMAND or DEPENDS):
+# vLLM's CMake makes an empty one for an extension that compiles nothing at the target.
+function(add_custom_target name)
+  set(_sb_runs "OFF")
+  if("COMMAND" IN_LIST ARGN OR "DEPENDS" IN_LIST ARGN)
+    set(_sb_runs "ON")
+  endif()
+  _sb_emit(custom "${name}" runs "${_sb_runs}")
+endfunction()
+# install(): recorded by component and destination (what an extension's component puts
+# into the package, such as DeepGEMM's vllm/third_party/deep_gemm); nothing is installed.
+function(install)
+  set(_sb_next "")
+  set(_sb_destination "")
+  set(_sb_component "")
+  foreach(_sb_arg IN LISTS ARGN)
+    if(_sb_next STREQUAL "DESTINATION" AND NOT _sb_destination)
+      set(_sb_destination "${_sb_arg}")
+    elseif(_sb_next STREQUAL "COMPONENT" AND NOT _sb_component)
+      set(_sb_component "${_sb_arg}")
+    endif()
+    set(_sb_next "${_sb_arg}")
+  endforeach()
+  if(_sb_component AND _sb_destination)
+    _sb_emit(install "${_sb_component}" destination "${_sb_destination}")
+  endif()
+endfunction()
+foreach(_sb_cmd add_custom_command
         add_dependencies add_executable target_link_options target_link_directories
         target_precompile_headers target_compile_features add_link_options link_directories
         link_libraries source_group export enable_testing add_test set_tests_properties
@@ -131,6 +167,12 @@ function(add_library name)
     if(_sb_arg MATCHES "^(STATIC|SHARED|MODULE|OBJECT|INTERFACE)$")
       set(_sb_kind "${_sb_arg}")
     elseif(NOT _sb_arg STREQUAL "EXCLUDE_FROM_ALL")
+      # a followed project's relative sources are its own directory's
+      string(FIND "${CMAKE_CURRENT_SOURCE_DIR}/" "${SB_TREE}/" _sb_in_tree)
+      if(NOT _sb_in_tree EQUAL 0 AND NOT IS_ABSOLUTE "${_sb_arg}"
+         AND NOT _sb_arg MATCHES "^\\$<")
+        set(_sb_arg "${CMAKE_CURRENT_SOURCE_DIR}/${_sb_arg}")
+      endif()
       list(APPEND _sb_sources "${_sb_arg}")
     endif()
   endforeach()
@@ -268,6 +310,12 @@ function(get_source_file_property out source prop)
 endfunction()
 
 # In-tree subdirectories are read (their scope is a function's); others are recorded.
+# A fetched project named in SB_FOLLOW_FETCHED is read too, when FetchContent makes it
+# available: it defines extension targets of the tree (vllm-flash-attn's _vllm_fa2_C).
+function(_sb_read_subdirectory _sb_dir)
+  set(CMAKE_CURRENT_SOURCE_DIR "${_sb_dir}")
+  _include("${_sb_dir}/CMakeLists.txt")
+endfunction()
 function(add_subdirectory dir)
   get_filename_component(_sb_dir "${dir}" ABSOLUTE BASE_DIR "${CMAKE_CURRENT_SOURCE_DIR}")
   string(FIND "${_sb_dir}/" "${SB_TREE}/" _sb_at)

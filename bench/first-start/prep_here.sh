@@ -55,7 +55,9 @@ case $STACK in
   BASE=$P/recipe-0.29.0.toml; DENSE=$HERE/dense_only-0.29.0.diff; REBUILD=""
   # CUDA builds of 0.29.0 have no _C: vllm/platforms/cuda.py imports _C_stable_libtorch;
   # the MoE layer's ops (topk, align, sum) are _moe_C_stable_libtorch's; FA2 as for 0.20.0
-  TARGETS=_C_stable_libtorch,_moe_C_stable_libtorch,_vllm_fa2_C; MODEL_ARGS="--arch qwen3_moe"
+  # no --targets: the recipe's [model] (the tiny Qwen3-MoE) chooses the extensions, as
+  # `sparkbuild check --list-targets` lists them (sparkbuild.compile.extension_set)
+  TARGETS=""; MODEL_ARGS="--arch qwen3_moe"
   # the device's torch (2.11.0+cu130), not the pin (2.13.0): the node set with the torch
   # pins removed as `wheel --use-existing-torch` removes them; flashinfer-cubin is not on
   # the index (0.29.0's setup.py leaves it out of the wheel's requirements too)
@@ -73,8 +75,10 @@ NO_BUNDLE=""
 if [ $STACK = 0.29.0 ]; then
   PYTHONPATH=$REPO/src $PY -m sparkbuild prepare --recipe $RECIPE --cache $CACHE \
     --dest $P/tree-0.29.0 > $P/prepare-0.29.0.txt 2>&1
-  PYTHONPATH=$REPO/src $PY -m sparkbuild vendor --tree $P/tree-0.29.0 --cache $CACHE --plan \
-    --json > $P/plan-0.29.0.json
+  # the plan as `bundle` makes it: the recipe's [vendor] choices and stand-ins, and the
+  # sources only left-out extensions use replaced by placeholders (not fetched)
+  PYTHONPATH=$REPO/src $PY $OP/model_plan.py $P/tree-0.29.0 --recipe $RECIPE --cache $CACHE \
+    > $P/plan-0.29.0.json
   if ! $PY $OP/sources.py $P/plan-0.29.0.json --recipe $RECIPE --link ${MIRROR:-/tmp/rb/git} \
       --out $D/sources.json; then
     echo "prep_here: sources the build needs are not in the snapshots ($D/sources.json)" >&2

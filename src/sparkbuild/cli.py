@@ -106,6 +106,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
 def _bundle(args: argparse.Namespace) -> StageResult:
     from sparkbuild.bundle.write import BundleOptions, make_bundle
+    from sparkbuild.compile.extension_set import placeholders_for
     from sparkbuild.wheelhouse.closure import bundle_runtime_for
 
     recipe = _recipe(args)
@@ -118,6 +119,7 @@ def _bundle(args: argparse.Namespace) -> StageResult:
         mirrors=tuple(args.mirror),
         offline=args.offline,
         runtime=bundle_runtime_for(recipe, closure=not args.no_closure, offline=args.offline),
+        placeholders=placeholders_for(recipe),
     ))
 
 
@@ -158,7 +160,17 @@ def _team(args: argparse.Namespace) -> StageResult:
 def _check(args: argparse.Namespace) -> StageResult:
     from sparkbuild.checks.check import check_tree
 
-    return check_tree(Path(args.tree), _recipe(args), only=args.unit, all_units=args.all)
+    recipe = _recipe(args)
+    if args.list_targets:
+        from sparkbuild.compile.extension_set import list_targets
+        from sparkbuild.node.profile import declared_env
+
+        return list_targets(recipe, Path(args.tree) if args.tree else None,
+                            _context(args, recipe), profile=declared_env(recipe))
+    if not args.tree:
+        raise UsageError("check needs --tree TREE", where="check",
+                         hint="or --list-targets, which prepares the recipe's source itself")
+    return check_tree(Path(args.tree), recipe, only=args.unit, all_units=args.all)
 
 
 def _lock(args: argparse.Namespace) -> StageResult:
@@ -416,12 +428,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("check", help="compile the units the series changed for the target "
                        "arch, and read their machine code")
-    p.add_argument("--tree", required=True, metavar="TREE")
+    p.add_argument("--tree", metavar="TREE")
     units = p.add_mutually_exclusive_group()
+    units.add_argument("--list-targets", action="store_true",
+                       help="list the tree's extensions the recipe's [model] needs at its "
+                       "target, each with why (the set `wheel` builds); without --tree, "
+                       "the recipe's source is prepared in the cache")
     units.add_argument("--unit", action="append", metavar="PATH",
                        help="compile only this unit (tree-relative .cu path; repeatable)")
     units.add_argument("--all", action="store_true",
                        help="compile every CUDA unit the build compiles for the target")
+    _add_cache(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_check)
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.compile.build_record import BuildTorch, build_torch
 from sparkbuild.compile.doctor import ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
-from sparkbuild.console import info, step
+from sparkbuild.console import info, shown, step
 from sparkbuild.errors import SparkbuildError
 from sparkbuild.flashinfer.alongside import aot_alongside, builder_for, builder_reserve
 from sparkbuild.jobplan.machine import BuildPlan, recipe_plan
@@ -51,11 +51,13 @@ from sparkbuild.vendoring.fetch import vendor_for_recipe
 from sparkbuild.vendoring.fetch_log import vendor_unplanned
 from sparkbuild.vendoring.materialize import materialize, require_complete
 from sparkbuild.vendoring.plan import VendorResult
+from sparkbuild.wheelhouse.manifest import stand_in_line
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sparkbuild.checks.code_forecast import CodeForecast
+    from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.patches.prepare import PrepareResult
@@ -116,6 +118,8 @@ class WheelResult:
     dist: DistResult | None = None
     build_trace: Path | None = None
     """The build's units as Chrome trace-event JSON (sparkbuild.jobplan.build_trace)."""
+    extensions: ExtensionSet | None = None
+    """The extensions chosen for the recipe's ``[model]`` (None: all, or ``--targets``)."""
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -141,6 +145,7 @@ class WheelResult:
             "units": self.build.timeline.units_table() if self.build.timeline else [],
             "dist": self.dist.to_dict() if self.dist else None,
             "build_trace": str(self.build_trace) if self.build_trace else None,
+            "extension_set": self.extensions.to_dict() if self.extensions else None,
         }
 
     def summary(self) -> list[str]:
@@ -149,6 +154,12 @@ class WheelResult:
         lines += [f"  patch {p.name}: {p.label}" for p in self.prepared.series.patches]
         sources = ", ".join(s.name for s in self.vendor.plan.sources) or "none"
         lines.append(f"  sources from the cache: {sources}")
+        if self.extensions is not None:
+            lines.append(f"  extensions for the model: {', '.join(self.extensions.targets)}")
+        lines += [f"  {shown(stand_in_line({'name': s.name, **s.stand_in.to_dict()}))}"
+                  for s in self.vendor.plan.sources if s.stand_in is not None]
+        lines += [f"  not fetched: {s.name} ({s.placeholder.reason}); a placeholder"
+                  for s in self.vendor.plan.excluded if s.placeholder is not None]
         if self.missed_by_reader:
             lines.append(f"  found by CMake, vendored after the build: {self.missed_by_reader}")
         lines.append(f"  MAX_JOBS={self.plan.max_jobs} NVCC_THREADS={self.plan.nvcc_threads}"
@@ -201,7 +212,7 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     forecast = reusing_forecast(cache, ForecastInputs(
         tree=tree, work=work / "forecast", python=python, site=torch.site,
         cmake_defines=deps.cmake_defines, env=deps.env,
-        targets=required_targets(tree, options.targets)), options.recipe)
+        targets=required_targets(tree, options.targets), sources=deps.sources), options.recipe)
     judge_forecast(forecast, options.recipe)
     return forecast
 
@@ -250,10 +261,30 @@ def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareR
     return prepared.placed_at(tree)
 
 
-def _vendor(options: WheelOptions, cache: Cache, tree: Path) -> VendorResult:
+def _vendor(options: WheelOptions, cache: Cache, tree: Path,
+            extensions: ExtensionSet | None) -> VendorResult:
     return vendor_for_recipe(tree, cache, options.recipe, mirrors=options.mirrors,
                              offline=options.offline, wheels=not options.use_existing_torch,
-                             reuse=True)
+                             reuse=True, placeholders=tuple(
+                                 extensions.left_out_sources if extensions else ()))
+
+
+def _extension_set(options: WheelOptions, tree: Path, work: Path) -> ExtensionSet | None:
+    """With ``[model]`` and no ``--targets``: the extensions the model needs, each with its
+    reason (sparkbuild.compile.extension_set); None otherwise (every extension, or those
+    ``--targets`` names)."""
+    recipe = options.recipe
+    if options.targets or recipe.model is None:
+        return None
+    from sparkbuild.compile.extension_set import extension_set_for
+    from sparkbuild.node.profile import declared_env
+
+    with phase("extension set"):
+        extensions = extension_set_for(tree, recipe, work / "extensions",
+                                       profile=declared_env(recipe))
+    for line in extensions.summary():
+        info(line)
+    return extensions
 
 
 def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
@@ -309,7 +340,8 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 vendored: VendorResult | None = None,
                 runtime: dict[str, Any] | None = None,
                 aot: AotResult | None = None,
-                dist: DistResult | None = None) -> WheelhouseResult:
+                dist: DistResult | None = None,
+                extensions: ExtensionSet | None = None) -> WheelhouseResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
@@ -322,7 +354,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         use_existing_torch=options.use_existing_torch, targets=options.targets,
         bundle=options.bundle, compile_cache=compile_cache,
         vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
-        node_profile=_node_profile(recipe), dist=dist)
+        node_profile=_node_profile(recipe), dist=dist, extensions=extensions)
     return write_wheelhouse(
         options.out, recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
@@ -399,6 +431,9 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         with _timed(seconds, "prepare"), phase("prepare"):
             prepared = _prepare(options, work, context)
         tree = prepared.tree
+        extensions = _extension_set(options, tree, work)
+        if extensions is not None:
+            options = dataclasses.replace(options, targets=extensions.targets)
         refuse_left_out_at_start(tree, options.targets,  # the first start, named now
                                  allow=options.allow_unstartable)
         runtime = _bundle_runtime(options, cache)
@@ -407,7 +442,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             refuse_contradicted_pins(recipe, tree, options.platform)
             _refuse_runtime_gaps(options, runtime, cache, tree)
         with _timed(seconds, "vendor"), phase("vendor"):
-            vendored = _vendor(options, cache, tree)
+            vendored = _vendor(options, cache, tree, extensions)
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
         with phase("doctor"):
@@ -464,7 +499,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
             wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
-                                     compile_cache, vendored, runtime, aot, dist)
+                                     compile_cache, vendored, runtime, aot, dist, extensions)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
-                       code_forecast=forecast, dist=dist, build_trace=trace)
+                       code_forecast=forecast, dist=dist, build_trace=trace,
+                       extensions=extensions)

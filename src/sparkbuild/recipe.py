@@ -147,6 +147,36 @@ class BuildSettings:
 
 
 @dataclass(frozen=True)
+class StandIn:
+    """``[[vendor.stand_in]]``: a source the tree pins at ``pinned``, built from ``used``."""
+
+    url: str
+    """The source's URL as the tree's CMake names it."""
+    pinned: str
+    """The commit the tree pins (GIT_TAG), full or abbreviated."""
+    used: str
+    """The commit built instead."""
+    reason: str
+
+    def matches(self, url: str, ref: str | None) -> bool:
+        """This entry is for the source at ``url`` pinned at ``ref``."""
+        if ref is None or _same_url(url) != _same_url(self.url):
+            return False
+        ref = ref.lower()
+        return ref.startswith(self.pinned) or self.pinned.startswith(ref)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"url": self.url, "pinned": self.pinned, "used": self.used,
+                "reason": self.reason}
+
+
+def _same_url(url: str) -> str:
+    """A git URL as compared for a stand-in: no trailing ``.git`` or ``/``, any case."""
+    url = url.strip().rstrip("/").lower()
+    return url[:-4] if url.endswith(".git") else url
+
+
+@dataclass(frozen=True)
 class VendorSettings:
     """``[vendor]``: where sources may come from, and what the build may do without."""
 
@@ -161,6 +191,12 @@ class VendorSettings:
     crates: bool = True
     """False: the tree's Cargo crates are not vendored (a build host without crates.io);
     the build then goes without the Rust extensions, which must be optional in the tree."""
+    stand_ins: tuple[StandIn, ...] = ()
+    """Sources built from another commit than the tree's pin, each named with its reason:
+    a source at another commit is refused unless an entry names it."""
+
+    def stand_in_for(self, url: str, ref: str | None) -> StandIn | None:
+        return next((entry for entry in self.stand_ins if entry.matches(url, ref)), None)
 
 
 @dataclass(frozen=True)
@@ -312,7 +348,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
               "compile_cache": str, "dist": str},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
-               "crates": bool},
+               "crates": bool, "stand_in": list},
     "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
     "model": {"config": str, "architecture": str, "dtype": str, "kv_cache_dtype": str,
               "head_dim": int, "head_dim_vo": int, "num_attention_heads": int,
@@ -496,7 +532,44 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
     return VendorSettings(mirrors=mirrors, submodules=submodules,
                           exclude=_strings(path, text, "exclude", table.get("exclude", [])),
                           sparse=bool(table.get("sparse", False)),
-                          crates=bool(table.get("crates", True)))
+                          crates=bool(table.get("crates", True)),
+                          stand_ins=_parse_stand_ins(path, text, table.get("stand_in", [])))
+
+
+_STAND_IN_KEYS: dict[str, type | tuple[type, ...]] = {
+    "url": str, "pinned": str, "used": str, "reason": str}
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+
+
+def _parse_stand_ins(path: Path, text: str, raw: list[Any]) -> tuple[StandIn, ...]:
+    found: list[StandIn] = []
+    for entry in raw:
+        table = _check_table(path, text, "vendor.stand_in", entry, _STAND_IN_KEYS)
+        where = _where(path, text, "vendor.stand_in", "url")
+        missing = [key for key in _STAND_IN_KEYS if not str(table.get(key, "")).strip()]
+        if missing:
+            raise RecipeError(f"a [[vendor.stand_in]] entry lacks {', '.join(missing)}",
+                              where=where, hint='give url, pinned (the tree\'s commit), used '
+                              '(the commit built instead) and reason = "WHY"')
+        pinned, used = table["pinned"].strip().lower(), table["used"].strip().lower()
+        for key, value in (("pinned", pinned), ("used", used)):
+            if not _COMMIT.fullmatch(value):
+                raise RecipeError(f"vendor.stand_in.{key}: {value!r} is not a commit",
+                                  where=_where(path, text, "vendor.stand_in", key),
+                                  hint="7 to 40 hex digits of a git commit")
+        if pinned.startswith(used) or used.startswith(pinned):
+            raise RecipeError("a [[vendor.stand_in]] entry uses the commit it stands in for",
+                              where=where, hint="a source at its pin needs no stand-in")
+        unsafe = unsafe_characters(table["reason"]) + unsafe_characters(table["url"])
+        if unsafe:
+            raise RecipeError(f"vendor.stand_in holds {', '.join(unsafe)}", where=where,
+                              hint="a URL and a reason on one line, no control characters")
+        stand_in = StandIn(table["url"].strip(), pinned, used, table["reason"].strip())
+        if any(other.matches(stand_in.url, pinned) for other in found):
+            raise RecipeError(f"two [[vendor.stand_in]] entries for {stand_in.url} at {pinned}",
+                              where=where, hint="keep one")
+        found.append(stand_in)
+    return tuple(found)
 
 
 _JIT_CACHE_KEYS: dict[str, type | tuple[type, ...]] = {

@@ -157,11 +157,14 @@ def check(plan: dict[str, Any], snapshots: dict[str, Path]) -> list[dict[str, An
     rows = []
     for source in plan.get("sources", []):
         url, ref = str(source.get("url", "")), str(source.get("ref") or "")
+        stand_in = source.get("stand_in")
+        if isinstance(stand_in, dict):  # the recipe's [[vendor.stand_in]]: its commit is built
+            ref = str(stand_in.get("used") or ref)
         row: dict[str, Any] = {"name": source["name"], "url": url, "ref": ref,
                                **locate(url, ref, snapshots),
                                "role": ROLES.get(str(source["name"]), {})}
         if row["status"] == "here":
-            row["submodules"] = [{**sub, **locate(sub["url"], sub["commit"], snapshots)}
+            row["submodules"] = [{**locate(sub["url"], sub["commit"], snapshots), **sub}
                                  for sub in submodules_at(Path(row["snapshot"]),
                                                           row["commit"])]
         rows.append(row)

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.vendoring.placeholders import Placeholder
     from sparkbuild.vendoring.plan import VendorPlan
 
 BUNDLE_FORMAT = 1
@@ -322,6 +323,9 @@ class BundleOptions:
     runtime: Callable[[Path, Cache, Path], dict[str, Any]] | None = None
     """Writes the pins and runtime closure into the bundle (``sparkbuild.pipeline`` passes
     the wheelhouse's); None: the bundle carries none (a wheelhouse needs them cached)."""
+    placeholders: Callable[[Path], tuple[Placeholder, ...]] | None = None
+    """The sources no extension of the build uses, for the prepared tree
+    (``sparkbuild.compile.extension_set`` for a recipe with ``[model]``): not bundled."""
 
 
 def _prepared_tree(options: BundleOptions, cache: Cache) -> tuple[Path, dict[str, Any]]:
@@ -358,8 +362,10 @@ def make_bundle(options: BundleOptions) -> BundleResult:
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
     with recipe_work_lock(cache.root, recipe.name).held():  # wheel's lock: one at a time
         tree, prepared = _prepared_tree(options, cache)
+        placeholders = options.placeholders(tree) if options.placeholders else ()
         vendored = vendor_for_recipe(tree, cache, recipe, mirrors=options.mirrors,
-                                     offline=options.offline, wheels=options.with_wheels)
+                                     offline=options.offline, wheels=options.with_wheels,
+                                     placeholders=placeholders)
         require_complete(vendored.plan, cache)
         return assemble(recipe=recipe, tree=tree, prepared=prepared, plan=vendored.plan,
                         cache=cache, out=options.out, with_wheels=options.with_wheels,

@@ -4,7 +4,8 @@
 machine code (:mod:`.check`, with its plan in :mod:`.check_plan`, its outcomes in
 :mod:`.check_result` and the touched units in :mod:`.touched_units`); the code forecast
 reads each unit's arch lists before ``wheel`` compiles anything (:mod:`.code_forecast`,
-kept while its inputs stand in :mod:`.kept_forecast`); ``wheel --targets`` narrows the
+kept while its inputs stand in :mod:`.kept_forecast`), what CMake compiles of each
+extension target at the target (:mod:`.target_code`); ``wheel --targets`` narrows the
 extensions (:mod:`.ext_targets`) and never leaves out one the package imports at every
 start (:mod:`.start_imports`); ``selftest e2m1`` proves the software E2M1 conversion
 (:mod:`.selftest`, with ``csrc/``).  It hands :mod:`sparkbuild.compile` a tree whose every

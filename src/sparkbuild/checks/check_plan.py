@@ -32,6 +32,7 @@ from sparkbuild.toolchain.cmake_recorder import (
     BuildRecord,
     RecordInputs,
     find_recorder_cmake,
+    gencode_for,
     record_build,
 )
 from sparkbuild.toolchain.compile_flags import (
@@ -156,6 +157,24 @@ class Recorder:
             build_type=BUILD_TYPE, processor=platform.machine(),
             run_generators=generators, stop_at_fatal=True, defines=defines,
         )
+
+    def inputs_any_torch(self, tree: Path, binary_dir: Path) -> RecordInputs:
+        """:meth:`inputs` with this interpreter's torch, or, where none is installed, with
+        the ``-gencode`` flags torch's CMake would add for the archs (what ``vendor`` does
+        on a machine without torch): what is built and fetched reads the same."""
+        if tools.torch_include_dirs(None) and tools.torch_version(None) is not None:
+            return self.inputs(tree, binary_dir, generators=False)
+        gcc = tools.find_host_compiler()
+        version = self.nvcc.version or tools.MIN_NVCC_FOR_SM121
+        return RecordInputs(
+            tree=tree, binary_dir=binary_dir, cmake=self.cmake, python=Path(sys.executable),
+            python_version=f"{sys.version_info.major}.{sys.version_info.minor}",
+            python_include=Path(sysconfig.get_paths()["include"]),
+            cuda_version=f"{version.major}.{version.minor}", cuda_root=self.cuda_root,
+            arch_list=";".join(self.archs), gencode=gencode_for(self.archs),
+            torch_version="0", torch_includes=(),
+            cxx_version=str(gcc.version) if gcc and gcc.version else "0",
+            build_type=BUILD_TYPE, processor=platform.machine(), run_generators=False)
 
     def record(self, tree: Path, binary_dir: Path, *, generators: bool) -> BuildRecord:
         step(f"reading {tree / 'CMakeLists.txt'} in CMake script mode")

@@ -23,6 +23,7 @@ passes nothing: it says so, and verify stays the judge after the build.
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from dataclasses import dataclass, field, replace
@@ -37,9 +38,11 @@ from sparkbuild.checks.check_plan import (
     unit_key,
     units_without_target_sass,
 )
+from sparkbuild.checks.start_imports import setup_extensions
+from sparkbuild.checks.target_code import target_arch_fact
 from sparkbuild.console import info, step, warn
 from sparkbuild.errors import SparkbuildError, VerifyError
-from sparkbuild.toolchain import tools
+from sparkbuild.toolchain import sass, tools
 from sparkbuild.toolchain.cmake_recorder import record_build
 from sparkbuild.toolchain.kernel_policy import refused
 
@@ -66,6 +69,8 @@ class ForecastInputs:
     env: Mapping[str, str] = field(default_factory=dict)
     targets: tuple[str, ...] = ()
     """The extensions built (empty: all)."""
+    sources: Mapping[str, Path] = field(default_factory=dict)
+    """The materialized fetched projects (FetchContent name -> directory)."""
 
 
 @dataclass
@@ -127,12 +132,34 @@ def lacking_by_target(record: BuildRecord, root: Path, archs: Sequence[str],
         names = [t.name for t in record.targets_of(source) if not targets or t.name in targets]
         if names:
             owners[unit_key(source, root)] = names
-    built = {unit: codes for unit, codes in gencodes(record, root).items() if unit in owners}
+    every = gencodes(record, root)
+    built = {unit: codes for unit, codes in every.items() if unit in owners}
     found: dict[str, list[GencodeCoverage]] = {}
     for coverage in units_without_target_sass(built, archs):
         for name in owners[coverage.unit]:
             found.setdefault(name, []).append(coverage)
+    for name in sorted({name for names in owners.values() for name in names}):
+        fact, _units, _native = target_arch_fact(record, root, name, archs, every)
+        if fact == "no_code":  # no unit of it gets a -gencode: each is named, no code
+            found[name] = [GencodeCoverage(unit, sass.target_name(arch), (), sass.NO_CODE, None)
+                           for unit in sorted(u for u, n in owners.items() if name in n)
+                           for arch in archs]
     return len(built), dict(sorted(found.items()))
+
+
+def followed_projects(sources: Mapping[str, Path], names: Sequence[str]) -> tuple[str, ...]:
+    """The fetched projects whose own CMakeLists.txt defines an extension of setup.py
+    (vllm-flash-attn's ``_vllm_fa2_C``): the recorder reads them too."""
+    lasts = [name.rsplit(".", 1)[-1] for name in names]
+    found = []
+    for project, root in sources.items():
+        try:
+            text = (root / "CMakeLists.txt").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if any(re.search(rf"\b{re.escape(last)}\b", text) for last in lasts):
+            found.append(project)
+    return tuple(found)
 
 
 def _record(inputs: ForecastInputs, recipe: Recipe) -> BuildRecord:
@@ -141,7 +168,9 @@ def _record(inputs: ForecastInputs, recipe: Recipe) -> BuildRecord:
     record_inputs = recorder.inputs(scratch, inputs.work / "cmake", generators=True,
                                     python=inputs.python, site=inputs.site)
     record_inputs = replace(record_inputs, env={**record_inputs.env, **inputs.env},
-                            defines={**record_inputs.defines, **inputs.cmake_defines})
+                            defines={**record_inputs.defines, **inputs.cmake_defines},
+                            follow_fetched=followed_projects(inputs.sources,
+                                                             setup_extensions(scratch)))
     return record_build(record_inputs)
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.compile.existing_torch import RunningTorch
+    from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.compile.tree_build import BuildOutcome
     from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.jobplan.machine import BuildPlan
@@ -84,7 +85,8 @@ def build_settings(recipe: Recipe, plan: BuildPlan, outcome: BuildOutcome, *, of
                    compile_cache: CompileCacheResult | None, vendored: VendorPlan | None,
                    cache: Cache, aot: AotResult | None,
                    node_profile: list[dict[str, str]],
-                   dist: DistResult | None = None) -> dict[str, Any]:
+                   dist: DistResult | None = None,
+                   extensions: ExtensionSet | None = None) -> dict[str, Any]:
     """The manifest's ``build_settings`` of one build."""
     from sparkbuild.vendoring.patched import dependency_records
 
@@ -107,4 +109,7 @@ def build_settings(recipe: Recipe, plan: BuildPlan, outcome: BuildOutcome, *, of
         "flashinfer_aot": aot.to_dict() if aot else None,
         "node_profile": node_profile,
         "start_modules": list(recipe.node.start_modules),
+        "extension_set": extensions.to_dict() if extensions else None,
+        "placeholders": [source.placeholder.to_dict() for source in vendored.excluded
+                         if source.placeholder is not None] if vendored else [],
     }

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.console import info, shown, step, unsafe_characters
+from sparkbuild.console import escaped, info, shown, step, unsafe_characters
 from sparkbuild.errors import (
     DestinationError,
     SparkbuildError,
@@ -67,6 +67,7 @@ from sparkbuild.store.files import usable_path, venv_python
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.wheel_members import read_text_member
 from sparkbuild.wheelhouse.lock import LOCK_NAME, find_uv, parse_lock
+from sparkbuild.wheelhouse.manifest import stand_in_line, stand_ins_of
 from sparkbuild.wheelhouse.pylock import PYLOCK_NAME
 from sparkbuild.wheelhouse.verify import verify_files
 
@@ -101,9 +102,12 @@ class InstallResult:
     """The wheelhouse file the projects were installed from (requirements.lock, pylock.toml)."""
     profile: NodeProfile | None = None
     """The node profile written into the venv (sparkbuild.node.profile)."""
+    stand_ins: list[dict[str, str]] = field(default_factory=list)
+    """Sources the wheelhouse's build took from another commit than the tree's pin."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
+                "stand_ins": self.stand_ins,
                 "imported": self.imported, "pip_check": self.pip_check.to_dict(),
                 "fingerprint": self.fingerprint, "wheelhouse": self.origin,
                 "installed_from": self.installed_from,
@@ -117,6 +121,7 @@ class InstallResult:
                 *self.pip_check.summary(),
                 f"  imported: {', '.join(self.imported) or 'nothing to import'}",
                 *(self.profile.summary() if self.profile else []),
+                *[f"  {escaped(stand_in_line(s))}" for s in self.stand_ins],
                 f"wheelhouse fingerprint: {self.fingerprint or 'not recorded'}"]
 
     @property
@@ -353,4 +358,4 @@ def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
     step(f"wheelhouse fingerprint: {recorded.fingerprint} (recorded in the venv)")
     return InstallResult(venv, created, installed, modules, check,
                          fingerprint=recorded.fingerprint, origin=recorded.origin,
-                         installed_from=used, profile=profile)
+                         installed_from=used, profile=profile, stand_ins=stand_ins_of(manifest))

@@ -58,7 +58,7 @@ from sparkbuild.store.files import usable_path
 from sparkbuild.store.hashing import sha256_file, sha256_stream
 from sparkbuild.store.wheel_check import same_version
 from sparkbuild.store.wheel_members import member_digest
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME
+from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, stand_in_line, stand_ins_of
 from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
 
 
@@ -74,9 +74,13 @@ class InstalledCheckResult:
     mismatches: list[Mismatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    stand_ins: list[dict[str, str]] = field(default_factory=list)
+    """Sources the installed wheelhouse's build took from another commit than the pin."""
+
     def to_dict(self) -> dict[str, Any]:
         return {"venv": str(self.venv), "fingerprint": self.fingerprint,
                 "wheelhouse": self.origin, "ok": self.error is None,
+                "stand_ins": self.stand_ins,
                 "distributions": self.distributions, "files_checked": self.files_checked,
                 "compared_with_wheelhouse": self.compared_with,
                 "mismatches": [m.to_dict() for m in self.mismatches], "notes": self.notes}
@@ -86,6 +90,7 @@ class InstalledCheckResult:
         lines = [f"verify --installed {self.venv}: {verdict} ({self.distributions} "
                  f"distributions, {self.files_checked} files re-hashed)",
                  f"wheelhouse fingerprint: {escaped(self.fingerprint)}"]
+        lines += [f"  {escaped(stand_in_line(s))}" for s in self.stand_ins]
         lines += [m.line() for m in self.mismatches]
         return lines + [f"  note: {escaped(note)}" for note in self.notes]
 
@@ -144,11 +149,16 @@ def _check_files(result: InstalledCheckResult, installation: Installation,
                     _relative(result.venv, installed_path(dist, row)), problem))
 
 
-def _manifest_wheels(installation: Installation) -> list[dict[str, Any]]:
+def _recorded_manifest(installation: Installation) -> dict[str, Any]:
+    """The recorded manifest; {} when it does not parse (named by _check_manifest)."""
     try:
-        wheels = installation.manifest().get("wheels", [])
+        return installation.manifest()
     except VerifyError:
-        return []  # named by _check_manifest
+        return {}
+
+
+def _manifest_wheels(installation: Installation) -> list[dict[str, Any]]:
+    wheels = _recorded_manifest(installation).get("wheels", [])
     return [w for w in wheels if isinstance(w, dict)] if isinstance(wheels, list) else []
 
 
@@ -311,6 +321,7 @@ def verify_installed(venv: Path, wheelhouse: Path | None = None) -> InstalledChe
         result.mismatches.append(Mismatch(INSTALLING_MARK, "an install into this venv did not "
                                           "finish (it was killed or failed): reinstall"))
     _check_manifest(result, installation, current)
+    result.stand_ins = stand_ins_of(_recorded_manifest(installation))
     _check_sets(result, installation, current)
     _check_files(result, installation, current)
     _check_own_files(result, installation)

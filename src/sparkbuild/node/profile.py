@@ -29,7 +29,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.proc import run
@@ -40,6 +40,9 @@ from sparkbuild.wheelhouse.manifest import (
     profile_entry_problem,
     recorded_profile,
 )
+
+if TYPE_CHECKING:
+    from sparkbuild.recipe import Recipe
 
 ON_NODE = "<found on the node>"
 PROFILE_DIR = "sparkbuild"
@@ -110,6 +113,12 @@ def declared_profile(archs: Sequence[str], env: Mapping[str, str], drop: Sequenc
     for key, value in env.items():
         entries[key] = ProfileEntry(key, value, "set by the recipe", f"recipe {recipe_path}")
     return [entry for key, entry in entries.items() if key not in set(drop)]
+
+
+def declared_env(recipe: Recipe) -> dict[str, str]:
+    """The declared profile of ``recipe`` as the environment it gives a node."""
+    return {entry.key: entry.value for entry in declared_profile(
+        recipe.target.cuda_archs, recipe.node.env, recipe.node.drop, str(recipe.path))}
 
 
 def profile_from_manifest(manifest: Mapping[str, Any]) -> list[ProfileEntry]:

@@ -82,6 +82,9 @@ class RecordInputs:
     env: Mapping[str, str] = field(default_factory=dict)
     clear_env: tuple[str, ...] = ()
     """Environment variables the recorded configure must not see."""
+    follow_fetched: tuple[str, ...] = ()
+    """Fetched projects (FetchContent names) whose own CMakeLists.txt is read once they are
+    made available: those that define extension targets of the tree."""
 
 
 @dataclass
@@ -126,6 +129,12 @@ class BuildRecord:
     generators: list[str] = field(default_factory=list)
     unknown_commands: list[str] = field(default_factory=list)
     toolchain_problems: list[str] = field(default_factory=list)
+    custom_targets: dict[str, bool] = field(default_factory=dict)
+    """``add_custom_target`` names -> whether the target runs anything (COMMAND/DEPENDS)."""
+    followed: dict[str, str] = field(default_factory=dict)
+    """Fetched projects whose CMakeLists.txt was read -> their source directory."""
+    installs: dict[str, list[str]] = field(default_factory=dict)
+    """``install(... DESTINATION D COMPONENT C)``: component -> its destinations."""
     complete: bool = False
     """The run reached the end of the recorder script (no CMake error cut it short)."""
 
@@ -241,6 +250,14 @@ def parse_record(text: str) -> BuildRecord:
             record.unknown_commands.append(name)
         elif kind == "toolchain":
             record.toolchain_problems.append(value)
+        elif kind == "custom":
+            record.custom_targets[name] = record.custom_targets.get(name, False) or value == "ON"
+        elif kind == "followed":
+            record.followed[name.lower()] = value
+        elif kind == "install":
+            destinations = record.installs.setdefault(name, [])
+            if value not in destinations:
+                destinations.append(value)
         elif kind == "done":
             record.complete = True
     return record
@@ -299,6 +316,7 @@ def _defines(inputs: RecordInputs) -> list[str]:
         "SB_CPUINFO": inputs.cpuinfo or "",
         "SB_CALLED_COMMANDS": ";".join(called_commands(inputs.tree)),
         "SB_CLEAR_ENV": ";".join(inputs.clear_env),
+        "SB_FOLLOW_FETCHED": ";".join(name.lower() for name in inputs.follow_fetched),
         **inputs.defines,
     }
     for name, path in inputs.fetch_sources.items():

@@ -6,7 +6,8 @@ crates (:mod:`.build_deps`) and the sources behind each dependency (:mod:`.sourc
 is fetched into the content-addressed cache (:mod:`.fetch`, sparse checkouts in
 :mod:`.sparse`, what a build never reads in :mod:`.unread`), patched by the series' arch
 edit as it enters (:mod:`.patched`), indexed there (:mod:`.index`) and unpacked where a
-build looks (:mod:`.materialize`); what CMake itself fetched beyond the plan is read from
+build looks (:mod:`.materialize`), a source no built extension uses as a placeholder
+(:mod:`.placeholders`); what CMake itself fetched beyond the plan is read from
 its record after an online build and vendored then (:mod:`.fetch_log`).  It hands
 :mod:`sparkbuild.bundle` and :mod:`sparkbuild.compile` a cache that holds the whole build.
 """

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from sparkbuild.recipe import Recipe
     from sparkbuild.vendoring.patched import DependencyEdit
+    from sparkbuild.vendoring.placeholders import Placeholder
 
 
 # -- deterministic tarballs ----------------------------------------------------------------
@@ -140,7 +141,7 @@ def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) ->
 
     The remote is the upstream URL; ``mirrors`` rewrite it (git's insteadOf) on fetch.
     """
-    ref = source.ref or "HEAD"
+    ref = source.fetch_ref or "HEAD"
     origin = mirrors.rewrite(source.url)
     through = f" (through the mirror {origin})" if origin != source.url else ""
     shallow = run_git([*mirrors.git_config_args(), "fetch", "-q", "--depth", "1", "origin", ref],
@@ -198,7 +199,9 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
     origin = mirrors.rewrite(source.url)
     through = f" (from the mirror {origin})" if origin != source.url else ""
     how = ", sparse" if sparse else ""
-    step(f"vendoring {source.name}: {source.url} @ {source.ref}{through}{how}")
+    standing = (f" (stand-in for the pin {source.ref}: {source.stand_in.reason})"
+                if source.stand_in else "")
+    step(f"vendoring {source.name}: {source.url} @ {source.fetch_ref}{standing}{through}{how}")
     checkout = scratch / source.name
     if sparse:
         from sparkbuild.vendoring.sparse import checkout_sparse
@@ -206,6 +209,12 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
         commit = checkout_sparse(source, checkout, mirrors, sparse)
     else:
         commit = checkout_git(source, checkout, mirrors)
+    problem = source.commit_problem(commit)
+    if problem is not None:
+        shutil.rmtree(checkout, ignore_errors=True)
+        raise SourceError(problem, where=source.where,
+                          hint="name it in the recipe: [[vendor.stand_in]] url, pinned, used "
+                          "and reason, or give a mirror that holds the pin")
     patched = _patch_checkout(source, checkout, edit, utils)
     digest = store_tree_tarball(cache, checkout)
     shutil.rmtree(checkout, ignore_errors=True)
@@ -214,6 +223,7 @@ def _fetch_git(cache: Cache, source: SourcePlan, scratch: Path, mirrors: Mirrors
         "commit": commit, "sha256": digest, "strip_top": False,
         "submodules": None if source.submodules is None else list(source.submodules),
         **({"sparse": sparse} if sparse else {}), **patched,
+        **({"stand_in": source.stand_in.to_dict()} if source.stand_in else {}),
     })
     return VendorEntry("source", source.name, "fetched", f"{source.ref} = {commit}", digest)
 
@@ -390,13 +400,15 @@ def fetch_plan(plan: VendorPlan, cache_root: Path, *, mirrors: Mirrors = NO_MIRR
 
 
 def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequence[str] = (),
-                      offline: bool, wheels: bool, reuse: bool = False) -> VendorResult:
+                      offline: bool, wheels: bool, reuse: bool = False,
+                      placeholders: tuple[Placeholder, ...] = ()) -> VendorResult:
     """:func:`~sparkbuild.vendoring.plan.vendor_tree` with the recipe's choices (``wheel`` and
     ``bundle`` alike): the sources an earlier build found missing, ``[vendor]`` submodules,
     excludes and sparse checkouts, ``mirrors`` before the recipe's own, the recipe's build
     environment.  ``offline``: plan only; ``wheels=False``: no build-requirement wheels;
     ``reuse``: the recorder's part kept from an earlier run with the same inputs
-    (:mod:`sparkbuild.vendoring.kept_plan`; ``wheel`` only)."""
+    (:mod:`sparkbuild.vendoring.kept_plan`; ``wheel`` only); ``placeholders``: the sources
+    no built extension uses, which are not fetched."""
     from sparkbuild.vendoring.kept_plan import reusing
     from sparkbuild.vendoring.patched import dependency_edit, with_dependency_edit
     from sparkbuild.vendoring.plan import adjust_plan, record_sources, vendor_tree
@@ -407,7 +419,8 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
     def adjust(plan: VendorPlan) -> VendorPlan:
         plan = with_missed_sources(plan, cache, recipe.name)
         plan = adjust_plan(plan, submodules=settings.submodules, exclude=settings.exclude,
-                           crates=settings.crates)
+                           crates=settings.crates, placeholders=placeholders,
+                           stand_ins=settings.stand_ins)
         plan = with_dependency_edit(plan, edit)
         return plan if wheels else dataclasses.replace(plan, wheels=())
 

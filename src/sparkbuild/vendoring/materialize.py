@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import warn
-from sparkbuild.errors import CacheMissError, VerifyError
+from sparkbuild.errors import CacheMissError, SourceError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendoring.index import crates_entry, source_entry, wheelset_entry
+from sparkbuild.vendoring.placeholders import write_placeholder
 
 if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
@@ -71,8 +72,22 @@ def missing_entries(plan: VendorPlan, cache: Cache) -> list[Missing]:
     return missing
 
 
+def refuse_other_commits(plan: VendorPlan, cache: Cache) -> None:
+    """A cached git source at another commit than its pin (or its stand-in's) is refused,
+    before anything compiles: a source is built at its pin or named as a stand-in."""
+    for source in plan.sources:
+        entry = source_entry(cache, source)
+        problem = source.commit_problem(str(entry.get("commit") or "")) if entry else None
+        if problem is not None:
+            raise SourceError(problem, where=source.where,
+                              hint="name it in the recipe: [[vendor.stand_in]] url, pinned, "
+                              "used and reason")
+
+
 def require_complete(plan: VendorPlan, cache: Cache) -> None:
-    """Raise one :class:`CacheMissError` naming every missing entry, or return."""
+    """Raise one :class:`CacheMissError` naming every missing entry, or return; a source at
+    another commit than it is planned at is refused."""
+    refuse_other_commits(plan, cache)
     missing = missing_entries(plan, cache)
     if missing:
         raise CacheMissError(
@@ -191,10 +206,14 @@ def _materialize_source(cache: Cache, source: SourcePlan, deps: Path, out: Mater
 
 
 def _materialize_excluded(source: SourcePlan, deps: Path, out: Materialized) -> None:
-    """An empty directory where the recipe left a source out (``[vendor] exclude``)."""
-    root = deps / f"{source.name}-excluded"
+    """An empty directory where the recipe left a source out (``[vendor] exclude``), or the
+    placeholder of a source no built extension uses."""
+    root = deps / f"{source.name}-{'placeholder' if source.placeholder else 'excluded'}"
     target = root / source.override_subdir if source.override_subdir else root
+    shutil.rmtree(root, ignore_errors=True)
     target.mkdir(parents=True, exist_ok=True)
+    if source.placeholder is not None:
+        write_placeholder(target, source.placeholder)
     out.sources[source.name] = root
     if source.method == "declare":
         out.cmake_defines[f"FETCHCONTENT_SOURCE_DIR_{source.name.upper()}"] = str(root)

@@ -146,7 +146,8 @@ def built_in_sources(plan: VendorPlan, cache: Cache) -> list[dict[str, Any]]:
     record (:func:`source_record`)."""
     return [{"name": source.name, "kind": source.kind, "url": source.url, "ref": source.ref,
              "commit": (entry or {}).get("commit"), "sha256": source.sha256,
-             "patched": source_record(source, entry)["status"] == "applied"}
+             "patched": source_record(source, entry)["status"] == "applied",
+             **({"stand_in": source.stand_in.to_dict()} if source.stand_in else {})}
             for source, entry in _cached(plan, cache)]
 
 
@@ -161,6 +162,8 @@ def source_record(source: SourcePlan, entry: dict[str, Any] | None) -> dict[str,
     """One dependency's line in a report: its key, and the edit's record (or why none)."""
     record: dict[str, Any] = {"name": source.name, "key": source.key, "url": source.url,
                               "ref": source.ref}
+    if source.stand_in is not None:
+        record["stand_in"] = source.stand_in.to_dict()
     if entry is None:
         record["patched"] = None
         record["status"] = "not in the cache"

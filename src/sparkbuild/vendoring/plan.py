@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import platform
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
 from sparkbuild.store.hashing import sha256_bytes
 from sparkbuild.vendoring.build_deps import CratePlan, WheelPlan, plan_crates, plan_wheels
+from sparkbuild.vendoring.placeholders import Placeholder
 from sparkbuild.vendoring.sources import (
     Recorded,
     override_of,
@@ -41,6 +43,7 @@ from sparkbuild.vendoring.sources import (
 )
 
 if TYPE_CHECKING:
+    from sparkbuild.recipe import StandIn
     from sparkbuild.sources.mirrors import Mirrors
     from sparkbuild.toolchain.cmake_recorder import FetchDeclaration
     from sparkbuild.vendoring.patched import DependencyEdit
@@ -76,11 +79,40 @@ class SourcePlan:
     patched: str | None = None
     """The label of the series' arch edit this source is vendored with
     (:mod:`sparkbuild.vendoring.patched`); None: as upstream has it."""
+    stand_in: StandIn | None = None
+    """The recipe's ``[[vendor.stand_in]]`` for this source: built from its ``used``
+    commit, never silently."""
+    placeholder: Placeholder | None = None
+    """For a source only left-out extensions use: what the build gets instead of it
+    (:mod:`sparkbuild.vendoring.placeholders`); None: an empty directory (``[vendor]
+    exclude``), or, for a kept source, its copy at the pin."""
+
+    @property
+    def fetch_ref(self) -> str | None:
+        """The ref fetched: the stand-in's commit, else the pin."""
+        return self.stand_in.used if self.stand_in else self.ref
 
     @property
     def upstream_key(self) -> str:
-        """Git sources by URL and ref, URL sources by URL: the pristine copy's key."""
-        return f"git:{self.url}@{self.ref}" if self.kind == "git" else f"url:{self.url}"
+        """Git sources by URL and ref, URL sources by URL: the pristine copy's key (a
+        stand-in's by the commit it stands in with)."""
+        if self.kind != "git":
+            return f"url:{self.url}"
+        return f"git:{self.url}@{self.ref}" + (
+            f"#stand-in:{self.stand_in.used}" if self.stand_in else "")
+
+    def commit_problem(self, commit: str | None) -> str | None:
+        """Why a copy at ``commit`` is not this source (a pin or stand-in that is a commit
+        names another one); None when it is, or when the ref is a tag or branch."""
+        expected = (self.fetch_ref or "").lower()
+        if self.kind != "git" or not re.fullmatch(r"[0-9a-f]{7,40}", expected):
+            return None
+        if commit and (commit.lower().startswith(expected) or expected.startswith(
+                commit.lower())):
+            return None
+        wanted = (f"the stand-in commit {expected} (for the pin {self.ref})" if self.stand_in
+                  else f"its pin {expected}")
+        return f"{self.name}: the copy is at {commit or 'an unrecorded commit'}, not {wanted}"
 
     @property
     def key(self) -> str:
@@ -106,6 +138,10 @@ class SourcePlan:
             data["submodules"] = list(self.submodules)
         if self.patched:
             data["patched"] = self.patched
+        if self.stand_in is not None:
+            data["stand_in"] = self.stand_in.to_dict()
+        if self.placeholder is not None:
+            data["placeholder"] = self.placeholder.to_dict()
         return data
 
 
@@ -114,7 +150,8 @@ def source_plan_from(item: Mapping[str, Any]) -> SourcePlan:
     (lists become tuples again); keys that are not fields are ignored."""
     fields = {f.name for f in dataclasses.fields(SourcePlan)}
     values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
-                              for k, v in item.items() if k in fields}
+                              for k, v in item.items()
+                              if k in fields and k not in ("placeholder", "stand_in")}
     return SourcePlan(**values)
 
 
@@ -171,13 +208,18 @@ class VendorPlan:
 
 
 def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] | None = None,
-                exclude: tuple[str, ...] = (), crates: bool = True) -> VendorPlan:
+                exclude: tuple[str, ...] = (), crates: bool = True,
+                placeholders: tuple[Placeholder, ...] = (),
+                stand_ins: tuple[StandIn, ...] = ()) -> VendorPlan:
     """The recipe's ``[vendor]`` choices applied to a plan.
 
     ``submodules`` narrows the submodules of a git source (like CMake's GIT_SUBMODULES);
     ``exclude`` moves sources to :attr:`VendorPlan.excluded`.  Every name must be one
     the plan holds: a misspelt name is an error, never a silent no-op.  ``crates=False``
-    moves the Cargo crates to :attr:`VendorPlan.crates_left_out`.
+    moves the Cargo crates to :attr:`VendorPlan.crates_left_out`.  ``placeholders``
+    (the extension set's) move their sources there too, each with its placeholder; a
+    placeholder for a source the plan does not hold is ignored (another branch's).
+    ``stand_ins`` (``[[vendor.stand_in]]``) give git sources the commit they are built from.
     """
     submodules = dict(submodules or {})
     names = {source.name for source in plan.sources}
@@ -189,10 +231,16 @@ def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] |
         )
     kept: list[SourcePlan] = []
     excluded: list[SourcePlan] = []
+    standing_in = {placeholder.name: placeholder for placeholder in placeholders}
     for source in plan.sources:
         if source.name in submodules:
             source = dataclasses.replace(source, submodules=tuple(submodules[source.name]))
-        (excluded if source.name in exclude else kept).append(source)
+        stand_in = next((s for s in stand_ins if s.matches(source.url, source.ref)), None)
+        if source.kind == "git" and stand_in is not None:
+            source = dataclasses.replace(source, stand_in=stand_in)
+        if source.name in standing_in and source.name not in exclude:
+            source = dataclasses.replace(source, placeholder=standing_in[source.name])
+        (excluded if source.name in exclude or source.placeholder else kept).append(source)
     plan = dataclasses.replace(plan, sources=tuple(kept), excluded=tuple(excluded))
     if not crates:
         plan = dataclasses.replace(plan, crates=(), crates_left_out=plan.crates)
@@ -352,15 +400,23 @@ class VendorResult:
             ref = source.ref or source.url_hash or "(no pin)"
             maybe = "" if source.certain else "  (not under every CUDA toolkit)"
             lines.append(f"  {source.name}: {source.url} @ {ref}{maybe}")
+            if source.stand_in is not None:
+                lines.append(f"    stand-in: built from {source.stand_in.used}, not the pin "
+                             f"({source.stand_in.reason})")
         lines.append(f"wheels: {len(plan.wheels)} requirements, torch pin: {plan.torch}")
         lines += [f"  {wheel.requirement}  ({wheel.origin})" for wheel in plan.wheels]
         lines.append(f"crates: {plan.crate_count}")
         if plan.unreached:
             names = ", ".join(sorted({source.name for source in plan.unreached}))
             lines.append(f"not fetched by a CUDA build (other branches): {names}")
-        if plan.excluded:
-            names = ", ".join(source.name for source in plan.excluded)
-            lines.append(f"left out by the recipe (built against an empty directory): {names}")
+        emptied = [source.name for source in plan.excluded if source.placeholder is None]
+        if emptied:
+            lines.append("left out by the recipe (built against an empty directory): "
+                         + ", ".join(emptied))
+        for source in plan.excluded:
+            if source.placeholder is not None:
+                lines.append(f"not fetched: {source.name} ({source.placeholder.reason}); "
+                             f"a placeholder of {len(source.placeholder.files)} file(s)")
         if plan.crates_left_out:
             left = ", ".join(f"{c.count} of {c.lockfile}" for c in plan.crates_left_out)
             lines.append(f"crates left out by the recipe (no Rust extensions built): {left}")

@@ -136,5 +136,5 @@ def _checkout(url: str, ref: str, dest: Path, source: SourcePlan, mirrors: Mirro
 def checkout_sparse(source: SourcePlan, dest: Path, mirrors: Mirrors,
                     patterns: list[str]) -> str:
     """A sparse working tree of ``source`` at its ref, submodules too; returns the commit."""
-    return _checkout(source.url, source.ref or "HEAD", dest, source, mirrors, patterns,
+    return _checkout(source.url, source.fetch_ref or "HEAD", dest, source, mirrors, patterns,
                      source.submodules, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import stat
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild import __version__
@@ -20,7 +21,7 @@ from sparkbuild.recipe import env_entry_problem, parse_json
 from sparkbuild.store.files import read_at_most, usable_path
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
@@ -169,3 +170,24 @@ def expected_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
     expected = {str(w["file"]): str(w["sha256"]) for w in manifest["wheels"]}
     expected.update({str(k): str(v) for k, v in manifest.get("files", {}).items()})
     return expected
+
+
+def stand_ins_of(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
+    """The sources a wheelhouse's build took from another commit than the tree's pin
+    (``build_settings.dependencies[].stand_in``), each with its name and URL."""
+    settings = manifest.get("build_settings")
+    records = settings.get("dependencies") if isinstance(settings, Mapping) else None
+    found: list[dict[str, str]] = []
+    for record in records if isinstance(records, list) else []:
+        stand_in = record.get("stand_in") if isinstance(record, Mapping) else None
+        if isinstance(stand_in, Mapping):
+            found.append({"name": str(record.get("name", "")),
+                          **{key: str(stand_in.get(key, ""))
+                             for key in ("url", "pinned", "used", "reason")}})
+    return found
+
+
+def stand_in_line(stand_in: Mapping[str, str]) -> str:
+    """One stand-in as every command prints it (the caller escapes it)."""
+    return (f"stand-in: {stand_in.get('name')} built from {stand_in.get('used')}, not the "
+            f"tree's pin {stand_in.get('pinned')} ({stand_in.get('reason')})")

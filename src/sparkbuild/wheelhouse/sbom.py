@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -65,7 +66,7 @@ from sparkbuild.store.wheel_check import normal_version
 from sparkbuild.wheelhouse.pylock import listing_disagreements
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from pathlib import Path
 
 SBOM_NAME = "sbom.cdx.json"
@@ -180,15 +181,37 @@ def _vendored(source: Mapping[str, Any]) -> Component:
         type=ExternalReferenceType.VCS if source.get("kind") == "git"
         else ExternalReferenceType.DISTRIBUTION, url=XsUri(str(source["url"])))
     ] if source.get("url") else []
+    stand_in = source.get("stand_in") if isinstance(source.get("stand_in"), Mapping) else None
+    pairs: list[tuple[str, object]] = [
+        ("vendored:kind", source.get("kind")), ("vendored:ref", source.get("ref")),
+        ("vendored:commit", commit), ("patched", "true" if source.get("patched") else "false")]
+    if stand_in is not None:
+        pairs += [("vendored:stand_in_for", stand_in.get("pinned")),
+                  ("vendored:stand_in_reason", stand_in.get("reason"))]
     return Component(
         name=name, version=version, bom_ref=f"vendored:{name}@{version}",
         purl=PackageURL(type="generic", name=name, version=version,
                         qualifiers=qualifiers or None),
         hashes=_sha256(source.get("sha256")), external_references=refs,
-        properties=_props([("vendored:kind", source.get("kind")),
-                           ("vendored:ref", source.get("ref")),
-                           ("vendored:commit", commit),
-                           ("patched", "true" if source.get("patched") else "false")]))
+        properties=_props(pairs),
+        pedigree=_stand_in_pedigree(name, source, stand_in) if stand_in else None)
+
+
+def _commit_component(name: str, url: str, commit: str, role: str) -> Component:
+    return Component(name=name, version=commit, bom_ref=f"vendored:{name}@{commit}#{role}",
+                     purl=PackageURL(type="generic", name=name, version=commit,
+                                     qualifiers={"vcs_url": f"git+{url}@{commit}"}))
+
+
+def _stand_in_pedigree(name: str, source: Mapping[str, Any],
+                       stand_in: Mapping[str, Any]) -> Pedigree:
+    """A stand-in's pedigree: the tree's pin as the ancestor, the commit built as the variant."""
+    url = str(source.get("url", ""))
+    pinned, used = str(stand_in.get("pinned", "")), str(stand_in.get("used", ""))
+    return Pedigree(ancestors=[_commit_component(name, url, pinned, "pin")],
+                    variants=[_commit_component(name, url, used, "used")],
+                    notes=f"stand-in: built from {used}, not the pin {pinned}: "
+                    f"{stand_in.get('reason', '')}")
 
 
 def _built(facts: BuildFacts, wheel: SbomWheel) -> Component:

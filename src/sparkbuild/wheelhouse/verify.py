@@ -65,7 +65,13 @@ from sparkbuild.toolchain.sass import (
     machine_code,
 )
 from sparkbuild.wheelhouse.lock import LOCK_NAME, parse_lock
-from sparkbuild.wheelhouse.manifest import MANIFEST_NAME, expected_hashes, load_manifest
+from sparkbuild.wheelhouse.manifest import (
+    MANIFEST_NAME,
+    expected_hashes,
+    load_manifest,
+    stand_in_line,
+    stand_ins_of,
+)
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 from sparkbuild.wheelhouse.standards import Agreement, check_standards
 
@@ -175,10 +181,13 @@ class VerifyResult:
     """Whether pylock.toml and sbom.cdx.json agree with the wheels present."""
     allow_jit: bool = False
     """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
+    stand_ins: list[dict[str, str]] = field(default_factory=list)
+    """Sources the build took from another commit than the tree's pin (the manifest's)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "wheelhouse": str(self.directory),
+            "stand_ins": self.stand_ins,
             "files_checked": self.checked,
             "ok": self.error is None,
             "mismatches": [m.to_dict() for m in self.mismatches],
@@ -208,6 +217,7 @@ class VerifyResult:
                       for name in lib.guard_stub_kernels
                       if name not in lib.trap_only_kernels and name not in accepted]
         lines += [item.line() for item in self.agreement]
+        lines += [f"  {escaped(stand_in_line(s))}" for s in self.stand_ins]
         lines += [f"  note: {escaped(note)}" for note in self.notes]
         return lines
 
@@ -663,6 +673,7 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
     result = VerifyResult(directory, len(actual) + 1, targets,
                           allow_jit=manifest.get("target", {}).get("allow_jit") is True)
+    result.stand_ins = stand_ins_of(manifest)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
                                 + check_requirements(result, directory, inside)
