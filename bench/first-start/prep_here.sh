@@ -5,6 +5,8 @@
 # CACHE: a sparkbuild cache (one per stack: the bundle carries CACHE/flashinfer-aot/ whole);
 # GitHub sources come through the recipe's mirrors (file:///tmp/rb/git/, filled from `fetch`
 # snapshots as for bench/real-build).
+# SNAPSHOTS: where the snapshots are (default /work/.mirror; fa_trim.sh's output for the
+# first start's FA2 cut to head dim 64).
 # STACK: 0.20.0 (the default: the 2026-12-04 first-token run's stack, vLLM 0.20.0 with
 # flashinfer 0.6.8.post1 and a tiny Llama) or 0.29.0 (issue 44: the mission's stack, vLLM
 # 0.29.0 with flashinfer 0.6.18 and a tiny Qwen3-MoE, on the device's torch 2.11: README.md,
@@ -79,7 +81,7 @@ if [ $STACK = 0.29.0 ]; then
   # sources only left-out extensions use replaced by placeholders (not fetched)
   PYTHONPATH=$REPO/src $PY $OP/model_plan.py $P/tree-0.29.0 --recipe $RECIPE --cache $CACHE \
     > $P/plan-0.29.0.json
-  if ! $PY $OP/sources.py $P/plan-0.29.0.json --recipe $RECIPE --link ${MIRROR:-/tmp/rb/git} \
+  if ! $PY $OP/sources.py $P/plan-0.29.0.json --recipe $RECIPE --snapshots ${SNAPSHOTS:-/work/.mirror} --link ${MIRROR:-/tmp/rb/git} \
       --out $D/sources.json; then
     echo "prep_here: sources the build needs are not in the snapshots ($D/sources.json)" >&2
     [ -n "${REHEARSE:-}" ] || exit 3
