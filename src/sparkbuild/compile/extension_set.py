@@ -235,11 +235,23 @@ class TreeFacts:
     imports: PackageImports
 
 
-def _model_choice(name: str, fact: ArchFact, facts: TreeFacts, reach: Reach,
-                  served: Mapping[str, str], profile: Mapping[str, str]) -> tuple[bool, str]:
+def _importers(name: str, facts: TreeFacts) -> list[ImportSite]:
+    """Every import site of the extension (or of the packages its component installs)."""
     target = name.rsplit(".", 1)[-1]
-    sites = facts.imports.importers_of(_extension_modules(name, target, facts.record,
-                                                          facts.imports))
+    return facts.imports.importers_of(_extension_modules(name, target, facts.record,
+                                                         facts.imports))
+
+
+def _imported_at_top(name: str, facts: TreeFacts, reach: Reach) -> ImportSite | None:
+    """An unguarded module-level import of the extension by a module the start loads:
+    that module cannot be imported without it, whatever serves a "one of" refusal."""
+    return next((site for site in _importers(name, facts)
+                 if site.kind == "top" and _counted(site, reach)), None)
+
+
+def _model_choice(name: str, facts: TreeFacts, reach: Reach,
+                  served: Mapping[str, str], profile: Mapping[str, str]) -> tuple[bool, str]:
+    sites = _importers(name, facts)
     counted = [site for site in sites if _counted(site, reach)]
     if name in served:
         return True, served[name]
@@ -259,18 +271,24 @@ def _served_groups(facts: TreeFacts, reach: Reach, names: Sequence[str],
                    facts_by_name: Mapping[str, ArchFact]
                    ) -> tuple[dict[str, str], dict[str, str]]:
     """For each "one of" refusal the start reaches, the first member that compiles for the
-    target serves it: (served name -> reason, spare member -> why it is not needed)."""
+    target serves it, or, where none is known to, the first defined by a fetched project
+    whose CMake was not read (not known to compile nothing): (served name -> reason, spare
+    member -> why it is not needed)."""
     lasts = {name.rsplit(".", 1)[-1]: name for name in names}
     served: dict[str, str] = {}
     spare: dict[str, str] = {}
     for where, group in _one_of_groups(facts.tree, facts.imports, reach, lasts):
-        usable = [name for name in group if facts_by_name.get(name) not in _OUT_BY_ARCH]
+        usable = sorted((name for name in group if facts_by_name.get(name) not in _OUT_BY_ARCH),
+                        key=lambda name: facts_by_name.get(name) == "fetched")
         if not usable:
             continue
         first = usable[0].rsplit(".", 1)[-1]
         members = ", ".join(name.rsplit(".", 1)[-1] for name in group)
-        served.setdefault(usable[0], f"{where} needs one of {members}; {first} is the first "
-                          "that compiles something at the target")
+        how = ("is the first that compiles something at the target"
+               if facts_by_name.get(usable[0]) != "fetched" else
+               "is the first not known to compile nothing at the target (defined by a "
+               "fetched project whose CMake was not read)")
+        served.setdefault(usable[0], f"{where} needs one of {members}; {first} {how}")
         for name in group:
             if name != usable[0]:
                 spare.setdefault(name, f"{where} needs one of {members}, and {first} serves "
@@ -306,10 +324,10 @@ def choose_extensions(facts: TreeFacts, archs: tuple[str, ...], model: ModelRoot
                 reason = _arch_reason(fact, units, arch_text) + " (refused before the compile)"
         elif fact in _OUT_BY_ARCH:
             built, reason = False, _arch_reason(fact, units, arch_text)
-        elif name in spare:
+        elif name in spare and _imported_at_top(name, facts, reach) is None:
             built, reason = False, f"not needed: {spare[name]}"
         else:
-            built, reason = _model_choice(name, fact, facts, reach, served, profile)
+            built, reason = _model_choice(name, facts, reach, served, profile)
         choices.append(ExtensionChoice(name, built, reason, fact, units, native))
     return ExtensionSet(archs, model, choices, left_out_sources(facts, choices))
 
