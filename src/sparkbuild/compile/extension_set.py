@@ -37,7 +37,7 @@ from sparkbuild.checks.ext_targets import required_targets
 from sparkbuild.checks.start_imports import setup_extensions
 from sparkbuild.checks.target_code import ArchFact, target_arch_fact
 from sparkbuild.console import info
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.model_registry import backend_module, model_modules
 from sparkbuild.sources.module_imports import import_refusals
 from sparkbuild.sources.package_reach import (
@@ -447,7 +447,21 @@ def list_targets(recipe: Recipe, tree: Path | None, context: RunContext, *,
         if prepared.error is not None:
             raise prepared.error
         tree = prepared.tree
-    return extension_set_for(tree, recipe, work, profile=profile)
+    _refuse_unusable_tree(tree.resolve())
+    return extension_set_for(tree.resolve(), recipe, work, profile=profile)
+
+
+def _refuse_unusable_tree(tree: Path) -> None:
+    """A tree the set cannot be read from: not a directory with a CMakeLists.txt, or a
+    setup.py that lists no CMake extension (nothing to choose from)."""
+    if not (tree / "CMakeLists.txt").is_file():
+        raise UsageError("not a source tree with a CMakeLists.txt", where=str(tree),
+                         hint="pass the directory `sparkbuild prepare --dest` wrote, or leave "
+                         "out --tree: the recipe's source is prepared in the cache")
+    if not setup_extensions(tree):
+        raise UsageError("the tree's setup.py lists no CMakeExtension: there is no extension "
+                         "to choose", where=str(tree / "setup.py"),
+                         hint="pass a vLLM tree (its setup.py lists the extensions it builds)")
 
 
 def placeholders_for(recipe: Recipe) -> Callable[[Path], tuple[Placeholder, ...]] | None:

@@ -16,12 +16,14 @@ from sparkbuild.compile.extension_set import (
     TreeFacts,
     choose_extensions,
     left_out_sources,
+    list_targets,
     model_roots,
     placeholders_for,
 )
-from sparkbuild.errors import VerifyError
+from sparkbuild.errors import UsageError, VerifyError
 from sparkbuild.recipe import load_recipe
 from sparkbuild.sources.package_reach import read_package
+from sparkbuild.store.context import RunContext
 from sparkbuild.toolchain.cmake_recorder import parse_record
 
 SETUP = '''
@@ -367,3 +369,23 @@ def test_without_a_model_nothing_is_chosen_for_bundle(tmp_path: Path) -> None:
     assert model_roots(tmp_path, "vllm", recipe) is None
     assert placeholders_for(recipe) is None
     assert placeholders_for(load_recipe(_recipe_file(tmp_path, MODEL_TABLE))) is not None
+
+
+@pytest.mark.parametrize("shape", ["missing", "file", "no_cmake", "no_extensions"])
+def test_list_targets_refuses_a_tree_it_cannot_read_before_running_anything(
+        tmp_path: Path, shape: str) -> None:
+    tree = tmp_path / "tree"
+    if shape == "file":
+        tree.write_text("not a tree\n")
+    elif shape != "missing":
+        tree.mkdir()
+        (tree / "setup.py").write_text("setup(ext_modules=[])\n")
+        if shape == "no_extensions":
+            (tree / "CMakeLists.txt").write_text("project(x)\n")
+    context = RunContext.create(tmp_path / "cache")
+    recipe = load_recipe(_recipe_file(tmp_path, MODEL_TABLE))
+    with pytest.raises(UsageError) as raised:
+        list_targets(recipe, tree, context, profile={})
+    expected = "no CMakeExtension" if shape == "no_extensions" else "CMakeLists.txt"
+    assert expected in raised.value.what
+    assert raised.value.where is not None and str(tree) in raised.value.where
