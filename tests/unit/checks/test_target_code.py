@@ -118,3 +118,15 @@ def test_followed_projects_are_those_whose_cmake_names_an_extension(tmp_path: Pa
     names = ["vllm._C", "vllm.vllm_flash_attn._vllm_fa2_C"]
     assert followed_projects(sources, names) == ("vllm-flash-attn",)
     assert followed_projects(sources, []) == ()
+
+
+def test_the_record_keeps_custom_targets_followed_projects_and_installs() -> None:
+    record = parse_record("".join("\t".join(row) + "\n" for row in [
+        ("custom", "_x_C", "runs", "OFF"), ("custom", "_x_C", "runs", "ON"),
+        ("custom", "_x_C", "runs", "OFF"), ("followed", "VLLM-Flash-Attn", "dir", "/d/fa"),
+        ("install", "_y_C", "destination", "vllm/a"), ("install", "_y_C", "destination",
+                                                         "vllm/a"),
+        ("install", "_y_C", "destination", "vllm/b")]))
+    assert record.custom_targets == {"_x_C": True}  # once it runs something, it does
+    assert record.followed == {"vllm-flash-attn": "/d/fa"}
+    assert record.installs == {"_y_C": ["vllm/a", "vllm/b"]}
