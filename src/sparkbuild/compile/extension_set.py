@@ -438,11 +438,15 @@ def extension_set_for(tree: Path, recipe: Recipe, work: Path, *,
 def list_targets(recipe: Recipe, tree: Path | None, context: RunContext, *,
                  profile: Mapping[str, str]) -> ExtensionSet:
     """``check --list-targets``: the set for the recipe, on ``tree`` or on the recipe's
-    source prepared (series applied) in the cache's work directory."""
+    source prepared (series applied) in the cache's work directory, afresh each run (the
+    tree an earlier run prepared there is removed first)."""
     work = context.cache().root / "work" / recipe.name / "list-targets"
     if tree is None:
+        import shutil
+
         from sparkbuild.patches.prepare import prepare_tree
 
+        shutil.rmtree(work / "tree", ignore_errors=True)
         prepared = prepare_tree(recipe.source.spec, work / "tree", recipe, context=context)
         if prepared.error is not None:
             raise prepared.error

@@ -389,3 +389,25 @@ def test_list_targets_refuses_a_tree_it_cannot_read_before_running_anything(
     expected = "no CMakeExtension" if shape == "no_extensions" else "CMakeLists.txt"
     assert expected in raised.value.what
     assert raised.value.where is not None and str(tree) in raised.value.where
+
+
+def test_list_targets_prepares_the_source_afresh_each_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An earlier run's prepared tree in the cache's work directory is no obstacle."""
+    from sparkbuild.patches import prepare
+
+    context = RunContext.create(tmp_path / "cache")
+    recipe = load_recipe(_recipe_file(tmp_path, MODEL_TABLE))
+    earlier = context.cache_root / "work" / recipe.name / "list-targets" / "tree"
+    (earlier / "vllm").mkdir(parents=True)
+    (earlier / "setup.py").write_text("# an earlier run's tree\n")
+    seen: list[bool] = []
+
+    def prepare_tree(spec: str, dest: Path, *args: object, **kwargs: object) -> object:
+        seen.append(dest.exists())
+        raise UsageError("stop here")
+
+    monkeypatch.setattr(prepare, "prepare_tree", prepare_tree)
+    with pytest.raises(UsageError, match="stop here"):
+        list_targets(recipe, None, context, profile={})
+    assert seen == [False]
