@@ -468,16 +468,17 @@ def _refuse_unusable_tree(tree: Path) -> None:
                          hint="pass a vLLM tree (its setup.py lists the extensions it builds)")
 
 
-def placeholders_for(recipe: Recipe) -> Callable[[Path], tuple[Placeholder, ...]] | None:
+def placeholders_for(recipe: Recipe, *, profile: Mapping[str, str]
+                     ) -> Callable[[Path], tuple[Placeholder, ...]] | None:
     """For ``bundle``: the placeholders of a prepared tree, chosen as ``wheel`` chooses them
-    (None without ``[model]``: every source is bundled)."""
+    (``profile``: the node profile the recipe declares; None without ``[model]``: every
+    source is bundled)."""
     if recipe.model is None:
         return None
-    from sparkbuild.node.profile import declared_env
 
     def choose(tree: Path) -> tuple[Placeholder, ...]:
         with tempfile.TemporaryDirectory(prefix="sparkbuild-extensions-") as scratch:
-            chosen = extension_set_for(tree, recipe, Path(scratch), profile=declared_env(recipe))
+            chosen = extension_set_for(tree, recipe, Path(scratch), profile=profile)
         for line in chosen.summary():
             info(line)
         return tuple(chosen.left_out_sources)

@@ -367,8 +367,9 @@ def test_model_roots_come_from_the_trees_registry_and_backends(tmp_path: Path) -
 def test_without_a_model_nothing_is_chosen_for_bundle(tmp_path: Path) -> None:
     recipe = load_recipe(_recipe_file(tmp_path, ""))
     assert model_roots(tmp_path, "vllm", recipe) is None
-    assert placeholders_for(recipe) is None
-    assert placeholders_for(load_recipe(_recipe_file(tmp_path, MODEL_TABLE))) is not None
+    assert placeholders_for(recipe, profile={}) is None
+    assert placeholders_for(load_recipe(_recipe_file(tmp_path, MODEL_TABLE)),
+                            profile={}) is not None
 
 
 @pytest.mark.parametrize("shape", ["missing", "file", "no_cmake", "no_extensions"])
