@@ -104,7 +104,7 @@ MODEL = ModelRoots("MyModelForCausalLM", "FLASH_ATTN", ("vllm.models.mymodel",))
 
 def _rows(tree: Path, fa3_sources: str, fa3_options: str | None) -> list[tuple[str, ...]]:
     deps = f"{tree}/.deps"
-    rows = [
+    rows: list[tuple[str, ...]] = [
         ("target", "_C", "sources", f"{tree}/csrc/c.cu;{tree}/csrc/ops.cpp"),
         ("target", "_moe_C", "sources", f"{tree}/csrc/moe.cu"),
         ("target", "_vllm_fa2_C", "sources", f"{deps}/fa-src/fa2.cu"),

@@ -24,7 +24,7 @@ URL = "https://github.com/vllm-project/flash-attention.git"
 PIN = "06bdd47c0d0383daf6a2ff0c418faff9c6da16e5"
 USED = "617264c1c7955c9e84817654ebeedff069f3c5f1"
 STAND_IN = {"url": URL, "pinned": PIN, "used": USED, "reason": "the pin is in no mirror"}
-DEPENDENCIES = [
+DEPENDENCIES: list[dict[str, Any]] = [
     {"name": "cutlass", "url": "https://github.com/NVIDIA/cutlass.git", "ref": "v4.2.1"},
     {"name": "vllm-flash-attn", "url": URL, "ref": PIN, "stand_in": STAND_IN},
 ]
@@ -58,10 +58,11 @@ def test_one_line_for_every_command() -> None:
 
 
 def test_the_sbom_gives_a_stand_in_its_pin_as_ancestor_and_its_commit_as_variant() -> None:
-    vendored = [{"name": "vllm-flash-attn", "kind": "git", "url": URL, "ref": PIN,
-                 "commit": USED, "sha256": "c" * 64, "patched": True, "stand_in": STAND_IN},
-                {"name": "cutlass", "kind": "git", "url": "https://github.com/NVIDIA/cutlass",
-                 "ref": "v4.2.1", "commit": "b" * 40, "sha256": "d" * 64}]
+    vendored: list[dict[str, Any]] = [
+        {"name": "vllm-flash-attn", "kind": "git", "url": URL, "ref": PIN, "commit": USED,
+         "sha256": "c" * 64, "patched": True, "stand_in": STAND_IN},
+        {"name": "cutlass", "kind": "git", "url": "https://github.com/NVIDIA/cutlass",
+         "ref": "v4.2.1", "commit": "b" * 40, "sha256": "d" * 64}]
     facts = BuildFacts("vllm", "r", 1700000000, source={"kind": "sdist"}, vendored=vendored)
     text = wheel_sbom(facts, "vllm", "0.29.0+sm121a").decode()
     assert list(JsonStrictValidator(SchemaVersion.V1_6).validate_str(
