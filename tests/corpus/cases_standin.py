@@ -103,15 +103,17 @@ def _shadowed_wheel(work: Path, shadow: str = "branch", *, mirror_flag: bool = F
     return Invocation(args, after=_nothing_built(work))
 
 
-def _shadowed_bundle(work: Path) -> Invocation:
+def _shadowed_bundle(work: Path, *, sparse: bool = False) -> Invocation:
     _dependency(work, shadow="tag")
-    return Invocation(_bundle(work, _recipe(work, "")), after=_nothing_built(work))
+    recipe = _recipe(work, "sparse = true\n" if sparse else "")
+    return Invocation(_bundle(work, recipe), after=_nothing_built(work))
 
 
-def _accepted(work: Path, *, abbreviated: bool = False) -> Invocation:
+def _accepted(work: Path, *, abbreviated: bool = False, sparse: bool = False) -> Invocation:
     commit = _dependency(work)
     used = commit[:12] if abbreviated else commit.upper()
-    inv = Invocation(_bundle(work, _recipe(work, _stand_in(used))))
+    vendor = ("sparse = true\n" if sparse else "") + _stand_in(used)
+    inv = Invocation(_bundle(work, _recipe(work, vendor)))
 
     def bundled() -> None:
         assert (work / "out" / "demo.tar.xz").is_file(), "no bundle was written"
@@ -196,6 +198,10 @@ CASES = [
          lambda w: _shadowed_wheel(w, mirror_flag=True), WHEEL),
     Case("standin-pin-shadowed-bundle", "standin", SourceError, f"not its pin {PIN}",
          _shadowed_bundle, BUNDLE),
+    Case("standin-pin-shadowed-sparse", "standin", SourceError, f"not its pin {PIN}",
+         lambda w: _shadowed_bundle(w, sparse=True), BUNDLE),
+    Case("standin-named-accepted-sparse", "standin", None, f"stand-in for the pin {PIN}",
+         lambda w: _accepted(w, sparse=True), BUNDLE),
     Case("standin-named-accepted", "standin", None, f"(stand-in for the pin {PIN}: the pin is "
          "in no mirror)", _accepted, BUNDLE),
     Case("standin-named-abbreviated-accepted", "standin", None, f"stand-in for the pin {PIN}",
