@@ -107,6 +107,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 def _bundle(args: argparse.Namespace) -> StageResult:
     from sparkbuild.bundle.write import BundleOptions, make_bundle
     from sparkbuild.compile.extension_set import placeholders_for
+    from sparkbuild.node.profile import declared_env
     from sparkbuild.wheelhouse.closure import bundle_runtime_for
 
     recipe = _recipe(args)
@@ -119,7 +120,7 @@ def _bundle(args: argparse.Namespace) -> StageResult:
         mirrors=tuple(args.mirror),
         offline=args.offline,
         runtime=bundle_runtime_for(recipe, closure=not args.no_closure, offline=args.offline),
-        placeholders=placeholders_for(recipe),
+        placeholders=placeholders_for(recipe, profile=declared_env(recipe)),
     ))
 
 

@@ -159,11 +159,19 @@ class StandIn:
     reason: str
 
     def matches(self, url: str, ref: str | None) -> bool:
-        """This entry is for the source at ``url`` pinned at ``ref``."""
-        if ref is None or _same_url(url) != _same_url(self.url):
+        """This entry is for the source at ``url`` pinned at ``ref``: a commit (7 to 40 hex
+        digits) that ``pinned`` abbreviates or that abbreviates it.  A tag, a branch or an
+        empty ref is never a commit's prefix, whatever its letters."""
+        if ref is None or not self.same_url(url):
             return False
-        ref = ref.lower()
+        ref = ref.strip().lower()
+        if not _COMMIT.fullmatch(ref):
+            return False
         return ref.startswith(self.pinned) or self.pinned.startswith(ref)
+
+    def same_url(self, url: str) -> bool:
+        """``url`` is this entry's, but for a trailing ``.git`` or ``/`` and case."""
+        return _same_url(url) == _same_url(self.url)
 
     def to_dict(self) -> dict[str, str]:
         return {"url": self.url, "pinned": self.pinned, "used": self.used,

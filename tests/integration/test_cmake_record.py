@@ -224,3 +224,50 @@ def test_pybind11_add_module_is_a_module_target(tmp_path: Path) -> None:
     record = record_build(_inputs(tree, tmp_path))
     assert record.targets["_p"].kind == "MODULE"
     assert record.targets["_p"].sources == ["csrc/a.cu", "csrc/b.cpp"]
+
+
+FOLLOWING = r"""
+cmake_minimum_required(VERSION 3.26)
+project(f LANGUAGES CXX)
+add_custom_target(_empty_C)
+add_custom_target(_runs_C COMMAND echo built)
+add_custom_target(_installs_C)
+install(DIRECTORY python/pkg/ DESTINATION pkg/third_party/tool COMPONENT _installs_C)
+install(CODE "message(x)" ALL_COMPONENTS)
+include(FetchContent)
+FetchContent_Declare(fa GIT_REPOSITORY https://example.invalid/fa.git GIT_TAG v1)
+FetchContent_MakeAvailable(fa)
+FetchContent_Declare(other GIT_REPOSITORY https://example.invalid/other.git GIT_TAG v1)
+FetchContent_MakeAvailable(other)
+"""
+FETCHED = r"""
+file(GLOB FA_UNITS "csrc/*.cu")
+add_library(_fa2_C MODULE ${FA_UNITS} csrc/api.cpp)
+"""
+
+
+def test_a_followed_fetched_project_defines_its_targets_from_its_own_directory(
+        tmp_path: Path) -> None:
+    """SB_FOLLOW_FETCHED reads a fetched project's CMakeLists.txt where FetchContent makes it
+    available: its relative sources and globs are its directory's, not the tree's; an
+    add_custom_target is recorded with whether it runs anything, install() by component."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text(FOLLOWING, encoding="utf-8")
+    fetched = {}
+    for name in ("fa", "other"):
+        root = tmp_path / name
+        (root / "csrc").mkdir(parents=True)
+        (root / "CMakeLists.txt").write_text(FETCHED.replace("_fa2_C", f"_{name}_C"))
+        (root / "csrc" / "k1.cu").write_text("// k1\n")
+        (root / "csrc" / "k2.cu").write_text("// k2\n")
+        fetched[name] = root
+    inputs = replace(_inputs(tree, tmp_path), fetch_sources=fetched, follow_fetched=("FA",))
+    record = record_build(inputs)
+    fa = fetched["fa"]
+    assert sorted(record.targets["_fa_C"].sources) == sorted(
+        [f"{fa}/csrc/k1.cu", f"{fa}/csrc/k2.cu", f"{fa}/csrc/api.cpp"])
+    assert "_other_C" not in record.targets  # not followed
+    assert record.followed == {"fa": str(fa)}
+    assert record.custom_targets == {"_empty_C": False, "_runs_C": True, "_installs_C": False}
+    assert record.installs == {"_installs_C": ["pkg/third_party/tool"]}

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from sparkbuild.compile.extension_set import placeholders_for
+from sparkbuild.node.profile import declared_env
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
 from sparkbuild.vendoring.fetch import vendor_for_recipe
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, required=True)
     args = parser.parse_args(argv)
     recipe = load_recipe(args.recipe)
-    choose = placeholders_for(recipe)
+    choose = placeholders_for(recipe, profile=declared_env(recipe))
     placeholders = choose(args.tree) if choose else ()
     vendored = vendor_for_recipe(args.tree, Cache(args.cache.resolve()), recipe, offline=True,
                                  wheels=False, placeholders=placeholders)

@@ -142,7 +142,7 @@ def lacking_by_target(record: BuildRecord, root: Path, archs: Sequence[str],
         fact, _units, _native = target_arch_fact(record, root, name, archs, every)
         if fact == "no_code":  # no unit of it gets a -gencode: each is named, no code
             found[name] = [GencodeCoverage(unit, sass.target_name(arch), (), sass.NO_CODE, None)
-                           for unit in sorted(u for u, n in owners.items() if name in n)
+                           for unit in sorted(u for u in built if name in owners[u])
                            for arch in archs]
     return len(built), dict(sorted(found.items()))
 

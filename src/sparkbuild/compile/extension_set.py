@@ -37,7 +37,7 @@ from sparkbuild.checks.ext_targets import required_targets
 from sparkbuild.checks.start_imports import setup_extensions
 from sparkbuild.checks.target_code import ArchFact, target_arch_fact
 from sparkbuild.console import info
-from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
 from sparkbuild.sources.model_registry import backend_module, model_modules
 from sparkbuild.sources.module_imports import import_refusals
 from sparkbuild.sources.package_reach import (
@@ -235,11 +235,23 @@ class TreeFacts:
     imports: PackageImports
 
 
-def _model_choice(name: str, fact: ArchFact, facts: TreeFacts, reach: Reach,
-                  served: Mapping[str, str], profile: Mapping[str, str]) -> tuple[bool, str]:
+def _importers(name: str, facts: TreeFacts) -> list[ImportSite]:
+    """Every import site of the extension (or of the packages its component installs)."""
     target = name.rsplit(".", 1)[-1]
-    sites = facts.imports.importers_of(_extension_modules(name, target, facts.record,
-                                                          facts.imports))
+    return facts.imports.importers_of(_extension_modules(name, target, facts.record,
+                                                         facts.imports))
+
+
+def _imported_at_top(name: str, facts: TreeFacts, reach: Reach) -> ImportSite | None:
+    """An unguarded module-level import of the extension by a module the start loads:
+    that module cannot be imported without it, whatever serves a "one of" refusal."""
+    return next((site for site in _importers(name, facts)
+                 if site.kind == "top" and _counted(site, reach)), None)
+
+
+def _model_choice(name: str, facts: TreeFacts, reach: Reach,
+                  served: Mapping[str, str], profile: Mapping[str, str]) -> tuple[bool, str]:
+    sites = _importers(name, facts)
     counted = [site for site in sites if _counted(site, reach)]
     if name in served:
         return True, served[name]
@@ -259,18 +271,24 @@ def _served_groups(facts: TreeFacts, reach: Reach, names: Sequence[str],
                    facts_by_name: Mapping[str, ArchFact]
                    ) -> tuple[dict[str, str], dict[str, str]]:
     """For each "one of" refusal the start reaches, the first member that compiles for the
-    target serves it: (served name -> reason, spare member -> why it is not needed)."""
+    target serves it, or, where none is known to, the first defined by a fetched project
+    whose CMake was not read (not known to compile nothing): (served name -> reason, spare
+    member -> why it is not needed)."""
     lasts = {name.rsplit(".", 1)[-1]: name for name in names}
     served: dict[str, str] = {}
     spare: dict[str, str] = {}
     for where, group in _one_of_groups(facts.tree, facts.imports, reach, lasts):
-        usable = [name for name in group if facts_by_name.get(name) not in _OUT_BY_ARCH]
+        usable = sorted((name for name in group if facts_by_name.get(name) not in _OUT_BY_ARCH),
+                        key=lambda name: facts_by_name.get(name) == "fetched")
         if not usable:
             continue
         first = usable[0].rsplit(".", 1)[-1]
         members = ", ".join(name.rsplit(".", 1)[-1] for name in group)
-        served.setdefault(usable[0], f"{where} needs one of {members}; {first} is the first "
-                          "that compiles something at the target")
+        how = ("is the first that compiles something at the target"
+               if facts_by_name.get(usable[0]) != "fetched" else
+               "is the first not known to compile nothing at the target (defined by a "
+               "fetched project whose CMake was not read)")
+        served.setdefault(usable[0], f"{where} needs one of {members}; {first} {how}")
         for name in group:
             if name != usable[0]:
                 spare.setdefault(name, f"{where} needs one of {members}, and {first} serves "
@@ -306,10 +324,10 @@ def choose_extensions(facts: TreeFacts, archs: tuple[str, ...], model: ModelRoot
                 reason = _arch_reason(fact, units, arch_text) + " (refused before the compile)"
         elif fact in _OUT_BY_ARCH:
             built, reason = False, _arch_reason(fact, units, arch_text)
-        elif name in spare:
+        elif name in spare and _imported_at_top(name, facts, reach) is None:
             built, reason = False, f"not needed: {spare[name]}"
         else:
-            built, reason = _model_choice(name, fact, facts, reach, served, profile)
+            built, reason = _model_choice(name, facts, reach, served, profile)
         choices.append(ExtensionChoice(name, built, reason, fact, units, native))
     return ExtensionSet(archs, model, choices, left_out_sources(facts, choices))
 
@@ -420,28 +438,47 @@ def extension_set_for(tree: Path, recipe: Recipe, work: Path, *,
 def list_targets(recipe: Recipe, tree: Path | None, context: RunContext, *,
                  profile: Mapping[str, str]) -> ExtensionSet:
     """``check --list-targets``: the set for the recipe, on ``tree`` or on the recipe's
-    source prepared (series applied) in the cache's work directory."""
+    source prepared (series applied) in the cache's work directory, afresh each run (the
+    tree an earlier run prepared there is removed first)."""
     work = context.cache().root / "work" / recipe.name / "list-targets"
     if tree is None:
+        import shutil
+
         from sparkbuild.patches.prepare import prepare_tree
 
+        shutil.rmtree(work / "tree", ignore_errors=True)
         prepared = prepare_tree(recipe.source.spec, work / "tree", recipe, context=context)
         if prepared.error is not None:
             raise prepared.error
         tree = prepared.tree
-    return extension_set_for(tree, recipe, work, profile=profile)
+    _refuse_unusable_tree(tree.resolve())
+    return extension_set_for(tree.resolve(), recipe, work, profile=profile)
 
 
-def placeholders_for(recipe: Recipe) -> Callable[[Path], tuple[Placeholder, ...]] | None:
+def _refuse_unusable_tree(tree: Path) -> None:
+    """A tree the set cannot be read from: not a directory with a CMakeLists.txt, or a
+    setup.py that lists no CMake extension (nothing to choose from)."""
+    if not (tree / "CMakeLists.txt").is_file():
+        raise UsageError("not a source tree with a CMakeLists.txt", where=str(tree),
+                         hint="pass the directory `sparkbuild prepare --dest` wrote, or leave "
+                         "out --tree: the recipe's source is prepared in the cache")
+    if not setup_extensions(tree):
+        raise UsageError("the tree's setup.py lists no CMakeExtension: there is no extension "
+                         "to choose", where=str(tree / "setup.py"),
+                         hint="pass a vLLM tree (its setup.py lists the extensions it builds)")
+
+
+def placeholders_for(recipe: Recipe, *, profile: Mapping[str, str]
+                     ) -> Callable[[Path], tuple[Placeholder, ...]] | None:
     """For ``bundle``: the placeholders of a prepared tree, chosen as ``wheel`` chooses them
-    (None without ``[model]``: every source is bundled)."""
+    (``profile``: the node profile the recipe declares; None without ``[model]``: every
+    source is bundled)."""
     if recipe.model is None:
         return None
-    from sparkbuild.node.profile import declared_env
 
     def choose(tree: Path) -> tuple[Placeholder, ...]:
         with tempfile.TemporaryDirectory(prefix="sparkbuild-extensions-") as scratch:
-            chosen = extension_set_for(tree, recipe, Path(scratch), profile=declared_env(recipe))
+            chosen = extension_set_for(tree, recipe, Path(scratch), profile=profile)
         for line in chosen.summary():
             info(line)
         return tuple(chosen.left_out_sources)

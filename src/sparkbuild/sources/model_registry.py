@@ -78,11 +78,12 @@ def _stem(architecture: str) -> str:
 def model_modules(tree: Path, package: str, architecture: str, *,
                   draft: bool) -> list[RegistryEntry]:
     """The registry's entries for ``architecture``, and with ``draft`` those of its
-    multi-token-prediction draft (``Qwen3NextMTP`` beside ``Qwen3NextForCausalLM``)."""
-    stem = _stem(architecture)
+    multi-token-prediction draft: the architecture's stem followed by ``MTP``
+    (``Qwen3NextMTP`` beside ``Qwen3NextForCausalLM``, ``Glm4MoeMTPModel`` beside
+    ``Glm4MoeForCausalLM``; not ``Glm4MoeLiteMTPModel``, another model's draft)."""
+    draft_name = _stem(architecture) + _DRAFT_MARK
     return [entry for entry in model_entries(tree, package)
-            if entry.name == architecture or (draft and entry.name.startswith(stem)
-                                              and _DRAFT_MARK in entry.name[len(stem):])]
+            if entry.name == architecture or (draft and entry.name.startswith(draft_name))]
 
 
 def backend_module(tree: Path, package: str, backend: str) -> RegistryEntry | None:

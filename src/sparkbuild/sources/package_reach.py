@@ -5,8 +5,10 @@ Read with ``ast``, never imported.  Every import statement of a file is classifi
 * ``top``: a statement of the module's own body, so the file cannot be imported without it;
 * ``guarded``: at module level, but inside ``try``, ``if`` or ``with`` (an optional
   extension: ``with contextlib.suppress(ImportError): import vllm._qutlass_C``);
-* ``lazy``: inside a function or a lambda, run only when that function is called, and so
-  is ``importlib.import_module("a.b")`` with a constant name.
+* ``lazy``: inside a function or a lambda, run only when that function is called.
+
+``importlib.import_module("a.b")`` with a constant name is an import of ``a.b``, of the
+kind its place gives it (at module level it runs whenever the module is imported).
 
 :func:`reached` follows the ``top`` and ``guarded`` imports from some root modules through
 the package: what a start of those roots loads.  A ``lazy`` import is recorded but not
@@ -101,8 +103,8 @@ class _Collector(ast.NodeVisitor):
     def kind(self) -> ImportKind:
         return "lazy" if self.depth else ("guarded" if self.guards else "top")
 
-    def _add(self, name: str, line: int, kind: ImportKind | None = None) -> None:
-        self.found.append(ImportSite(self.module, name, kind or self.kind, self.path, line))
+    def _add(self, name: str, line: int) -> None:
+        self.found.append(ImportSite(self.module, name, self.kind, self.path, line))
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -120,7 +122,7 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name = _dynamic_name(node)
         if name is not None:
-            self._add(name, node.lineno, "lazy")
+            self._add(name, node.lineno)
         self.generic_visit(node)
 
     def _function(self, node: ast.AST) -> None:

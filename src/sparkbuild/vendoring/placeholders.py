@@ -7,7 +7,7 @@ only left-out extensions use (:mod:`sparkbuild.compile.extension_set` decides), 
 gets a directory holding exactly those files instead of a copy at its pin, and nothing is
 fetched.  Each file says what it is: a Python file raises ImportError naming the source and
 why, a C, C++ or CUDA file is a comment.  The placeholder is recorded in the build's
-settings and the manifest (``vendor.placeholders``).
+settings, the manifest's ``build.placeholders``.
 """
 
 from __future__ import annotations

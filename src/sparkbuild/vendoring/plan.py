@@ -219,7 +219,8 @@ def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] |
     moves the Cargo crates to :attr:`VendorPlan.crates_left_out`.  ``placeholders``
     (the extension set's) move their sources there too, each with its placeholder; a
     placeholder for a source the plan does not hold is ignored (another branch's).
-    ``stand_ins`` (``[[vendor.stand_in]]``) give git sources the commit they are built from.
+    ``stand_ins`` (``[[vendor.stand_in]]``) give git sources the commit they are built from;
+    each must name a git source of the plan at its pin.
     """
     submodules = dict(submodules or {})
     names = {source.name for source in plan.sources}
@@ -229,6 +230,7 @@ def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] |
             f"[vendor] names {', '.join(unknown)}, which the tree does not fetch",
             hint=f"the tree fetches: {', '.join(sorted(names)) or 'nothing'}",
         )
+    _refuse_unmatched_stand_ins(plan, stand_ins)
     kept: list[SourcePlan] = []
     excluded: list[SourcePlan] = []
     standing_in = {placeholder.name: placeholder for placeholder in placeholders}
@@ -245,6 +247,26 @@ def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] |
     if not crates:
         plan = dataclasses.replace(plan, crates=(), crates_left_out=plan.crates)
     return plan
+
+
+def _refuse_unmatched_stand_ins(plan: VendorPlan, stand_ins: tuple[StandIn, ...]) -> None:
+    """A stand-in that names no git source of the plan at its pin is an error, never a
+    silent no-op (a misspelt URL, or a tree that moved its pin since the entry was written)."""
+    git = [source for source in (*plan.sources, *plan.unreached) if source.kind == "git"]
+    for stand_in in stand_ins:
+        if any(stand_in.matches(source.url, source.ref) for source in git):
+            continue
+        same_url = [source for source in git if stand_in.same_url(source.url)]
+        if same_url:
+            pins = ", ".join(f"{source.name} @ {source.ref}" for source in same_url)
+            raise RecipeError(
+                f"[[vendor.stand_in]] for {stand_in.url} names the pin {stand_in.pinned}, "
+                f"but the tree pins {pins}",
+                hint="set pinned to the tree's pin, or drop the entry if the pin is at hand")
+        fetched = ", ".join(sorted({source.url for source in git})) or "no git source"
+        raise RecipeError(
+            f"[[vendor.stand_in]] names {stand_in.url}, which the tree does not fetch",
+            hint=f"the tree's git sources: {fetched}")
 
 
 def python_tag() -> str:

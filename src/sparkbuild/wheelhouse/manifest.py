@@ -174,8 +174,9 @@ def expected_hashes(manifest: Mapping[str, Any]) -> dict[str, str]:
 
 def stand_ins_of(manifest: Mapping[str, Any]) -> list[dict[str, str]]:
     """The sources a wheelhouse's build took from another commit than the tree's pin
-    (``build_settings.dependencies[].stand_in``), each with its name and URL."""
-    settings = manifest.get("build_settings")
+    (``build.dependencies[].stand_in``: the manifest holds the build's settings under
+    ``build``), each with its name and URL."""
+    settings = manifest.get("build")
     records = settings.get("dependencies") if isinstance(settings, Mapping) else None
     found: list[dict[str, str]] = []
     for record in records if isinstance(records, list) else []:

@@ -414,3 +414,22 @@ def test_a_recorded_fingerprint_or_origin_forges_no_line(venv: Path, tmp_path: P
     lines = "\n".join(verify_installed(venv).summary()).splitlines()
     assert [line for line in lines if line.startswith("verify --installed")] == lines[:1]
     assert "FAILED" in lines[0]  # the recorded manifest no longer hashes to the fingerprint
+
+
+def test_the_stand_ins_of_the_recorded_wheelhouse_are_named(venv: Path, tmp_path: Path) -> None:
+    """A source built from another commit than the tree's pin stays visible on the node."""
+    stand_in = {"url": "https://github.com/vllm-project/flash-attention.git",
+                "pinned": "06bdd47c" * 5, "used": "617264c1" * 5, "reason": "no \x1b[2J mirror"}
+    manifest = {**MANIFEST, "build": {"dependencies": [
+        {"name": "cutlass", "ref": "v4"}, {"name": "vllm-flash-attn", "stand_in": stand_in}]}}
+    record_installation(venv, json.dumps(manifest).encode(), "somewhere")
+    result = verify_installed(venv)
+    assert result.to_dict()["stand_ins"] == [{"name": "vllm-flash-attn", **stand_in}]
+    (line,) = [line for line in result.summary() if "stand-in:" in line]
+    assert line.startswith(f"  stand-in: vllm-flash-attn built from {'617264c1' * 5}, not the "
+                           f"tree's pin {'06bdd47c' * 5}")
+    assert "\x1b" not in line
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    record_installation(venv, _manifest(plain), "somewhere")
+    assert verify_installed(venv).stand_ins == []
