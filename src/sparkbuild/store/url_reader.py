@@ -309,7 +309,7 @@ def open_url(url: str, *, accept: str | None = None, token: str | None = None,
     except urllib.error.HTTPError as exc:
         if any_status:
             moved_to = exc.headers.get("Location") if 300 <= exc.code < 400 else None
-            return UrlResponse(url, exc.code, exc.headers, exc.fp, clock, hint,
+            return UrlResponse(url, exc.code, exc.headers, exc, clock, hint,
                                moved_to if moved_to is None else
                                urllib.parse.urljoin(url, moved_to))
         exc.close()

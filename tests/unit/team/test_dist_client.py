@@ -15,18 +15,17 @@ import pytest
 
 from sparkbuild.errors import UsageError
 from sparkbuild.jobplan.machine import GIB, BuildPlan, with_team_cores
-from sparkbuild.team import dist_client
+from sparkbuild.team import dist_token
 from sparkbuild.team.dist_client import (
     DistLink,
-    SchedulerStatus,
     client_config,
     connect,
     connect_for,
-    parse_dist_status,
-    read_client_token,
     scheduler_url,
     write_client_config,
 )
+from sparkbuild.team.dist_token import read_client_token
+from sparkbuild.team.scheduler_status import SchedulerStatus, parse_dist_status
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -105,10 +104,10 @@ def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]
                                                         ) -> None:
-    monkeypatch.delenv(dist_client.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(dist_token.TOKEN_ENV, raising=False)
     with pytest.raises(UsageError, match="client token"):
         read_client_token(None)
-    monkeypatch.setenv(dist_client.TOKEN_ENV, " from-env\n")
+    monkeypatch.setenv(dist_token.TOKEN_ENV, " from-env\n")
     assert read_client_token(None) == ("from-env", "$SPARKBUILD_DIST_TOKEN")
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
@@ -124,7 +123,7 @@ def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path,
 
 def test_a_right_token_connects_with_the_teams_cores(scheduler: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     link = connect(scheduler, None)
     assert link.connected and link.status == SchedulerStatus(2, 40, 1)
     assert link.cpus == 40 and link.scheduler == scheduler + "/"
@@ -134,7 +133,7 @@ def test_a_right_token_connects_with_the_teams_cores(scheduler: str,
 
 def test_a_wrong_token_is_refused_naming_the_scheduler(scheduler: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, "secret-xyz")
+    monkeypatch.setenv(dist_token.TOKEN_ENV, "secret-xyz")
     with pytest.raises(UsageError) as refused:
         connect(scheduler, None)
     assert scheduler in refused.value.what and "Fixed token mismatch" in refused.value.what
@@ -143,7 +142,7 @@ def test_a_wrong_token_is_refused_naming_the_scheduler(scheduler: str,
 
 def test_a_scheduler_not_there_is_a_warning_and_a_local_build(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     url = closed_port()
     link = connect(url, None)
     assert not link.connected and link.cpus == 0 and "cannot reach" in str(link.reason)
@@ -152,7 +151,7 @@ def test_a_scheduler_not_there_is_a_warning_and_a_local_build(
 
 def test_a_scheduler_without_servers_builds_here(scheduler: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     monkeypatch.setattr(FakeScheduler, "status",
                         {"num_servers": 0, "num_cpus": 0, "in_progress": 0})
     link = connect(scheduler, None)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from sparkbuild.jobplan.timeline import BuildTimeline, Unit
 from sparkbuild.team.compile_cache import SccacheStats
-from sparkbuild.team.dist_client import DistLink, SchedulerStatus
+from sparkbuild.team.dist_client import DistLink
+from sparkbuild.team.scheduler_status import SchedulerStatus
 from sparkbuild.team.dist_record import (
     FALLBACK,
     DistResult,
