@@ -232,7 +232,7 @@ class UrlResponse:
         except DeadlinePassed as exc:
             raise deadline_error(self.url, self._clock.deadline, self.received) from exc
         except (OSError, ValueError, http.client.HTTPException) as exc:
-            raise NetworkError(f"the download broke off after {self.received} bytes: "
+            raise NetworkError(f"the transfer broke off after {self.received} bytes: "
                                f"{_said(exc)}", where=self.url, hint=self._hint) from exc
         self.received += len(data)
         return data

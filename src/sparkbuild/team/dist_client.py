@@ -91,8 +91,9 @@ def redirected(url: str, route: str, status: int, location: str | None) -> Usage
     go wherever it points)."""
     pointed = shown(location)[:200] if location else "nowhere (no Location)"
     return UsageError(
-        f"the dist scheduler {url} redirected {route} (HTTP {status}) to {pointed}: the "
-        "probe follows no redirect, so the client token goes to the scheduler alone",
+        f"the dist scheduler {url} answered /{route} with a redirect (HTTP {status}) to "
+        f"{pointed}: the probe follows no redirect, so the client token goes to the "
+        "scheduler alone",
         where=url, hint="give the scheduler's own address (http://HOST:PORT, where "
         "sccache-dist listens), not one that sends requests elsewhere")
 

@@ -32,12 +32,23 @@ def _no_constant(name: str) -> Any:
     raise StatusRefused(f"it holds {name}, which is no count")
 
 
+def _kind(value: Any) -> str:
+    """A JSON value that is no count, in words (never more than a short number of it)."""
+    if isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, float):
+        return shown(repr(value)[:40])
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _count(data: dict[str, Any], key: str, most: int, *, default: int | None = None) -> int:
     value = data.get(key, default)
     if value is None:
         raise StatusRefused(f"it has no {key}")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise StatusRefused(f"{key} is {shown(json.dumps(value)[:40])}, not a whole number")
+        raise StatusRefused(f"{key} is {_kind(value)}, not a whole number")
     if not 0 <= value <= most:
         raise StatusRefused(f"{key} is {value}, not a count from 0 to {most}")
     return value
@@ -84,6 +95,8 @@ def parse_dist_status(text: str) -> tuple[SchedulerStatus | None, str]:
     start = text.find("{")
     try:
         data = parse_json(text[start:], parse_constant=_no_constant) if start >= 0 else None
+    except StatusRefused as refused:
+        return None, f"a status that is not one: {refused}"
     except ValueError:
         data = None
     if isinstance(data, dict) and "SchedulerStatus" in data:

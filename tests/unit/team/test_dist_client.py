@@ -100,6 +100,88 @@ def test_scheduler_url_is_checked_and_normalised() -> None:
             scheduler_url(bad)
 
 
+def test_a_scheduler_url_that_cannot_be_read_is_a_usage_error() -> None:
+    for bad in ("http://[::1", "http://::1]:10600", "http://[::1:10600/", "http://x y:1",
+                "http://x:1/\x1b[2J"):
+        with pytest.raises(UsageError) as refused:
+            scheduler_url(bad)
+        assert "\x1b" not in refused.value.render()
+
+
+def _redirecting(code: int, route: str, target: str) -> type[FakeScheduler]:
+    class Redirecting(FakeScheduler):
+        allocations: ClassVar[list[str]] = []  # its own: FakeScheduler's is the other host's
+
+        def do_GET(self) -> None:
+            if self.path == route:
+                self._moved()
+            else:
+                super().do_GET()
+
+        def do_POST(self) -> None:
+            self.allocations.append(self.headers.get("Authorization", ""))
+            if self.path == route:
+                self._moved()
+            else:
+                super().do_POST()
+
+        def _moved(self) -> None:
+            self.send_response(code)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return Redirecting
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("route", ["/api/v1/scheduler/status", "/api/v1/scheduler/alloc_job"])
+def test_a_redirect_is_refused_and_the_token_goes_nowhere_else(
+        scheduler: str, monkeypatch: pytest.MonkeyPatch, code: int, route: str) -> None:
+    """``scheduler`` is the other host: it notes every Authorization it gets."""
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
+    moving = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), _redirecting(code, route, scheduler + "/api/v1/scheduler/alloc_job"))
+    threading.Thread(target=moving.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{moving.server_address[1]}"
+    try:
+        with pytest.raises(UsageError, match="follows no redirect") as refused:
+            connect(url, None)
+    finally:
+        moving.shutdown()
+        moving.server_close()
+    assert f"(HTTP {code}) to {scheduler}/api/v1/scheduler/alloc_job" in refused.value.what
+    assert TOKEN not in refused.value.render()
+    assert FakeScheduler.allocations == []  # the other host never saw the token
+
+
+def test_the_token_the_scheduler_says_back_is_not_shown(scheduler: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Echoing(FakeScheduler):
+        def do_POST(self) -> None:
+            self._answer(401, f"mismatch: {self.headers.get('Authorization')}".encode())
+
+    monkeypatch.setenv(dist_token.TOKEN_ENV, "secret-xyz")
+    echoing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echoing)
+    threading.Thread(target=echoing.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(UsageError, match=r"mismatch: Bearer \*\*\*") as refused:
+            connect(f"http://127.0.0.1:{echoing.server_address[1]}", None)
+    finally:
+        echoing.shutdown()
+        echoing.server_close()
+    assert "secret-xyz" not in refused.value.render()
+
+
+def test_a_status_that_is_not_one_is_a_warning_and_a_local_build(
+        scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
+    monkeypatch.setattr(FakeScheduler, "status", {"num_servers": 2, "num_cpus": -50})
+    link = connect(scheduler, None)
+    assert not link.connected and link.cpus == 0 and "num_cpus is -50" in str(link.reason)
+    assert FakeScheduler.allocations == []  # no token sent to a scheduler that is not one
+
+
 def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]

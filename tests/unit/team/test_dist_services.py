@@ -38,6 +38,26 @@ def test_listen_is_an_ip_and_a_port(capsys: pytest.CaptureFixture[str]) -> None:
         parse_listen("0.0.0.0:10501", server=True)
 
 
+@pytest.mark.parametrize("spelling", ["0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]", "[::ffff:0.0.0.0]",
+                                      "[::ffff:0:0]", "[0:0:0:0:0:ffff:0.0.0.0]",
+                                      "[::FFFF:0.0.0.0]", "[::0.0.0.0]"])
+def test_every_spelling_of_every_address_is_warned_about_or_refused(
+        spelling: str, capsys: pytest.CaptureFixture[str]) -> None:
+    host, port = parse_listen(f"{spelling}:10600", server=False)
+    assert port == 10600 and host in ("0.0.0.0", "::")
+    assert "binds every interface" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="cannot listen on every address"):
+        parse_listen(f"{spelling}:10501", server=True)
+
+
+def test_a_mapped_address_is_the_ipv4_address_it_binds() -> None:
+    assert parse_listen("[::ffff:192.168.1.10]:10600", server=True) == ("192.168.1.10", 10600)
+    assert parse_listen("[::ffff:c0a8:10a]:10600", server=True) == ("192.168.1.10", 10600)
+    for bad in ("1.2.3.4:+10600", "1.2.3.4:1_0600", "[::1]: 10600", "[1.2.3.4]]:1"):
+        with pytest.raises(UsageError):
+            parse_listen(bad, server=False)
+
+
 def test_the_tomls_are_what_sccache_dist_reads() -> None:
     sched = tomllib.loads(scheduler_toml("10.0.0.1:10600", "tok", "key"))
     assert sched == {"public_addr": "10.0.0.1:10600",
