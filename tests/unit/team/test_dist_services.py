@@ -134,6 +134,29 @@ def test_the_scheduler_token_from_the_environment(fake: FakeDist, tmp_path: Path
                       server_key_file=tmp_path / "s.key", state_dir=tmp_path / "st")
 
 
+@pytest.mark.parametrize("secret", [b"QZX-one\nQZX-two\n", b"QZX one", b"QZX\x1b[0m"])
+def test_the_schedulers_secrets_are_checked_before_anything_runs(
+        fake: FakeDist, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret: bytes) -> None:
+    token = tmp_path / "c.token"
+    token.write_bytes(secret)
+    token.chmod(0o600)
+    with pytest.raises(UsageError, match="the client token file holds") as refused:
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=token,
+                      server_key_file=tmp_path / "s.key", state_dir=tmp_path / "state")
+    assert refused.value.where == str(token) and "QZX" not in refused.value.render()
+    monkeypatch.setenv("SPARKBUILD_DIST_TOKEN", secret.decode())
+    with pytest.raises(UsageError, match="SPARKBUILD_DIST_TOKEN holds"):
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=None,
+                      server_key_file=tmp_path / "s.key", state_dir=tmp_path / "state")
+    key = tmp_path / "s.key"
+    key.write_bytes(secret)
+    monkeypatch.setenv("SPARKBUILD_DIST_TOKEN", "env-tok")
+    with pytest.raises(UsageError, match="the server key file holds"):
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=None,
+                      server_key_file=key, state_dir=tmp_path / "state")
+    assert not any(argv[-3:-1] == ["scheduler", "--config"] for argv, _ in fake.calls)
+
+
 def test_a_server_gets_its_jwt_from_the_key_in_a_file(
         fake: FakeDist, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.geteuid", lambda: 0)
