@@ -14,7 +14,7 @@ from sparkbuild.console import console, set_verbose
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
 from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
-from sparkbuild.team.dist_client import TOKEN_ENV
+from sparkbuild.team.dist_token import TOKEN_ENV
 
 if TYPE_CHECKING:
     from sparkbuild.store.context import RunContext

@@ -56,6 +56,8 @@ class Invocation:
     """A command the CLI runs under (``unshare`` for a private tmpfs); the CLI follows it."""
     after: Callable[[], None] | None = None
     """Postconditions checked after the run (asserts)."""
+    secrets: tuple[str, ...] = ()
+    """Texts no output of the run may hold (a token the case hands the command)."""
 
 
 @dataclass(frozen=True)
@@ -1329,10 +1331,10 @@ CLI = [sys.executable, "-m", "sparkbuild"]
 def _all_cases() -> list[Case]:
     """The base corpus and the issue-41 probe's cases: what runs on a node
     (:mod:`corpus.cases_node`) and what a build reads (:mod:`corpus.cases_inputs`)."""
-    from corpus import cases_inputs, cases_jitcache, cases_node, cases_standin
+    from corpus import cases_dist, cases_inputs, cases_jitcache, cases_node, cases_standin
 
-    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES, *cases_jitcache.CASES,
-            *cases_standin.CASES]
+    groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist]
+    return [*BASE_CASES, *(case for group in groups for case in group.CASES)]
 
 
 CASES: list[Case] = _all_cases()

@@ -4,9 +4,10 @@
 script that prints ``cases N, ok N, defects N``) both call :func:`run_case`.
 
 Each case runs twice in a fresh directory: plain, then with ``--json``.  Both must exit with
-the code of the case's error class and print no traceback; the plain run must say the case's
-message fragment on stderr, and the JSON run must carry the error class and the fragment in
-its ``error`` object.  A case whose sparkbuild module is missing fails, naming the module.
+the code of the case's error class, print no traceback and show none of the case's secrets
+(a token it hands the command); the plain run must say the case's message fragment on
+stderr, and the JSON run must carry the error class and the fragment in its ``error``
+object.  A case whose sparkbuild module is missing fails, naming the module.
 A defect is an :class:`AssertionError`; a case this machine cannot run (no private tmpfs) is
 :class:`CannotRun`.
 """
@@ -79,6 +80,12 @@ def check_common(case: Case, result: subprocess.CompletedProcess[str]) -> None:
     )
 
 
+def check_secrets(inv: Invocation, result: subprocess.CompletedProcess[str]) -> None:
+    both = result.stdout + result.stderr
+    shown = [secret for secret in inv.secrets if secret in both]
+    assert not shown, f"the output shows the secret {shown[0]!r}:\n{both}"
+
+
 def run_case(case: Case, work: Path) -> None:
     """Run ``case`` plain and with ``--json`` under ``work`` (an empty directory)."""
     absent = missing_modules(case)
@@ -86,6 +93,7 @@ def run_case(case: Case, work: Path) -> None:
     plain_inv = build(case, work / "plain")
     plain = run_cli(plain_inv, as_json=False)
     check_common(case, plain)
+    check_secrets(plain_inv, plain)
     assert case.fragment in plain.stderr, plain.stderr
     if plain_inv.after is not None:
         plain_inv.after()
@@ -93,6 +101,7 @@ def run_case(case: Case, work: Path) -> None:
     json_inv = build(case, work / "json")
     as_json = run_cli(json_inv, as_json=True)
     check_common(case, as_json)
+    check_secrets(json_inv, as_json)
     try:
         payload = json.loads(as_json.stdout)
     except ValueError:

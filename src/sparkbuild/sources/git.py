@@ -38,8 +38,8 @@ from sparkbuild.errors import (
     ToolchainError,
 )
 from sparkbuild.proc import ProcResult, run
-from sparkbuild.store.download import OFFLINE_HINT
 from sparkbuild.store.hashing import sha256_bytes
+from sparkbuild.store.url_reader import OFFLINE_HINT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

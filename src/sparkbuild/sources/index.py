@@ -30,8 +30,9 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.console import warn
 from sparkbuild.errors import CacheMissError, NetworkError, SourceError
-from sparkbuild.store.download import fetch_to_cache, open_url
+from sparkbuild.store.download import fetch_to_cache
 from sparkbuild.store.hashing import is_sha256
+from sparkbuild.store.url_reader import open_url
 
 if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache

@@ -1,7 +1,8 @@
 """The store: where bytes are kept, beneath every stage.
 
 The content-addressed dependency cache (:mod:`.cache`) and its file lock (:mod:`.lock`),
-downloads hashed on the way in (:mod:`.download`), atomic writes and the leftovers of
+downloads hashed on the way in (:mod:`.download`) through the one reader of URLs, each
+exchange bounded in time as a whole (:mod:`.url_reader`), atomic writes and the leftovers of
 killed runs (:mod:`.files`), sha256 (:mod:`.hashing`), the run's context -- which cache,
 offline or not, which recipe (:mod:`.context`) --, the phase clock of one ``wheel``
 (:mod:`.phases`), a directory brought up to another file by file (:mod:`.tree_sync`),

@@ -1,23 +1,21 @@
 """Downloads: http, https and file URLs, hashed on the way in, never half-written.
 
 A download streams into a ``.partial-<pid>-*`` file beside its destination and is renamed
-only once complete and, when a sha256 is pinned, matching.  Every network failure becomes
-a :class:`NetworkError` that names the URL and says how to build without the network.
+only once complete and, when a sha256 is pinned, matching.  The bytes come through the one
+URL reader (:mod:`sparkbuild.store.url_reader`: a stall timeout and a deadline for the whole
+download); every network failure becomes a :class:`NetworkError` that names the URL and
+says how to build without the network.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import http.client
 import os
 import secrets
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from sparkbuild import __version__
 from sparkbuild.console import byte_progress, info, warn
 from sparkbuild.errors import (
     CacheMissError,
@@ -29,44 +27,13 @@ from sparkbuild.errors import (
 from sparkbuild.store.cache import FILL_HINT
 from sparkbuild.store.files import discarded, replacing
 from sparkbuild.store.hashing import CHUNK
-from sparkbuild.store.lock import seconds_from_env
+from sparkbuild.store.url_reader import OFFLINE_HINT, UrlResponse, open_url
 
 if TYPE_CHECKING:
-
     from sparkbuild.store.cache import Cache
 
-OFFLINE_HINT = (
-    f"check the network (or the index URL); to build without a network, {FILL_HINT}, "
-    "then run with --offline"
-)
-USER_AGENT = f"sparkbuild/{__version__}"
 
-
-def timeout_seconds() -> float:
-    """Seconds a stalled connection may stay silent ($SPARKBUILD_NET_TIMEOUT, default 60)."""
-    return seconds_from_env("SPARKBUILD_NET_TIMEOUT", 60.0)
-
-
-def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:
-    """Open ``url`` for reading; network trouble becomes :class:`NetworkError`."""
-    headers = {"User-Agent": USER_AGENT}
-    if accept:
-        headers["Accept"] = accept
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        response: IO[bytes] = urllib.request.urlopen(request, timeout=timeout_seconds())
-    except urllib.error.HTTPError as exc:
-        raise NetworkError(
-            f"the server answered HTTP {exc.code} {exc.reason}", where=url, hint=OFFLINE_HINT
-        ) from exc
-    except urllib.error.URLError as exc:
-        raise NetworkError(f"cannot open URL: {exc.reason}", where=url, hint=OFFLINE_HINT) from exc
-    except (OSError, http.client.HTTPException) as exc:
-        raise NetworkError(f"cannot open URL: {exc}", where=url, hint=OFFLINE_HINT) from exc
-    return response
-
-
-def _expected_length(response: IO[bytes]) -> int | None:
+def _expected_length(response: UrlResponse | IO[bytes]) -> int | None:
     length = getattr(response, "headers", {}).get("Content-Length")
     return int(length) if length and length.isdigit() else None
 
@@ -78,31 +45,25 @@ def _too_large(url: str, limit: int) -> VerifyError:
                        "serves")
 
 
-def _stream_to(response: IO[bytes], out: IO[bytes], url: str, label: str,
+def _stream_to(response: UrlResponse | IO[bytes], out: IO[bytes], url: str, label: str,
                limit: int | None = None) -> str:
     """Copy the body, returning its sha256; a short body is a :class:`NetworkError`, one
     over ``limit`` bytes a :class:`VerifyError` (refused as soon as it is, or as its
-    Content-Length says it will be)."""
+    Content-Length says it will be); the reading's own failures are the reader's
+    (:class:`~sparkbuild.store.url_reader.UrlResponse`)."""
     digest = hashlib.sha256()
     expected = _expected_length(response)
     if limit is not None and expected is not None and expected > limit:
         raise _too_large(url, limit)
     received = 0
     with byte_progress(label, expected) as advance:
-        try:
-            for chunk in iter(lambda: response.read(CHUNK), b""):
-                if limit is not None and received + len(chunk) > limit:
-                    raise _too_large(url, limit)
-                digest.update(chunk)
-                out.write(chunk)
-                received += len(chunk)
-                advance(len(chunk))
-        except (TimeoutError, ConnectionError, http.client.HTTPException) as exc:
-            raise NetworkError(
-                f"the download broke off after {received} bytes: {exc}",
-                where=url,
-                hint=OFFLINE_HINT,
-            ) from exc
+        for chunk in iter(lambda: response.read(CHUNK), b""):
+            if limit is not None and received + len(chunk) > limit:
+                raise _too_large(url, limit)
+            digest.update(chunk)
+            out.write(chunk)
+            received += len(chunk)
+            advance(len(chunk))
     if expected is not None and received != expected:
         raise NetworkError(
             f"the download ended after {received} of {expected} bytes",

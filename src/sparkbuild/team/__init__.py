@@ -4,7 +4,9 @@ The shared compile cache (:mod:`.compile_cache`: sccache on Redis, S3 or a direc
 keys scoped to CUDA, torch, the target and the series) and the one sccache server a build
 starts on it, watches, reads and stops (:mod:`.sccache_server`).  The team's cores through
 sccache-dist: that same server as the dist client of a scheduler probed before the build
-(:mod:`.dist_client`), what it did -- compiles per build server, local fallbacks, each
+(:mod:`.dist_client`; its status read typed and bounded, :mod:`.scheduler_status`; the
+client token and the servers' key read and checked, never shown, :mod:`.dist_token`), what
+it did -- compiles per build server, local fallbacks, each
 step's server read from its log, and the build's picture (:mod:`.dist_record`) --, the
 scheduler and build servers started from sccache-dist's own binary (:mod:`.dist_services`)
 and ``doctor``'s checks of both ends (:mod:`.dist_checks`).  It hands

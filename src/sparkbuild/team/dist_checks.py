@@ -22,13 +22,13 @@ from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
 from sparkbuild.proc import run
 from sparkbuild.team.dist_client import (
     DistLink,
-    read_client_token,
     read_status,
     refused_token,
     scheduler_url,
     token_refusal,
 )
 from sparkbuild.team.dist_services import find_sccache_dist
+from sparkbuild.team.dist_token import read_client_token
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -69,25 +69,32 @@ class TeamReport:
 
 
 def client_checks(url: str, token_file: Path | None) -> TeamReport:
-    """The scheduler's status and its verdict on the client token."""
+    """The client token (read and checked first: a bad one is a hard failure whatever the
+    scheduler says), the scheduler's status, and its verdict on the token."""
     where = scheduler_url(url)
     report = TeamReport()
+    try:
+        token, source = read_client_token(token_file)
+        unusable: UsageError | None = None
+    except UsageError as error:
+        token, source, unusable = "", "", error
     status, why = read_status(where)
     if status is None:
         report.checks.append(TeamCheck("dist scheduler", False, where, f"{why}: a build with "
                                        "--dist would compile here, with a warning"))
-        report.link = DistLink(where, "", "", None, why)
+    else:
+        report.checks.append(TeamCheck(
+            "dist scheduler", status.servers > 0,
+            f"{status.servers} server(s), {status.cpus} cpus",
+            f"{where} answers; {status.in_progress} job(s) in progress"
+            + ("" if status.servers else "; no build server: a build would compile here")))
+    if unusable is not None:
+        report.checks.append(TeamCheck("dist token", False, "unusable", unusable.what,
+                                       hard=True, error=unusable))
+        report.link = DistLink(where, "", "", status, unusable.what)
         return report
-    report.checks.append(TeamCheck(
-        "dist scheduler", status.servers > 0, f"{status.servers} server(s), {status.cpus} cpus",
-        f"{where} answers; {status.in_progress} job(s) in progress"
-        + ("" if status.servers else "; no build server: a build would compile here")))
-    try:
-        token, source = read_client_token(token_file)
-    except UsageError as error:
-        report.checks.append(TeamCheck("dist token", False, "missing", error.what, hard=True,
-                                       error=error))
-        report.link = DistLink(where, "", "", status, error.what)
+    if status is None:
+        report.link = DistLink(where, "", "", None, why)
         return report
     accepted, said = token_refusal(where, token)
     refusal = refused_token(where, said) if accepted is False else None

@@ -12,7 +12,11 @@ API (the routes of sccache 0.16's ``src/dist/http.rs``):
 
 A wrong token must be caught here: sccache maps a 4xx from the scheduler to a hard error,
 so every compile would fail instead of falling back to a local one.  A scheduler that does
-not answer is a warning, and the build compiles here.
+not answer, or not as one (a status that sparkbuild.team.scheduler_status refuses), is a
+warning, and the build compiles here.  Both questions go through the store's URL reader
+(sparkbuild.store.url_reader) with a short deadline for the whole answer (30 s, or
+``SPARKBUILD_NET_DEADLINE``) and follow no redirect: a scheduler that answers with one is
+refused, naming where it pointed, and the token goes nowhere else.
 
 The build's own sccache server (sparkbuild.team.sccache_server) is the dist client: its
 ``[dist]`` settings can only come from a config file (``SCCACHE_CONF``), which
@@ -20,29 +24,34 @@ The build's own sccache server (sparkbuild.team.sccache_server) is the dist clie
 ``rewrite_includes_only = true``: the host side is then sent as ``gcc -E
 -fdirectives-only`` output, and the objects are the bytes a local compile gives.  The token
 comes from ``SPARKBUILD_DIST_TOKEN`` or ``--dist-token-file FILE``, never from the command
-line, where ``ps`` would show it.
+line, where ``ps`` would show it, and is checked as it is read (sparkbuild.team.dist_token);
+no message, ``--json`` or manifest carries it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import stat
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.console import warn
-from sparkbuild.errors import UsageError
+from sparkbuild.console import shown, warn
+from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
+from sparkbuild.store.url_reader import deadline_seconds, open_url
+from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
+from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
 
-TOKEN_ENV = "SPARKBUILD_DIST_TOKEN"
 STATUS_ROUTE = "api/v1/scheduler/status"
 ALLOC_ROUTE = "api/v1/scheduler/alloc_job"
 PROBE_TIMEOUT_S = 10.0
+"""How long the scheduler may stay silent."""
+PROBE_DEADLINE_S = 30.0
+"""How long one question to the scheduler may take in all (``SPARKBUILD_NET_DEADLINE``)."""
+ANSWER_LIMIT = 1 << 20
+"""The most of an answer the probe reads (a status is some tens of bytes)."""
 TOOLCHAIN_CACHE_BYTES = 10 * 1024**3
 """The client's packaged toolchains (cudafe++, cicc, ptxas, gcc: about 85 MB on x86_64)."""
 URL_FORM = "http://HOST:PORT (https:// behind a proxy)"
@@ -51,103 +60,85 @@ URL_FORM = "http://HOST:PORT (https:// behind a proxy)"
 def scheduler_url(text: str) -> str:
     """``http://HOST:PORT/``: the scheduler's URL, checked and with one trailing slash."""
     raw = text.strip()
-    parts = urllib.parse.urlsplit(raw)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"the dist scheduler must be a URL: {URL_FORM}", where=raw or "''")
+    where = shown(raw) or "''"
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        hostname = parts.hostname
+    except ValueError as exc:
+        raise UsageError(f"the dist scheduler URL cannot be read: {exc}", where=where,
+                         hint=f"give {URL_FORM}; an IPv6 address in brackets, "
+                         "http://[fd00::1]:10600") from exc
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise UsageError(f"the dist scheduler must be a URL: {URL_FORM}", where=where)
+    if shown(raw) != raw or any(c.isspace() for c in raw):
+        raise UsageError("the dist scheduler URL holds white space or a control character",
+                         where=where, hint=f"give {URL_FORM}")
     try:
         port = parts.port
     except ValueError as exc:
-        raise UsageError(f"the dist scheduler URL has a bad port: {exc}", where=raw) from exc
+        raise UsageError(f"the dist scheduler URL has a bad port: {exc}", where=where) from exc
     if parts.username or parts.password or parts.query or parts.fragment:
         raise UsageError("the dist scheduler URL takes no user, query or fragment (the "
-                         f"token comes from {TOKEN_ENV} or --dist-token-file)", where=raw)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+                         f"token comes from {TOKEN_ENV} or --dist-token-file)", where=where)
+    host = f"[{hostname}]" if ":" in hostname else hostname
     netloc = f"{host}:{port}" if port else host
     path = parts.path.rstrip("/")
     return f"{parts.scheme}://{netloc}{path}/"
 
 
-def read_client_token(token_file: Path | None) -> tuple[str, str]:
-    """The client token and where it came from: ``token_file``, else ``$SPARKBUILD_DIST_TOKEN``."""
-    if token_file is not None:
-        try:
-            token = token_file.read_text(encoding="utf-8").strip()
-            mode = token_file.stat().st_mode
-        except OSError as exc:
-            raise UsageError(f"cannot read the dist token file: {exc.strerror}",
-                             where=str(token_file)) from exc
-        if not token:
-            raise UsageError("the dist token file is empty", where=str(token_file))
-        if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            warn(f"the dist token file {token_file} is readable by others "
-                 f"(mode {stat.S_IMODE(mode):o}): chmod 600 it")
-        return token, f"file {token_file}"
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token:
-        raise UsageError("a dist build needs the scheduler's client token",
-                         hint=f"set {TOKEN_ENV}, or give --dist-token-file FILE (a file "
-                         "holding the token; never the token itself on the command line)")
-    return token, f"${TOKEN_ENV}"
+def redirected(url: str, route: str, status: int, location: str | None) -> UsageError:
+    """A scheduler that answered with a redirect: sparkbuild follows none (the token would
+    go wherever it points)."""
+    pointed = shown(location)[:200] if location else "nowhere (no Location)"
+    return UsageError(
+        f"the dist scheduler {url} answered /{route} with a redirect (HTTP {status}) to "
+        f"{pointed}: the probe follows no redirect, so the client token goes to the "
+        "scheduler alone",
+        where=url, hint="give the scheduler's own address (http://HOST:PORT, where "
+        "sccache-dist listens), not one that sends requests elsewhere")
 
 
-@dataclass(frozen=True)
-class SchedulerStatus:
-    """What ``/api/v1/scheduler/status`` (and ``sccache --dist-status``) reports."""
-
-    servers: int
-    cpus: int
-    in_progress: int
-
-    @classmethod
-    def from_json(cls, data: Any) -> SchedulerStatus:
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        return cls(int(data["num_servers"]), int(data["num_cpus"]),
-                   int(data.get("in_progress", 0)))
-
-    def to_dict(self) -> dict[str, int]:
-        return {"servers": self.servers, "cpus": self.cpus, "in_progress": self.in_progress}
-
-
-def _request(url: str, *, token: str | None = None) -> tuple[int, bytes]:
-    """(HTTP status, body) of a GET, or of an empty POST when ``token`` is given."""
-    headers = {"Accept": "application/json"}
-    data = None
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-        data = b""
-    request = urllib.request.Request(url, data=data, headers=headers,
-                                     method="POST" if data is not None else "GET")
-    try:
-        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_S) as response:
-            return int(response.status), response.read(4096)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code), exc.read(4096)
+def _ask(url: str, route: str, *, token: str | None = None) -> tuple[int, bytes]:
+    """(HTTP status, body) of a GET of ``route``, or of an empty POST with ``token``.
+    Trouble on the way is a :class:`NetworkError`; a redirect (never followed) is
+    :func:`redirected`."""
+    with open_url(url + route, accept="application/json", token=token,
+                  data=b"" if token is not None else None, follow_redirects=False,
+                  any_status=True, timeout=PROBE_TIMEOUT_S,
+                  deadline=deadline_seconds(PROBE_DEADLINE_S), hint=None) as answer:
+        if 300 <= answer.status < 400:
+            raise redirected(url, route, answer.status, answer.location)
+        body = answer.read(ANSWER_LIMIT + 1)
+    if len(body) > ANSWER_LIMIT:
+        raise NetworkError(f"the answer is over {ANSWER_LIMIT} bytes", where=url + route)
+    return answer.status, body
 
 
 def read_status(url: str) -> tuple[SchedulerStatus | None, str | None]:
-    """The scheduler's status, or why there is none (it does not answer, or not as one)."""
+    """The scheduler's status, or why there is none (it does not answer, or not as one).
+    A redirect raises (:func:`redirected`)."""
     try:
-        code, body = _request(url + STATUS_ROUTE)
-    except (OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        return None, f"cannot reach {url}: {reason}"
+        code, body = _ask(url, STATUS_ROUTE)
+    except NetworkError as error:
+        return None, f"cannot reach {url}: {error.what}"
     if code != 200:
         return None, f"{url}{STATUS_ROUTE} answered HTTP {code}: not a sccache-dist scheduler?"
     try:
-        return SchedulerStatus.from_json(json.loads(body)), None
-    except (ValueError, KeyError, TypeError):
-        return None, f"{url}{STATUS_ROUTE} did not answer like a sccache-dist scheduler"
+        return SchedulerStatus.from_text(body.decode("utf-8", "replace")), None
+    except StatusRefused as refused:
+        return None, (f"{url}{STATUS_ROUTE} did not answer like a sccache-dist scheduler: "
+                      f"{refused}")
 
 
 def token_refusal(url: str, token: str) -> tuple[bool | None, str]:
     """Whether the scheduler takes ``token``: True (HTTP 400 to an empty allocation), False
-    (401, with the scheduler's words), None (anything else, said)."""
+    (401, with the scheduler's words), None (anything else, said).  A redirect raises
+    (:func:`redirected`); what the scheduler says is shown without the token."""
     try:
-        code, body = _request(url + ALLOC_ROUTE, token=token)
-    except (OSError, ValueError) as exc:
-        return None, f"the token probe could not reach {url}: {exc}"
-    said = body.decode("utf-8", "replace").strip()[:200]
+        code, body = _ask(url, ALLOC_ROUTE, token=token)
+    except NetworkError as error:
+        return None, f"the token probe could not reach {url}: {error.what}"
+    said = shown(body.decode("utf-8", "replace").replace(token, "***").strip()[:200])
     if code == 400:
         return True, "the client token is accepted"
     if code in (401, 403):
@@ -251,24 +242,6 @@ def write_private(path: Path, text: str) -> Path:
 
 def write_client_config(path: Path, link: DistLink, toolchains: Path) -> Path:
     return write_private(path, client_config(link, toolchains))
-
-
-def parse_dist_status(text: str) -> tuple[SchedulerStatus | None, str]:
-    """``sccache --dist-status``: the status, or what it said instead."""
-    start = text.find("{")
-    try:
-        data = json.loads(text[start:]) if start >= 0 else None
-    except ValueError:
-        data = None
-    if isinstance(data, dict) and "SchedulerStatus" in data:
-        try:
-            return SchedulerStatus.from_json(data["SchedulerStatus"][1]), "connected"
-        except (ValueError, KeyError, TypeError, IndexError):
-            pass
-    if isinstance(data, dict) and "NotConnected" in data:
-        said = data["NotConnected"]
-        return None, f"not connected: {said[-1] if isinstance(said, list) else said}"
-    return None, (text.strip().splitlines() or ["no answer"])[-1][:200]
 
 
 def connect_for(option: str | None, recipe_dist: str | None,

@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 
     from sparkbuild.jobplan.timeline import BuildTimeline
     from sparkbuild.team.compile_cache import SccacheStats
-    from sparkbuild.team.dist_client import DistLink, SchedulerStatus
+    from sparkbuild.team.dist_client import DistLink
+    from sparkbuild.team.scheduler_status import SchedulerStatus
 
 LOG_MODULES = "sccache::server=debug,sccache::compiler::compiler=debug"
 """Added to ``SCCACHE_LOG`` of a dist build's sccache server: the lines :func:`read_steps`

@@ -43,8 +43,9 @@ from sparkbuild.team.compile_cache import (
     SccacheStats,
     namespace,
 )
-from sparkbuild.team.dist_client import parse_dist_status, write_client_config
+from sparkbuild.team.dist_client import write_client_config
 from sparkbuild.team.dist_record import LOG_MODULES, DistResult, read_steps
+from sparkbuild.team.scheduler_status import parse_dist_status
 from sparkbuild.toolchain.tools import describe_toolchain, find_sccache
 
 if TYPE_CHECKING:

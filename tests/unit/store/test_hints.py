@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 from sparkbuild.store.cache import FILL_HINT
-from sparkbuild.store.download import OFFLINE_HINT
+from sparkbuild.store.url_reader import OFFLINE_HINT
 
 SRC = Path(__file__).resolve().parents[3] / "src" / "sparkbuild"
 

@@ -15,18 +15,17 @@ import pytest
 
 from sparkbuild.errors import UsageError
 from sparkbuild.jobplan.machine import GIB, BuildPlan, with_team_cores
-from sparkbuild.team import dist_client
+from sparkbuild.team import dist_token
 from sparkbuild.team.dist_client import (
     DistLink,
-    SchedulerStatus,
     client_config,
     connect,
     connect_for,
-    parse_dist_status,
-    read_client_token,
     scheduler_url,
     write_client_config,
 )
+from sparkbuild.team.dist_token import read_client_token
+from sparkbuild.team.scheduler_status import SchedulerStatus, parse_dist_status
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -101,14 +100,96 @@ def test_scheduler_url_is_checked_and_normalised() -> None:
             scheduler_url(bad)
 
 
+def test_a_scheduler_url_that_cannot_be_read_is_a_usage_error() -> None:
+    for bad in ("http://[::1", "http://::1]:10600", "http://[::1:10600/", "http://x y:1",
+                "http://x:1/\x1b[2J"):
+        with pytest.raises(UsageError) as refused:
+            scheduler_url(bad)
+        assert "\x1b" not in refused.value.render()
+
+
+def _redirecting(code: int, route: str, target: str) -> type[FakeScheduler]:
+    class Redirecting(FakeScheduler):
+        allocations: ClassVar[list[str]] = []  # its own: FakeScheduler's is the other host's
+
+        def do_GET(self) -> None:
+            if self.path == route:
+                self._moved()
+            else:
+                super().do_GET()
+
+        def do_POST(self) -> None:
+            self.allocations.append(self.headers.get("Authorization", ""))
+            if self.path == route:
+                self._moved()
+            else:
+                super().do_POST()
+
+        def _moved(self) -> None:
+            self.send_response(code)
+            self.send_header("Location", target)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    return Redirecting
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+@pytest.mark.parametrize("route", ["/api/v1/scheduler/status", "/api/v1/scheduler/alloc_job"])
+def test_a_redirect_is_refused_and_the_token_goes_nowhere_else(
+        scheduler: str, monkeypatch: pytest.MonkeyPatch, code: int, route: str) -> None:
+    """``scheduler`` is the other host: it notes every Authorization it gets."""
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
+    moving = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), _redirecting(code, route, scheduler + "/api/v1/scheduler/alloc_job"))
+    threading.Thread(target=moving.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{moving.server_address[1]}"
+    try:
+        with pytest.raises(UsageError, match="follows no redirect") as refused:
+            connect(url, None)
+    finally:
+        moving.shutdown()
+        moving.server_close()
+    assert f"(HTTP {code}) to {scheduler}/api/v1/scheduler/alloc_job" in refused.value.what
+    assert TOKEN not in refused.value.render()
+    assert FakeScheduler.allocations == []  # the other host never saw the token
+
+
+def test_the_token_the_scheduler_says_back_is_not_shown(scheduler: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Echoing(FakeScheduler):
+        def do_POST(self) -> None:
+            self._answer(401, f"mismatch: {self.headers.get('Authorization')}".encode())
+
+    monkeypatch.setenv(dist_token.TOKEN_ENV, "secret-xyz")
+    echoing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echoing)
+    threading.Thread(target=echoing.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(UsageError, match=r"mismatch: Bearer \*\*\*") as refused:
+            connect(f"http://127.0.0.1:{echoing.server_address[1]}", None)
+    finally:
+        echoing.shutdown()
+        echoing.server_close()
+    assert "secret-xyz" not in refused.value.render()
+
+
+def test_a_status_that_is_not_one_is_a_warning_and_a_local_build(
+        scheduler: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
+    monkeypatch.setattr(FakeScheduler, "status", {"num_servers": 2, "num_cpus": -50})
+    link = connect(scheduler, None)
+    assert not link.connected and link.cpus == 0 and "num_cpus is -50" in str(link.reason)
+    assert FakeScheduler.allocations == []  # no token sent to a scheduler that is not one
+
+
 def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch,
                                                         capsys: pytest.CaptureFixture[str]
                                                         ) -> None:
-    monkeypatch.delenv(dist_client.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(dist_token.TOKEN_ENV, raising=False)
     with pytest.raises(UsageError, match="client token"):
         read_client_token(None)
-    monkeypatch.setenv(dist_client.TOKEN_ENV, " from-env\n")
+    monkeypatch.setenv(dist_token.TOKEN_ENV, " from-env\n")
     assert read_client_token(None) == ("from-env", "$SPARKBUILD_DIST_TOKEN")
     token_file = tmp_path / "token"
     token_file.write_text("from-file\n")
@@ -124,7 +205,7 @@ def test_the_token_comes_from_a_file_or_the_environment(tmp_path: Path,
 
 def test_a_right_token_connects_with_the_teams_cores(scheduler: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     link = connect(scheduler, None)
     assert link.connected and link.status == SchedulerStatus(2, 40, 1)
     assert link.cpus == 40 and link.scheduler == scheduler + "/"
@@ -134,7 +215,7 @@ def test_a_right_token_connects_with_the_teams_cores(scheduler: str,
 
 def test_a_wrong_token_is_refused_naming_the_scheduler(scheduler: str,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, "secret-xyz")
+    monkeypatch.setenv(dist_token.TOKEN_ENV, "secret-xyz")
     with pytest.raises(UsageError) as refused:
         connect(scheduler, None)
     assert scheduler in refused.value.what and "Fixed token mismatch" in refused.value.what
@@ -143,7 +224,7 @@ def test_a_wrong_token_is_refused_naming_the_scheduler(scheduler: str,
 
 def test_a_scheduler_not_there_is_a_warning_and_a_local_build(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     url = closed_port()
     link = connect(url, None)
     assert not link.connected and link.cpus == 0 and "cannot reach" in str(link.reason)
@@ -152,7 +233,7 @@ def test_a_scheduler_not_there_is_a_warning_and_a_local_build(
 
 def test_a_scheduler_without_servers_builds_here(scheduler: str,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(dist_client.TOKEN_ENV, TOKEN)
+    monkeypatch.setenv(dist_token.TOKEN_ENV, TOKEN)
     monkeypatch.setattr(FakeScheduler, "status",
                         {"num_servers": 0, "num_cpus": 0, "in_progress": 0})
     link = connect(scheduler, None)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sparkbuild.jobplan.timeline import BuildTimeline, Unit
 from sparkbuild.team.compile_cache import SccacheStats
-from sparkbuild.team.dist_client import DistLink, SchedulerStatus
+from sparkbuild.team.dist_client import DistLink
 from sparkbuild.team.dist_record import (
     FALLBACK,
     DistResult,
@@ -18,6 +18,7 @@ from sparkbuild.team.dist_record import (
     unit_servers,
     write_build_trace,
 )
+from sparkbuild.team.scheduler_status import SchedulerStatus
 
 S1, S2 = "127.0.0.1:10501", "127.0.0.1:10502"
 

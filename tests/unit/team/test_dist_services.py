@@ -38,6 +38,26 @@ def test_listen_is_an_ip_and_a_port(capsys: pytest.CaptureFixture[str]) -> None:
         parse_listen("0.0.0.0:10501", server=True)
 
 
+@pytest.mark.parametrize("spelling", ["0.0.0.0", "[::]", "[0:0:0:0:0:0:0:0]", "[::ffff:0.0.0.0]",
+                                      "[::ffff:0:0]", "[0:0:0:0:0:ffff:0.0.0.0]",
+                                      "[::FFFF:0.0.0.0]", "[::0.0.0.0]"])
+def test_every_spelling_of_every_address_is_warned_about_or_refused(
+        spelling: str, capsys: pytest.CaptureFixture[str]) -> None:
+    host, port = parse_listen(f"{spelling}:10600", server=False)
+    assert port == 10600 and host in ("0.0.0.0", "::")
+    assert "binds every interface" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="cannot listen on every address"):
+        parse_listen(f"{spelling}:10501", server=True)
+
+
+def test_a_mapped_address_is_the_ipv4_address_it_binds() -> None:
+    assert parse_listen("[::ffff:192.168.1.10]:10600", server=True) == ("192.168.1.10", 10600)
+    assert parse_listen("[::ffff:c0a8:10a]:10600", server=True) == ("192.168.1.10", 10600)
+    for bad in ("1.2.3.4:+10600", "1.2.3.4:1_0600", "[::1]: 10600", "[1.2.3.4]]:1"):
+        with pytest.raises(UsageError):
+            parse_listen(bad, server=False)
+
+
 def test_the_tomls_are_what_sccache_dist_reads() -> None:
     sched = tomllib.loads(scheduler_toml("10.0.0.1:10600", "tok", "key"))
     assert sched == {"public_addr": "10.0.0.1:10600",
@@ -112,6 +132,29 @@ def test_the_scheduler_token_from_the_environment(fake: FakeDist, tmp_path: Path
     with pytest.raises(UsageError, match="client token"):
         run_scheduler(listen="127.0.0.1:10600", client_token_file=None,
                       server_key_file=tmp_path / "s.key", state_dir=tmp_path / "st")
+
+
+@pytest.mark.parametrize("secret", [b"QZX-one\nQZX-two\n", b"QZX one", b"QZX\x1b[0m"])
+def test_the_schedulers_secrets_are_checked_before_anything_runs(
+        fake: FakeDist, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, secret: bytes) -> None:
+    token = tmp_path / "c.token"
+    token.write_bytes(secret)
+    token.chmod(0o600)
+    with pytest.raises(UsageError, match="the client token file holds") as refused:
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=token,
+                      server_key_file=tmp_path / "s.key", state_dir=tmp_path / "state")
+    assert refused.value.where == str(token) and "QZX" not in refused.value.render()
+    monkeypatch.setenv("SPARKBUILD_DIST_TOKEN", secret.decode())
+    with pytest.raises(UsageError, match="SPARKBUILD_DIST_TOKEN holds"):
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=None,
+                      server_key_file=tmp_path / "s.key", state_dir=tmp_path / "state")
+    key = tmp_path / "s.key"
+    key.write_bytes(secret)
+    monkeypatch.setenv("SPARKBUILD_DIST_TOKEN", "env-tok")
+    with pytest.raises(UsageError, match="the server key file holds"):
+        run_scheduler(listen="127.0.0.1:10600", client_token_file=None,
+                      server_key_file=key, state_dir=tmp_path / "state")
+    assert not any(argv[-3:-1] == ["scheduler", "--config"] for argv, _ in fake.calls)
 
 
 def test_a_server_gets_its_jwt_from_the_key_in_a_file(
