@@ -10,7 +10,7 @@ in ``SPARKBUILD_EXT_TARGETS`` (matched on the last part of the name: ``vllm._moe
 
 One extension is kept whatever is named: vLLM's setup.py (0.20 and later) copies the
 install tree of ``triton_kernels`` after building, unconditionally, so a build without it
-fails at its very end (measured on the device machine: after 13 minutes of compiling).
+fails at its very end, after every extension it builds has compiled.
 """
 
 from __future__ import annotations

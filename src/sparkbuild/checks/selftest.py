@@ -173,7 +173,7 @@ def _require(tool: tools.Tool | None, name: str) -> Path:
 
 
 def local_gpu_arch() -> str:
-    """The target to build the GPU check for: ``sm_121a`` on a Spark, ``sm_90`` on an H100.
+    """The target to build the GPU check for: ``sm_121a`` on a Spark, ``sm_90`` on a Hopper GPU.
 
     Family-specific (``a``) where the GPU's family has the E2M1 instruction, so that the
     software path is compared with the hardware; the plain target elsewhere.

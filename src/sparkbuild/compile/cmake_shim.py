@@ -1,8 +1,8 @@
 """sparkbuild's cmake: a configure that would repeat the last one is skipped.
 
 vLLM's setup.py runs CMake's configure on every build, before ``cmake --build``: 41 s of a
-232 s warm rebuild on the device machine (2026-12-02; its ``run_python`` calls import torch
-again and again), paid even when one source line changed.  sparkbuild puts this script
+232 s warm rebuild (its ``run_python`` calls import torch again and again), paid even
+when one source line changed.  sparkbuild puts this script
 first on the build's ``PATH`` as ``cmake``.  A configure (``cmake SOURCE ...``, not
 ``--build``, ``--install``, ``-E``, ``-P`` or ``--version``) is skipped when the build
 directory holds ``CMakeCache.txt`` and ``build.ninja`` from a configure that succeeded
@@ -50,7 +50,7 @@ SET_AT_BUILD = frozenset({DEPTH_VARIABLE})
 """Variables a configure reads whose value the build's ninja sets again on every build:
 the heavy pool's depth, which :mod:`sparkbuild.jobplan.ninja_shim` writes into the manifest
 from the plan file.  Keyed by presence only: doctor's new depth after a first build
-measured its units (13 by the rule, then 16 on the device, 2026-12-04) leaves the configure
+measured its units (on 16 cores: 13 by the rule, then 16) leaves the configure
 as it was; a build with no pool plan at all still configures afresh."""
 _NOT_CONFIGURE = ("--build", "--install", "--open", "-E", "-P", "--version", "--help",
                   "--system-information", "--find-package", "--workflow")

@@ -35,7 +35,8 @@ class BuildPlan:
     launcher: str | None
     reasons: tuple[str, ...]
     pool: PoolPlan | None = None
-    """The heavy units' job pool (sparkbuild.jobplan.pools); None: today's single MAX_JOBS."""
+    """The heavy units' job pool (sparkbuild.jobplan.pools); None: the single plan, one
+    MAX_JOBS for every unit."""
 
     def env(self) -> dict[str, str]:
         """The variables vLLM's setup.py reads."""
