@@ -31,7 +31,8 @@ def test_an_intact_copy_is_reused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["changed", "added", "removed"])
 def test_an_edited_copy_is_unpacked_again_with_a_warning(
         tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 23: an edited header in work/<recipe>/deps/... was compiled without a word."""
+    """An edited header in work/<recipe>/deps/... is put back or named, never compiled
+    without a word."""
     cache, digest, dest = _unpacked(tmp_path)
     root = _unpack(cache, digest, dest, "demo", strip_top=True)
     kernel = root / "csrc" / "kernel.cu"
