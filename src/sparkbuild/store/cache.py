@@ -51,9 +51,6 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 PARTIAL_PREFIX = ".partial-"
-FLASHINFER_AOT_WHEELS = "flashinfer-aot"
-"""``CACHE/flashinfer-aot/<python tag>/``: the wheels flashinfer's ahead-of-time builder needs
-(sparkbuild.flashinfer.builder), carried by bundles as they are."""
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_STEM = 180
 
