@@ -155,7 +155,7 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
     log.with_suffix(".cmd").write_text(format_command(command.argv) + "\n", encoding="utf-8")
     result = run(command.argv, cwd=plan.scratch, log=log, echo=False, check=False,
                  timeout=UNIT_TIMEOUT_S)
-    status, reason, headers = classify(command, result.returncode, result.output,
+    status, reason, headers = classify(command, result.returncode, result.full_output(),
                                        plan.record, plan.cuda_root, plan.native_code)
     summary: sass.SassSummary | None = None
     stubs: tuple[str, ...] = ()

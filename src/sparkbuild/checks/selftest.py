@@ -260,7 +260,8 @@ def run_check(
     """Run a checker; a non-zero exit with a RESULT line is a verdict, not a crash."""
     started = time.monotonic()
     result = run(argv, log=log, check=False)
-    check = parse_check_output(name, result.output, time.monotonic() - started, must_fail)
+    check = parse_check_output(name, result.full_output(), time.monotonic() - started,
+                               must_fail)
     if check.ok != (result.returncode == 0):
         raise CommandFailed(
             f"{name} exited with status {result.returncode} but reported ok={check.ok}",

@@ -359,7 +359,7 @@ def _sass_env() -> dict[str, str]:
 def dump_sass(binary: Path, *, log: Path | None = None) -> str:
     """``cuobjdump -sass binary``: the SASS of every kernel of every architecture in it."""
     result = run([find_cuobjdump(), "-sass", binary], env=_sass_env(), log=log, echo=False)
-    return result.output
+    return result.full_output()
 
 
 def read_sass(binary: Path, *, log: Path | None = None) -> list[SassFunction]:
