@@ -19,14 +19,15 @@ import os
 from pathlib import Path
 
 from sparkbuild.console import info
+from sparkbuild.settings import EXT_TARGETS
 
-TARGETS_VARIABLE = "SPARKBUILD_EXT_TARGETS"
+TARGETS_VARIABLE = EXT_TARGETS.name
 
 HOOK = '''"""Written by sparkbuild (sparkbuild.checks.ext_targets): narrows setup()'s extensions."""
 import os
 import sys
 
-_wanted = {t.strip() for t in os.environ.get("SPARKBUILD_EXT_TARGETS", "").split(",") if t.strip()}
+_wanted = {t.strip() for t in os.environ.get(@VARIABLE@, "").split(",") if t.strip()}
 if _wanted:
     import setuptools
 
@@ -43,7 +44,9 @@ if _wanted:
         return _real_setup(*args, **kwargs)
 
     setuptools.setup = _narrowed_setup
-'''
+'''.replace("@VARIABLE@", repr(TARGETS_VARIABLE))
+"""The build's ``sitecustomize``: it runs without sparkbuild, so the variable's name is
+written into it."""
 
 
 ALWAYS_KEPT = "triton_kernels"

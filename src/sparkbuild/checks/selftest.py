@@ -30,6 +30,7 @@ from sparkbuild.console import step
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.proc import run
 from sparkbuild.resources import csrc_dir
+from sparkbuild.settings import CSRC
 from sparkbuild.toolchain import sass, tools
 
 if TYPE_CHECKING:
@@ -153,8 +154,8 @@ class SelftestResult:
 
 def find_csrc() -> Path:
     """csrc/ of this checkout or wheel (SPARKBUILD_CSRC overrides): the header and checkers."""
-    override = os.environ.get("SPARKBUILD_CSRC")
-    candidates = [Path(override)] if override else []
+    override = CSRC.path()
+    candidates = [override] if override is not None else []
     candidates.append(csrc_dir())
     for candidate in candidates:
         if (candidate / "e2m1.cuh").is_file() and (candidate / "CMakeLists.txt").is_file():

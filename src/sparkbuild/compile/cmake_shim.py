@@ -33,16 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.jobplan.ninja_shim import DEPTH_VARIABLE
+from sparkbuild.settings import FETCH_LOG, QUIET, REAL_CMAKE
 from sparkbuild.store.env_key import key_value
 
-REAL_VARIABLE = "SPARKBUILD_REAL_CMAKE"
-FETCH_LOG_VARIABLE = "SPARKBUILD_FETCH_LOG"
+REAL_VARIABLE = REAL_CMAKE.name
+FETCH_LOG_VARIABLE = FETCH_LOG.name
 STAMP = ".sparkbuild-configure.json"
 FETCH_COPY = ".sparkbuild-configure-fetch.tsv"
 VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_REQ_TRACKER",
                       "DISPLAY", "COLUMNS", "LINES", "COLORTERM", "LS_COLORS", "WINDOWID",
                       "TMUX", "TMUX_PANE", "STY", "MAIL", "LESS", "PAGER", "EDITOR",
-                      "SPARKBUILD_QUIET"})
+                      QUIET.name})
 """Variables that differ between two identical builds (the shell's session, the terminal,
 pip's per-build tracker) and that no CMake file of a build reads."""
 VOLATILE_PREFIXES = ("SSH_", "XDG_", "TERM", "DBUS_", "GPG_", "KRB5")
@@ -148,12 +149,11 @@ def why_configure(build_dir: Path, key: dict[str, Any]) -> str | None:
 
 
 def _fetch_log() -> Path | None:
-    path = os.environ.get(FETCH_LOG_VARIABLE)
-    return Path(path) if path else None
+    return FETCH_LOG.path()
 
 
 def main(argv: list[str]) -> int:
-    real = os.environ.get(REAL_VARIABLE) or "cmake"
+    real = str(REAL_CMAKE.path() or "cmake")
     if not is_configure(argv):
         os.execvp(real, [real, *argv])
     cwd = Path.cwd()

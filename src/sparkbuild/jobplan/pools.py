@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,11 +28,12 @@ from typing import Any
 from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.schedule import KnownUnit, simulate
 from sparkbuild.jobplan.unit_order import longest_first, max_by_source
+from sparkbuild.settings import JOB_PLAN
 from sparkbuild.store.files import write_text_atomic
 
 GIB = 1024**3
 HEAVY_POOL = "sparkbuild_heavy"
-SWITCH_VARIABLE = "SPARKBUILD_JOB_PLAN"
+SWITCH_VARIABLE = JOB_PLAN.name
 """``single``: the single plan (one MAX_JOBS for every unit, no pool); else the pool plan."""
 OLD_MAKESPAN_KEY = "today_makespan_s"
 """The former name of ``single_plan_makespan_s`` in ``build_plan.pool``, which
@@ -61,7 +61,7 @@ HEADROOM = 1.15
 
 
 def pools_enabled() -> bool:
-    return os.environ.get(SWITCH_VARIABLE, "pools").strip().lower() != "single"
+    return JOB_PLAN.choice() != "single"
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
+from sparkbuild.settings import CACHE
 from sparkbuild.store.files import (
     discarded,
     fsync_dir,
@@ -57,9 +58,9 @@ _MAX_STEM = 180
 
 def default_cache_root() -> Path:
     """``$SPARKBUILD_CACHE``, else ``~/.cache/sparkbuild``."""
-    override = os.environ.get("SPARKBUILD_CACHE")
-    if override:
-        return Path(override).expanduser()
+    override = CACHE.path()
+    if override is not None:
+        return override
     return Path.home() / ".cache" / "sparkbuild"
 
 

@@ -26,10 +26,10 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
+from sparkbuild.settings import NET_TIMEOUT
 from sparkbuild.store.cache import FILL_HINT
 from sparkbuild.store.files import discarded, replacing
 from sparkbuild.store.hashing import CHUNK
-from sparkbuild.store.lock import seconds_from_env
 
 if TYPE_CHECKING:
 
@@ -44,7 +44,7 @@ USER_AGENT = f"sparkbuild/{__version__}"
 
 def timeout_seconds() -> float:
     """Seconds a stalled connection may stay silent ($SPARKBUILD_NET_TIMEOUT, default 60)."""
-    return seconds_from_env("SPARKBUILD_NET_TIMEOUT", 60.0)
+    return NET_TIMEOUT.seconds()
 
 
 def open_url(url: str, *, accept: str | None = None) -> IO[bytes]:

@@ -38,8 +38,9 @@ from typing import Any
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
+from sparkbuild.settings import DIST_TOKEN
 
-TOKEN_ENV = "SPARKBUILD_DIST_TOKEN"
+TOKEN_ENV = DIST_TOKEN.name
 STATUS_ROUTE = "api/v1/scheduler/status"
 ALLOC_ROUTE = "api/v1/scheduler/alloc_job"
 PROBE_TIMEOUT_S = 10.0
@@ -82,7 +83,7 @@ def read_client_token(token_file: Path | None) -> tuple[str, str]:
             warn(f"the dist token file {token_file} is readable by others "
                  f"(mode {stat.S_IMODE(mode):o}): chmod 600 it")
         return token, f"file {token_file}"
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token = DIST_TOKEN.text() or ""
     if not token:
         raise UsageError("a dist build needs the scheduler's client token",
                          hint=f"set {TOKEN_ENV}, or give --dist-token-file FILE (a file "

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.console import console, info, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
 from sparkbuild.proc import run
+from sparkbuild.settings import DIST_TOKEN
 from sparkbuild.team.dist_client import TOKEN_ENV, scheduler_url, write_private
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ def run_scheduler(*, listen: str, client_token_file: Path | None, server_key_fil
         token, made = ensure_secret(token_file, dist, "generate-shared-token", "--bits", "256")
         generated += [str(token_file)] if made else []
     else:
-        token = os.environ.get(TOKEN_ENV, "").strip()
+        token = DIST_TOKEN.text() or ""
         if not token:
             raise UsageError("the scheduler needs the client token",
                              hint=f"--client-token-file FILE (generated when missing) or "
