@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.machine import recipe_plan
+from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes
@@ -227,7 +227,7 @@ def check_tree(
     started = time.monotonic()
     plan = plan_check(tree, recipe, only=only, all_units=all_units)
     selection = "named" if only else "all" if all_units else "series"
-    build_plan = recipe_plan(recipe)
+    build_plan = recipe_job_plan(recipe, MachineFacts.read(), units_from=None)
     if plan.no_target_sass:
         step(f"{len(plan.no_target_sass)} unit(s) of the build get no SASS for the target "
              "from their recorded gencode (before anything compiles):")

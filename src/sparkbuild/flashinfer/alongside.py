@@ -65,9 +65,14 @@ def reserved_bytes(cores: int) -> float:
     return alongside_jobs(cores) * BUILDER_JOB_GIB * GIB
 
 
-def builder_reserve(recipe: Recipe) -> float:
-    """The memory the compile's plan keeps for the builder: none without ``[flashinfer] aot``."""
-    return reserved_bytes(os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
+BUILDER_REASON = "flashinfer's builder runs alongside the compile"
+"""Why the plan keeps :func:`builder_reserve` out, as its reasons say."""
+
+
+def builder_reserve(recipe: Recipe, cores: int | None = None) -> float:
+    """The memory the compile's plan keeps for the builder on ``cores`` (else this
+    machine's): none without ``[flashinfer] aot``."""
+    return reserved_bytes(cores or os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
 
 
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,

@@ -60,8 +60,9 @@ HEADROOM = 1.15
 """Measured peaks are scaled by this before planning (a sample can miss the very top)."""
 
 
-def pools_enabled() -> bool:
-    return JOB_PLAN.choice() != "single"
+def pools_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the plan is the pool plan (``$SPARKBUILD_JOB_PLAN`` is not ``single``)."""
+    return JOB_PLAN.choice(environ) != "single"
 
 
 @dataclass(frozen=True)
@@ -140,12 +141,21 @@ def rule_jobs(usable: float, jobs: int, heavy: float, light: float) -> int:
     return max(1, min(jobs, 1 + math.floor((usable - heavy) / light)))
 
 
+def jobs_by_cores(cores: int, nvcc_threads: int = 1) -> int:
+    """Every core busy: one job per ``nvcc_threads`` cores (at least one)."""
+    return max(1, cores // max(1, nvcc_threads))
+
+
+def jobs_by_memory(usable_bytes: float, job_memory_gib: float, nvcc_threads: int = 1) -> int:
+    """How many jobs of ``job_memory_gib`` per nvcc thread ``usable_bytes`` hold (maybe 0)."""
+    return math.floor(usable_bytes / (job_memory_gib * GIB * max(1, nvcc_threads)))
+
+
 def single_plan_jobs(cores: int, usable_bytes: float, job_memory_gib: float,
                      nvcc_threads: int = 1) -> int:
     """The single plan: one MAX_JOBS for every unit, each budgeted ``job_memory_gib``."""
-    threads = max(1, nvcc_threads)
-    per_job = job_memory_gib * GIB * threads
-    return max(1, min(cores // threads, math.floor(usable_bytes / per_job)))
+    return max(1, min(jobs_by_cores(cores, nvcc_threads),
+                      jobs_by_memory(usable_bytes, job_memory_gib, nvcc_threads)))
 
 
 def fitting_depth(heavy: list[float], light: list[float], jobs: int,
@@ -261,7 +271,7 @@ def plan_pools(
     measured = dict(measured or {})
     known = list(known or ())
     threads = max(1, nvcc_threads)
-    jobs = max(1, cores // threads)
+    jobs = jobs_by_cores(cores, threads)
     single = single_plan_jobs(cores, usable_bytes, job_memory_gib, threads)
     fair = usable_bytes / jobs
     heavy_est = job_memory_gib * GIB * threads
