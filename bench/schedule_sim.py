@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
-from sparkbuild.jobplan.pools import heavy_indices, plan_pools, today_jobs
+from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
 from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
 from sparkbuild.jobplan.unit_order import longest_first
 
@@ -82,7 +82,7 @@ def plans(units: list[dict[str, Any]], cores: int, total: int) -> dict[str, Any]
     usable = usable_memory(total, total)
     seconds = [float(u["seconds"]) for u in units]
     peaks = [float(u["peak_rss_gib"]) for u in units]
-    today = today_jobs(cores, usable, TODAY_BUDGET_GIB)
+    today = single_plan_jobs(cores, usable, TODAY_BUDGET_GIB)
     table = [KnownUnit(str(u["path"]), "", float(u["seconds"]),
                        int(u["peak_rss_gib"] * GIB), float(i)) for i, u in enumerate(units)]
     measured = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,

@@ -5,7 +5,6 @@ Standard output is kept for results (``--json`` prints one object there).
 
 from __future__ import annotations
 
-import os
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -21,11 +20,13 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from sparkbuild.settings import QUIET
+
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def _quiet() -> bool:
-    return os.environ.get("SPARKBUILD_QUIET", "") not in ("", "0")
+    return QUIET.flag()
 
 
 def info(message: str) -> None:

@@ -29,8 +29,14 @@ from sparkbuild.compile.doctor import ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
 from sparkbuild.console import info, shown, step
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.flashinfer.alongside import aot_alongside, builder_for, builder_reserve
-from sparkbuild.jobplan.machine import BuildPlan, recipe_plan
+from sparkbuild.flashinfer.alongside import (
+    BUILDER_REASON,
+    aot_alongside,
+    builder_for,
+    builder_reserve,
+)
+from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.machine import BuildPlan
 from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
@@ -54,7 +60,7 @@ from sparkbuild.vendoring.plan import VendorResult
 from sparkbuild.wheelhouse.manifest import stand_in_line
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
 
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.compile.extension_set import ExtensionSet
@@ -192,12 +198,22 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
     recipe = options.recipe
     report = ready_for_build(tree, job_memory_gib=recipe.build.job_memory_gib,
                              existing_torch=options.use_existing_torch)
-    plan = recipe_plan(recipe, requested_jobs=options.jobs, launcher=report.launcher,
-                       units_from=cache.root, reserved_bytes=builder_reserve(recipe),
-                       reserved_for="flashinfer's builder runs alongside the compile")
+    plan = wheel_job_plan(recipe, MachineFacts.read(), jobs_flag=options.jobs,
+                          launcher=report.launcher, cache_root=cache.root)
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
+
+
+def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | None,
+                   launcher: str | None, cache_root: Path,
+                   environ: Mapping[str, str] | None = None) -> BuildPlan:
+    """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
+    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
+    return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+                           launcher=launcher, environ=environ,
+                           reserved_bytes=builder_reserve(recipe, machine.cores),
+                           reserved_for=BUILDER_REASON)
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
@@ -446,8 +462,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             step("checking that the cache holds everything the build needs")
             require_complete(vendored.plan, cache)
         with phase("doctor"):
-            plan = team_plan(_build_plan(options, tree, cache), link,
-                             options.jobs or recipe.build.jobs)
+            plan = _build_plan(options, tree, cache)
+            plan = team_plan(plan, link, plan.requested_jobs)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:

@@ -33,6 +33,9 @@ from sparkbuild.console import echo_command
 from sparkbuild.errors import CommandFailed, ToolchainError, disk_full_as_error, is_disk_full
 
 TAIL_LINES = 40
+OUTPUT_TAIL_LINES = 1000
+"""The lines of output a run that logs to a file keeps in memory (the last ones): a build's
+whole output lives in its log, not in sparkbuild's memory."""
 GRACE_SECONDS = 3.0
 """How long a stopped child's group may take to exit after SIGINT or SIGTERM."""
 STOP_POLL_SECONDS = 0.5
@@ -44,9 +47,18 @@ _POLL_SECONDS = 0.02
 class ProcResult:
     returncode: int
     output: str
-    """Everything the program printed (stdout and stderr together)."""
+    """What the program printed (stdout and stderr together): all of it without a log; with
+    one, its last :data:`OUTPUT_TAIL_LINES` lines (``complete`` says which)."""
     log: Path | None
     seconds: float
+    complete: bool = True
+    """Whether ``output`` is everything the program printed."""
+
+    def full_output(self) -> str:
+        """Everything the program printed: ``output``, or the log it was written to."""
+        if self.complete or self.log is None:
+            return self.output
+        return self.log.read_text(encoding="utf-8", errors="replace")
 
 
 GroupListener = Callable[[int, bool], None]
@@ -97,7 +109,7 @@ def _open_log(log: Path | None) -> IO[str] | None:
 def _pump(
     stream: IO[str],
     log_file: IO[str] | None,
-    lines: list[str],
+    lines: list[str] | deque[str],
     progress: Callable[[str], None] | None,
     failure: list[BaseException],
 ) -> None:
@@ -194,7 +206,8 @@ def run(
             hint="install it or put it on PATH; `python -m sparkbuild doctor` lists what is needed",
         )
     full_env = {**os.environ, **changes} if changes else None
-    lines: list[str] = []
+    # with a log, the output is there: only its tail is kept here (a build prints gigabytes)
+    lines: list[str] | deque[str] = [] if log is None else deque(maxlen=OUTPUT_TAIL_LINES)
     failure: list[BaseException] = []
     started = time.monotonic()
     log_file = _open_log(log)
@@ -256,7 +269,8 @@ def run(
         if log_file is not None:
             _close_log(log_file, failure)
     _raise_log_failure(failure, log)
-    result = ProcResult(returncode, "".join(lines), log, time.monotonic() - started)
+    result = ProcResult(returncode, "".join(lines), log, time.monotonic() - started,
+                        complete=log is None)
     if check and returncode != 0:
         raise _failed(argv, lines, log, f"exited with status {returncode}")
     return result
@@ -364,7 +378,8 @@ def interrupt_on_sigterm() -> Iterator[None]:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _failed(argv: list[str], lines: list[str], log: Path | None, why: str) -> CommandFailed:
+def _failed(argv: list[str], lines: list[str] | deque[str], log: Path | None, why: str
+            ) -> CommandFailed:
     tail = "".join(deque(lines, maxlen=TAIL_LINES)).rstrip()
     where = f"full log: {log}" if log is not None else None
     what = f"{Path(argv[0]).name} {why}: {format_command(argv)}"

@@ -384,7 +384,7 @@ TAMPERED_MEMBER = f"{PACKAGE}/backdoor.py"
 
 
 def tamper_wheel_and_lock(wheelhouse: Path) -> Path:
-    """Issue 23's sequence: a file added to the wheel with its RECORD line, the new hash put
+    """A tampered wheelhouse: a file added to the wheel with its RECORD line, the new hash put
     into requirements.lock only; manifest.json (which records the lock's hash) unchanged."""
     (wheel,) = wheelhouse.glob("*.whl")
     pure_wheel(wheelhouse, {TAMPERED_MEMBER: b"print('not what was built')\n"})

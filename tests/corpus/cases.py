@@ -899,7 +899,7 @@ WHEEL_CASES = [
 ]
 
 
-# -- issue 23: every value checked when it is read, nothing left half-done ---------------
+# -- every value checked when it is read, nothing left half-done -------------------------
 
 DEAD_PID = 4194305
 """Above Linux's largest pid_max (2**22): no process has it."""
@@ -963,7 +963,7 @@ def _manifest_files_null(work: Path, command: str = "verify") -> Invocation:
                           after=_no_venv(work / "venv"))
     return inv
 
-# -- trust only what was checked (issue 23) ----------------------------------------------
+# -- trust only what was checked ----------------------------------------------------------
 
 
 def _genuine(work: Path) -> Path:
@@ -971,7 +971,7 @@ def _genuine(work: Path) -> Path:
 
 
 def _tampered(work: Path) -> Path:
-    """Issue 23's sequence on a copy: a file added to the wheel with its RECORD line, the new
+    """A tampered copy: a file added to the wheel with its RECORD line, the new
     hash put into requirements.lock only."""
     return b.tamper_wheel_and_lock(b.node_wheelhouse(work / "tampered"))
 
@@ -1329,11 +1329,19 @@ CLI = [sys.executable, "-m", "sparkbuild"]
 
 
 def _all_cases() -> list[Case]:
-    """The base corpus and the issue-41 probe's cases: what runs on a node
+    """The base corpus and the cases of its own files: what runs on a node
     (:mod:`corpus.cases_node`) and what a build reads (:mod:`corpus.cases_inputs`)."""
-    from corpus import cases_dist, cases_inputs, cases_jitcache, cases_node, cases_standin
+    from corpus import (
+        cases_dist,
+        cases_inputs,
+        cases_jitcache,
+        cases_node,
+        cases_settings,
+        cases_standin,
+    )
 
-    groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist]
+    groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist,
+              cases_settings]
     return [*BASE_CASES, *(case for group in groups for case in group.CASES)]
 
 

@@ -1,9 +1,9 @@
-"""Hostile cases of issue 41's probe: what a build reads.
+"""Hostile cases of what a build reads.
 
 A checkout's git config, the cache after a failed step, ``SOURCE_DATE_EPOCH``, recipes,
 bundles, diffs, exit codes.  Each case is a :class:`~corpus.cases.Case`; :data:`CASES`
-joins the corpus in :func:`corpus.cases._all_cases`.  Every case here failed against the
-code before issue 41 (the root cause each group answers is named above it).
+joins the corpus in :func:`corpus.cases._all_cases`.  Every case here fails on code that
+lacks the check it names (the root cause each group answers is named above it).
 """
 
 from __future__ import annotations

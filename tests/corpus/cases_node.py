@@ -1,4 +1,4 @@
-"""Hostile cases of issue 41's probe: what runs on a node.
+"""Hostile cases of what runs on a node.
 
 The profile, ``--venv``, ``verify --installed``, a built wheel's inner structure and the
 manifest.  Each case is a :class:`~corpus.cases.Case`; :data:`CASES` joins the corpus in
@@ -6,8 +6,8 @@ manifest.  Each case is a :class:`~corpus.cases.Case`; :data:`CASES` joins the c
 
 A wheelhouse here is *resealed*: whatever was done to a wheel or the manifest, the lock
 and the manifest vouch for the result, so the wheelhouse's hashes agree and only a look
-inside (or at the venv) can refuse it.  Each case names, in a comment, the root cause of
-issue 41 it stands for.
+inside (or at the venv) can refuse it.  Each case names, in a comment, the root cause it
+stands for.
 """
 
 from __future__ import annotations

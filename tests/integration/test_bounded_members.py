@@ -1,5 +1,5 @@
 """verify reads wheel members with bounded memory: a big, highly compressible member in a
-small wheel (issue 23: 2 GiB of zeros in a 2.3 MB wheel took verify to 2.1 GB of RAM).
+small wheel (2 GiB of zeros in a 2.3 MB wheel must not take verify to 2 GB of RAM).
 
 The peak RSS of the `sparkbuild verify` process is read with resource.getrusage in the
 child itself, so the test measures the command and nothing else.

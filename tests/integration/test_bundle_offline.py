@@ -1,4 +1,4 @@
-"""Issue 10 in CI: vendor through a mirror, bundle, build offline from the bundle alone.
+"""Vendor through a mirror, bundle, build offline from the bundle alone.
 
 The example's FetchContent dependency (pybind11) is declared at an upstream-looking URL,
 ``https://github.com/pybind/pybind11.git``; the only copy is a local git repository laid out
@@ -207,7 +207,7 @@ version = "25.0"
 
 
 def test_a_bundle_with_one_line_changed_rebuilds_one_unit(made: dict[str, Path | str]) -> None:
-    """Issue 18's warm rebuild: the same recipe from a second bundle whose tree differs in
+    """A warm rebuild: the same recipe from a second bundle whose tree differs in
     one line of one unit, in the cache and work directory of a build of the first: the work
     tree is brought up to the new one file by file (its build directory stays), the
     configure is skipped, and ninja compiles that one unit."""

@@ -1,5 +1,5 @@
 """``check`` on the mini-vllm example's prepared tree: the tree ``wheel`` builds is checked,
-not stopped by a configure error that only the CMake recorder saw (issue 23, section 5).
+not stopped by a configure error that only the CMake recorder sees.
 
 The example reads CMAKE_CUDA_COMPILER_VERSION right after ``project(... CUDA)`` and makes
 its Python module with ``pybind11_add_module``; the recorder once knew neither, and said

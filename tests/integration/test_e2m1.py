@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.nvcc, pytest.mark.slow]
 
 SOFTWARE_BUDGET_PER_VALUE = 12
-"""Issue 3: at most 12 instructions per converted value over the sm_121a build."""
+"""The software E2M1 path's budget: at most 12 instructions per converted value over the
+sm_121a build."""
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,7 @@ def _build_tar(tmp_path: Path, **files: str) -> Path:
 
 def test_the_first_start_of_0_29_0_builds_its_own_targets_and_writes_the_moe_model(
         tmp_path: Path) -> None:
-    """fs.sh with DRY=1: the chain in order, with build.tar's stack (issue 44: vLLM 0.29.0
+    """fs.sh with DRY=1: the chain in order, with build.tar's stack (vLLM 0.29.0
     has no _C; the tiny model is a Qwen3-MoE), JIT disabled at the start."""
     devrun = _build_tar(tmp_path, targets_txt="_C_stable_libtorch,_moe_C_stable_libtorch,"
                         "_vllm_fa2_C\n", model_args_txt="--arch qwen3_moe\n")

@@ -1,6 +1,6 @@
 """bench/full-build/run.sh with DRY=1: the device runner's commands for a part and for the
-whole build in one piece (issues 21 and 44), nothing built; the payload carried in pieces;
-the one-piece recipe, the sources check, the report and the projection (issue 44)."""
+whole build in one piece, nothing built; the payload carried in pieces; the one-piece
+recipe, the sources check, the report and the projection."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ def _carried(tmp_path: Path, pieces: Path, call: int, *names: str) -> Path:
 def test_a_payload_in_pieces_starts_the_build_once_the_last_piece_is_here(
         tmp_path: Path) -> None:
     """The first call starts the chain though its payload is half here; the call that brings
-    the last piece assembles it, and the chain sets up from it and builds (issue 44)."""
+    the last piece assembles it, and the chain sets up from it and builds."""
     pieces = _payload(tmp_path, 8000)
     names = sorted(p.name for p in pieces.glob("payload.tar.*"))
     assert len(names) == 3

@@ -1,6 +1,6 @@
 """A ``wheel`` run killed with SIGKILL leaves its build running (each child runs in a
 session of its own); the next run finds that build in the lock file and stops it before it
-starts its own (issue 23, section 3).
+starts its own.
 
 The source is an sdist whose setup.py records its pid and sleeps: the "build" is still
 running when sparkbuild is killed.

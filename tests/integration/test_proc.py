@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.proc import GRACE_SECONDS, run
+from sparkbuild.proc import GRACE_SECONDS, OUTPUT_TAIL_LINES, run
 
 
 def test_output_goes_to_the_log_and_progress_sees_each_line(tmp_path: Path) -> None:
@@ -25,6 +25,19 @@ def test_output_goes_to_the_log_and_progress_sees_each_line(tmp_path: Path) -> N
     assert result.returncode == 0
     assert seen == ["[1/2] a", "[2/2] b"]
     assert log.read_text() == "[1/2] a\n[2/2] b\n"
+
+
+def test_a_run_that_logs_keeps_only_the_tail_in_memory(tmp_path: Path) -> None:
+    log = tmp_path / "build.log"
+    count = OUTPUT_TAIL_LINES * 3
+    result = run(["seq", str(count)], log=log)
+    kept = result.output.splitlines()
+    assert not result.complete and len(kept) == OUTPUT_TAIL_LINES
+    assert kept[-1] == str(count) and kept[0] == str(count - OUTPUT_TAIL_LINES + 1)
+    assert result.full_output().splitlines() == [str(i) for i in range(1, count + 1)]
+    unlogged = run(["seq", str(count)])
+    assert unlogged.complete and unlogged.full_output() == unlogged.output
+    assert len(unlogged.output.splitlines()) == count
 
 
 def test_echo_shows_the_command_and_only_the_env_it_changes(

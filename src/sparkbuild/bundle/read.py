@@ -44,13 +44,17 @@ from sparkbuild.sources.archive import (
     extract_archive,
     read_tar_member,
 )
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase
 from sparkbuild.store.tree_sync import sync_tree
 from sparkbuild.vendoring.fetch import store_tree_tarball
-from sparkbuild.vendoring.index import record_source, record_wheelset, source_entry_by_key
+from sparkbuild.vendoring.index import (
+    FLASHINFER_AOT_WHEELS,
+    record_source,
+    record_wheelset,
+    source_entry_by_key,
+)
 
 if TYPE_CHECKING:
     from sparkbuild.patches.prepare import PrepareResult

@@ -53,12 +53,12 @@ from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache, default_cache_root
+from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import recipe_work_lock
-from sparkbuild.vendoring.index import source_entry, wheelset_entry
+from sparkbuild.vendoring.index import FLASHINFER_AOT_WHEELS, source_entry, wheelset_entry
 from sparkbuild.vendoring.unread import referenced_paths
 
 if TYPE_CHECKING:

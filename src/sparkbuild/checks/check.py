@@ -27,11 +27,11 @@ from typing import TYPE_CHECKING
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.machine import recipe_plan
+from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes
-from sparkbuild.toolchain.kernel_policy import because, coverage_refusals, refusals
+from sparkbuild.toolchain.kernel_policy import GUARD_STUB, Refusal, because, refusals
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -155,20 +155,19 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
     log.with_suffix(".cmd").write_text(format_command(command.argv) + "\n", encoding="utf-8")
     result = run(command.argv, cwd=plan.scratch, log=log, echo=False, check=False,
                  timeout=UNIT_TIMEOUT_S)
-    status, reason, headers = classify(command, result.returncode, result.output,
+    status, reason, headers = classify(command, result.returncode, result.full_output(),
                                        plan.record, plan.cuda_root, plan.native_code)
     summary: sass.SassSummary | None = None
     stubs: tuple[str, ...] = ()
     covered: tuple[sass.Coverage, ...] = ()
     uncovered: str | None = None
+    stub: Refusal | None = None
     if status == "ok":
         summary, stubs, note = _read_machine_code(plan, command, obj, log)
         reason += note
         covered = unit_coverage(plan, obj)
-        uncovered = because(coverage_refusals(covered, allow_jit=plan.allow_jit))
-        if summary is not None and stubs:
-            (stub,) = refusals((), allow_jit=plan.allow_jit, stub_archs=(summary.arch,),
-                               guard_stubs=stubs, trap_only=summary.trap_only_kernels)
+        stub, uncovered = judge_unit(summary, covered, allow_jit=plan.allow_jit)
+        if stub is not None:
             status = "failed"
             reason = (f"{stub.describe()} (a feature guard left printf + trap or exit; "
                       "nvcc exited 0)")
@@ -176,7 +175,20 @@ def _compile(plan: CheckPlan, unit: str, why: str) -> UnitOutcome:
             status, reason = "failed", uncovered
     return UnitOutcome(unit, status, reason, result.seconds, command.target, command.gencode,
                        headers, log, command.argv, summary, why, stubs, covered,
-                       uncovered if status == "failed" and not stubs else None)
+                       uncovered if status == "failed" and stub is None else None)
+
+
+def judge_unit(summary: sass.SassSummary | None, covered: Sequence[sass.Coverage], *,
+               allow_jit: bool) -> tuple[Refusal | None, str | None]:
+    """One compiled unit judged by the kernel policy, as verify judges a library: the
+    refusal of its guard stubs in the target's SASS (None when the policy accepts them
+    all), and why its coverage per target is refused (None when it is not)."""
+    found = refusals(covered, allow_jit=allow_jit,
+                     stub_archs=(summary.arch,) if summary is not None else (),
+                     guard_stubs=summary.guard_stub_kernels if summary is not None else (),
+                     trap_only=summary.trap_only_kernels if summary is not None else ())
+    stub = next((r for r in found if r.kind == GUARD_STUB), None)
+    return stub, because([r for r in found if r.kind != GUARD_STUB])
 
 
 def _compile_all(plan: CheckPlan, jobs: int) -> list[UnitOutcome]:
@@ -215,7 +227,7 @@ def check_tree(
     started = time.monotonic()
     plan = plan_check(tree, recipe, only=only, all_units=all_units)
     selection = "named" if only else "all" if all_units else "series"
-    build_plan = recipe_plan(recipe)
+    build_plan = recipe_job_plan(recipe, MachineFacts.read(), units_from=None)
     if plan.no_target_sass:
         step(f"{len(plan.no_target_sass)} unit(s) of the build get no SASS for the target "
              "from their recorded gencode (before anything compiles):")

@@ -10,7 +10,7 @@ in ``SPARKBUILD_EXT_TARGETS`` (matched on the last part of the name: ``vllm._moe
 
 One extension is kept whatever is named: vLLM's setup.py (0.20 and later) copies the
 install tree of ``triton_kernels`` after building, unconditionally, so a build without it
-fails at its very end (measured on the device machine: after 13 minutes of compiling).
+fails at its very end, after every extension it builds has compiled.
 """
 
 from __future__ import annotations
@@ -19,14 +19,15 @@ import os
 from pathlib import Path
 
 from sparkbuild.console import info
+from sparkbuild.settings import EXT_TARGETS
 
-TARGETS_VARIABLE = "SPARKBUILD_EXT_TARGETS"
+TARGETS_VARIABLE = EXT_TARGETS.name
 
 HOOK = '''"""Written by sparkbuild (sparkbuild.checks.ext_targets): narrows setup()'s extensions."""
 import os
 import sys
 
-_wanted = {t.strip() for t in os.environ.get("SPARKBUILD_EXT_TARGETS", "").split(",") if t.strip()}
+_wanted = {t.strip() for t in os.environ.get(@VARIABLE@, "").split(",") if t.strip()}
 if _wanted:
     import setuptools
 
@@ -43,7 +44,9 @@ if _wanted:
         return _real_setup(*args, **kwargs)
 
     setuptools.setup = _narrowed_setup
-'''
+'''.replace("@VARIABLE@", repr(TARGETS_VARIABLE))
+"""The build's ``sitecustomize``: it runs without sparkbuild, so the variable's name is
+written into it."""
 
 
 ALWAYS_KEPT = "triton_kernels"

@@ -1,7 +1,7 @@
 """The code forecast, kept in the cache and reused while what it was read from stands.
 
 The forecast (:mod:`sparkbuild.checks.code_forecast`) runs the tree's CMake and its
-configure-time generators: 6 s for vLLM 0.20.0 here, 16 s on the device machine, on every
+configure-time generators: 6 to 16 s for vLLM 0.20.0, on every
 ``wheel`` -- also on a warm rebuild after a one-line patch to a ``.cu`` file, which changes
 no unit's ``-gencode``.  Its result is kept under ``code-forecasts/KEY``, KEY the sha256 of:
 

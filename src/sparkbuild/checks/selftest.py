@@ -30,6 +30,7 @@ from sparkbuild.console import step
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.proc import run
 from sparkbuild.resources import csrc_dir
+from sparkbuild.settings import CSRC
 from sparkbuild.toolchain import sass, tools
 
 if TYPE_CHECKING:
@@ -153,8 +154,8 @@ class SelftestResult:
 
 def find_csrc() -> Path:
     """csrc/ of this checkout or wheel (SPARKBUILD_CSRC overrides): the header and checkers."""
-    override = os.environ.get("SPARKBUILD_CSRC")
-    candidates = [Path(override)] if override else []
+    override = CSRC.path()
+    candidates = [override] if override is not None else []
     candidates.append(csrc_dir())
     for candidate in candidates:
         if (candidate / "e2m1.cuh").is_file() and (candidate / "CMakeLists.txt").is_file():
@@ -173,7 +174,7 @@ def _require(tool: tools.Tool | None, name: str) -> Path:
 
 
 def local_gpu_arch() -> str:
-    """The target to build the GPU check for: ``sm_121a`` on a Spark, ``sm_90`` on an H100.
+    """The target to build the GPU check for: ``sm_121a`` on a Spark, ``sm_90`` on a Hopper GPU.
 
     Family-specific (``a``) where the GPU's family has the E2M1 instruction, so that the
     software path is compared with the hardware; the plain target elsewhere.
@@ -260,7 +261,8 @@ def run_check(
     """Run a checker; a non-zero exit with a RESULT line is a verdict, not a crash."""
     started = time.monotonic()
     result = run(argv, log=log, check=False)
-    check = parse_check_output(name, result.output, time.monotonic() - started, must_fail)
+    check = parse_check_output(name, result.full_output(), time.monotonic() - started,
+                               must_fail)
     if check.ok != (result.returncode == 0):
         raise CommandFailed(
             f"{name} exited with status {result.returncode} but reported ok={check.ok}",

@@ -1,18 +1,18 @@
 """``wheel --targets``: the extensions the package imports whatever runs, never left out.
 
 vLLM 0.20.0's ``vllm/platforms/cuda.py`` imports ``vllm._C`` and ``vllm._C_stable_libtorch``
-at module level, and every ``LLM`` or server start resolves the CUDA platform through it.
-A wheel built with ``--targets _C`` installs, imports (``import vllm`` does not reach the
+at module level, and every ``LLM`` or server start resolves the CUDA platform through it. A
+wheel built with ``--targets _C`` installs, imports (``import vllm`` does not reach the
 platform) and passes ``pip check``, then fails at the first start with ``No module named
-'vllm._C_stable_libtorch'`` (on the device machine, the 2026-12-03 run without it, a 859 s
-build).  So before anything compiles, the package's Python files are read (``ast``, no
-import): an extension of the tree's setup.py that some module imports unconditionally at
-its top level (not inside ``try``, ``if``, a function or a class) and that ``--targets``
-leaves out is refused, with the file and line that import it.
+'vllm._C_stable_libtorch'``, after a build of some 14 minutes. So before anything compiles,
+the package's Python files are read (``ast``, no import): an extension of the tree's
+setup.py that some module imports unconditionally at its top level (not inside ``try``,
+``if``, a function or a class) and that ``--targets`` leaves out is refused, with the file
+and line that import it.
 
-So is a build that leaves out every extension a module's own refusal names: a 2026-12-03
-device build (``--targets _C,_C_stable_libtorch``) installed, and its first start failed
-in the model's import with ``vllm.vllm_flash_attn requires the CUDA flash attention
+So is a build that leaves out every extension a module's own refusal names: a build with
+``--targets _C,_C_stable_libtorch`` installs, and its first start fails in the model's
+import with ``vllm.vllm_flash_attn requires the CUDA flash attention
 extensions (_vllm_fa2_C or _vllm_fa3_C)``, raised at module level by
 ``vllm/vllm_flash_attn/__init__.py`` (under an ``if``), which the CUDA attention path
 imports.  A ``raise ImportError`` of a module body, or of an ``if`` there, whose message

@@ -1,8 +1,8 @@
 """sparkbuild's cmake: a configure that would repeat the last one is skipped.
 
 vLLM's setup.py runs CMake's configure on every build, before ``cmake --build``: 41 s of a
-232 s warm rebuild on the device machine (2026-12-02; its ``run_python`` calls import torch
-again and again), paid even when one source line changed.  sparkbuild puts this script
+232 s warm rebuild (its ``run_python`` calls import torch again and again), paid even
+when one source line changed.  sparkbuild puts this script
 first on the build's ``PATH`` as ``cmake``.  A configure (``cmake SOURCE ...``, not
 ``--build``, ``--install``, ``-E``, ``-P`` or ``--version``) is skipped when the build
 directory holds ``CMakeCache.txt`` and ``build.ninja`` from a configure that succeeded
@@ -33,16 +33,17 @@ from pathlib import Path
 from typing import Any
 
 from sparkbuild.jobplan.ninja_shim import DEPTH_VARIABLE
+from sparkbuild.settings import FETCH_LOG, QUIET, REAL_CMAKE
 from sparkbuild.store.env_key import key_value
 
-REAL_VARIABLE = "SPARKBUILD_REAL_CMAKE"
-FETCH_LOG_VARIABLE = "SPARKBUILD_FETCH_LOG"
+REAL_VARIABLE = REAL_CMAKE.name
+FETCH_LOG_VARIABLE = FETCH_LOG.name
 STAMP = ".sparkbuild-configure.json"
 FETCH_COPY = ".sparkbuild-configure-fetch.tsv"
 VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_REQ_TRACKER",
                       "DISPLAY", "COLUMNS", "LINES", "COLORTERM", "LS_COLORS", "WINDOWID",
                       "TMUX", "TMUX_PANE", "STY", "MAIL", "LESS", "PAGER", "EDITOR",
-                      "SPARKBUILD_QUIET"})
+                      QUIET.name})
 """Variables that differ between two identical builds (the shell's session, the terminal,
 pip's per-build tracker) and that no CMake file of a build reads."""
 VOLATILE_PREFIXES = ("SSH_", "XDG_", "TERM", "DBUS_", "GPG_", "KRB5")
@@ -50,7 +51,7 @@ SET_AT_BUILD = frozenset({DEPTH_VARIABLE})
 """Variables a configure reads whose value the build's ninja sets again on every build:
 the heavy pool's depth, which :mod:`sparkbuild.jobplan.ninja_shim` writes into the manifest
 from the plan file.  Keyed by presence only: doctor's new depth after a first build
-measured its units (13 by the rule, then 16 on the device, 2026-12-04) leaves the configure
+measured its units (on 16 cores: 13 by the rule, then 16) leaves the configure
 as it was; a build with no pool plan at all still configures afresh."""
 _NOT_CONFIGURE = ("--build", "--install", "--open", "-E", "-P", "--version", "--help",
                   "--system-information", "--find-package", "--workflow")
@@ -148,12 +149,11 @@ def why_configure(build_dir: Path, key: dict[str, Any]) -> str | None:
 
 
 def _fetch_log() -> Path | None:
-    path = os.environ.get(FETCH_LOG_VARIABLE)
-    return Path(path) if path else None
+    return FETCH_LOG.path()
 
 
 def main(argv: list[str]) -> int:
-    real = os.environ.get(REAL_VARIABLE) or "cmake"
+    real = str(REAL_CMAKE.path() or "cmake")
     if not is_configure(argv):
         os.execvp(real, [real, *argv])
     cwd = Path.cwd()

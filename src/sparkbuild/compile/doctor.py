@@ -3,8 +3,11 @@
 Run on its own and before every build.  Only a missing nvcc, or one too old to target
 sm_121, is a hard failure: everything else (an old cmake, a torch that differs from the
 tree's pin, little disk) is a warning, because the user may know better.  The build
-plan -- MAX_JOBS and NVCC_THREADS -- is the job plan's (:mod:`sparkbuild.jobplan.machine`),
-printed here with its reasons.
+plan -- MAX_JOBS and NVCC_THREADS -- is the one ``wheel`` builds with, resolved by the same
+function (:func:`doctor_plan`, :func:`sparkbuild.jobplan.job_plan.recipe_job_plan`: the
+recipe, ``$MAX_JOBS`` and ``$NVCC_THREADS``, the unit table of the cache
+``$SPARKBUILD_CACHE`` names, the memory kept for flashinfer's builder), printed here with its
+reasons.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
 from sparkbuild.compile.own_requirements import check_own_requirements
 from sparkbuild.console import warn
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
+from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
 from sparkbuild.jobplan.machine import (
     GIB,
     BuildPlan,
@@ -29,7 +33,6 @@ from sparkbuild.jobplan.machine import (
     plan_build,
     read_memory,
     usable_memory,
-    with_pools,
     with_team_cores,
 )
 from sparkbuild.recipe import (
@@ -40,6 +43,7 @@ from sparkbuild.recipe import (
     require_spark_target,
 )
 from sparkbuild.sources.requirements import exact_pin, read_requirements
+from sparkbuild.store.cache import default_cache_root
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
     MIN_NVCC_FOR_SM121,
@@ -53,6 +57,9 @@ from sparkbuild.toolchain.tools import (
     require_sm121,
     torch_version,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 MIN_FREE_DISK_GIB = 30.0
 """A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
@@ -70,11 +77,6 @@ class Check:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "value": self.value,
                 "reason": self.reason, "hard": self.hard}
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 @dataclass
@@ -296,7 +298,7 @@ def _team_checks(dist: str, token_file: Path | None, plan: BuildPlan, usable: fl
     if link is not None and link.connected and link.status:
         plan = with_team_cores(plan, team_cpus=link.status.cpus, servers=link.status.servers,
                                scheduler=link.scheduler, usable_bytes=usable,
-                               requested_jobs=_env_int("MAX_JOBS"))
+                               requested_jobs=plan.requested_jobs)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     return checks, plan, team.to_dict(), team.error
 
@@ -333,18 +335,35 @@ def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
     return report
 
 
+def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib: float | None,
+                launcher: str | None, cache_root: Path,
+                environ: Mapping[str, str] | None = None) -> BuildPlan:
+    """The plan doctor prints: ``wheel``'s for the same recipe on the same machine and cache
+    (:func:`sparkbuild.pipeline.wheel_job_plan`), ``job_memory_gib`` in place of the
+    recipe's when given."""
+    from sparkbuild.flashinfer.alongside import BUILDER_REASON, builder_reserve
+
+    return recipe_job_plan(
+        recipe, machine, units_from=cache_root, job_memory_gib=job_memory_gib,
+        launcher=launcher, environ=environ,
+        reserved_bytes=builder_reserve(recipe, machine.cores) if recipe is not None else 0.0,
+        reserved_for=BUILDER_REASON)
+
+
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
                compile_cache: str | None = None, recipe: Recipe | None = None,
                existing_torch: bool = False, dist: str | None = None,
                dist_token_file: Path | None = None,
-               build_server: Path | None = None) -> DoctorReport:
+               build_server: Path | None = None,
+               cache_root: Path | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once.
 
     ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
     launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
-    without the recipe's opt-in is refused at once (RecipeError), and the recipe's
-    ``job_memory_gib`` is the default budget."""
+    without the recipe's opt-in is refused at once (RecipeError), and the plan is the
+    recipe's (its budget, jobs and archs) over the unit table of ``cache_root`` (else the
+    default cache)."""
     if build_server is not None:
         return _build_server_doctor(dist, build_server)
     if job_memory_gib is not None:
@@ -352,25 +371,19 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
                              name="--job-memory-gib")
     if recipe is not None:
         require_spark_target(recipe)
-        if job_memory_gib is None:
-            job_memory_gib = recipe.build.job_memory_gib
     tools: dict[str, Tool] = {}
     nvcc_check, failure = _check_nvcc(tools)
     found = {"cmake": find_cmake(), "ninja": find_ninja(),
              "gcc": find_host_compiler(), "launcher": find_launcher()}
     cache_check = _check_compile_cache(compile_cache, found) if compile_cache else None
     tools.update({name: tool for name, tool in found.items() if tool is not None})
-    total, available = read_memory()
-    cores = os.cpu_count() or 1
-    budget = job_memory_gib if job_memory_gib is not None else BuildSettings.job_memory_gib
+    machine = MachineFacts.read()
+    total, available, cores = (machine.total_memory_bytes, machine.available_memory_bytes,
+                               machine.cores)
     launcher = found["launcher"]
-    plan = plan_build(
-        total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-        job_memory_gib=budget, nvcc_threads=_env_int("NVCC_THREADS"),
-        launcher=launcher.name if launcher else None, requested_jobs=_env_int("MAX_JOBS"),
-    )
-    plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
-                      cores=cores, job_memory_gib=budget, requested_jobs=_env_int("MAX_JOBS"))
+    plan = doctor_plan(recipe, machine, job_memory_gib=job_memory_gib,
+                       launcher=launcher.name if launcher else None,
+                       cache_root=cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
         team = _team_checks(dist, dist_token_file, plan, usable_memory(total, available))

@@ -1,10 +1,10 @@
 """sparkbuild's own requirements, checked before anything compiles.
 
 sparkbuild imports some of its requirements only in the phase that needs them: the SBOM
-library (cyclonedx-python-lib) when the wheelhouse is written, after the build.  On the
-device machine, with sparkbuild carried as a wheel beside a hand-picked few of its
-requirements, a missing one surfaced there: ``No module named 'cyclonedx'``, 685 s into
-``wheel``, after vLLM and flashinfer's modules had compiled.  doctor now reads the
+library (cyclonedx-python-lib) when the wheelhouse is written, after the build.  With
+sparkbuild carried as a wheel beside a hand-picked few of its requirements, a missing one
+would surface only there (``No module named 'cyclonedx'``), after vLLM and flashinfer's
+modules have compiled.  So doctor reads the
 installed distribution's own ``Requires-Dist`` and fails at once on any requirement that
 is not installed or not in range.  The cuobjdump and nvdisasm wheels are met as well by
 the tools themselves found elsewhere (a CUDA toolkit), which is what

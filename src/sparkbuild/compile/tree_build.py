@@ -50,6 +50,7 @@ from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.jobplan.unit_memory import MemorySampler
 from sparkbuild.proc import run
 from sparkbuild.resources import build_tools_dir
+from sparkbuild.settings import FETCH_LOG, OFFLINE
 from sparkbuild.store.files import venv_python
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import credit
@@ -180,7 +181,7 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
         "MAX_JOBS": str(request.jobs),
         "CMAKE_GENERATOR": "Ninja",
         "CMAKE_ARGS": " ".join(args),
-        "SPARKBUILD_FETCH_LOG": str(fetch_log),
+        FETCH_LOG.name: str(fetch_log),
         "CARGO_NET_OFFLINE": "true",
         # pip: the cache is the only source, whatever the user's pip config says.
         "PIP_CONFIG_FILE": os.devnull,
@@ -191,7 +192,7 @@ def build_environment(request: BuildRequest, fetch_log: Path) -> dict[str, str]:
     if request.nvcc_threads:
         env["NVCC_THREADS"] = str(request.nvcc_threads)
     if request.offline:
-        env["SPARKBUILD_OFFLINE"] = "1"
+        env[OFFLINE.name] = "1"
     env.update(hook_environment(request.work, request.tree, request.targets))
     env.update(stored_wheel_environment(request.work, env))
     env[RECORD_VARIABLE] = str(request.work / "logs" / "ninja-runs.jsonl")

@@ -3,8 +3,8 @@
 vLLM's setup.py ends with setuptools' ``bdist_wheel``, which deflates every member; the
 wheelhouse then rewrites that wheel member by member (:mod:`sparkbuild.wheelhouse.
 wheel_rewrite`: relabelled, deterministic) and deflates each one again.  The first
-compression is thrown away.  On the device's 9.0a warm rebuild (2026-12-04) they took 20.8 s
-("install and package") and 21.1 s ("wheel rewrite") of 196 s.  A 317 MB payload here: the
+compression is thrown away.  In a 196 s warm rebuild of vLLM at 9.0a they take 20.8 s
+("install and package") and 21.1 s ("wheel rewrite").  For a 317 MB payload: the
 backend's wheel in 17.2 s deflated, 4.5 s stored; the rewritten wheel is the same bytes
 either way (``bench/stored_wheel.py``).
 

@@ -1,23 +1,23 @@
 """flashinfer's modules built alongside vLLM's compile instead of after it.
 
-``[flashinfer] aot`` used to start when vLLM's compile had ended.  On the device machine
-(2026-12-03, vLLM 0.20.0 at 9.0a) that was 138 s after a 672 s compile whose cores were
-18 % idle (the last wave), behind a configure that ran one core for 53 s: the builder's
-work fits in cores the build leaves idle.  So the builder starts as soon as the build's
+Built after vLLM's compile, ``[flashinfer] aot`` adds its whole wall to the build's: for
+vLLM 0.20.0 at 9.0a on 16 cores, 138 s after a 672 s compile whose cores are 18 % idle
+(the last wave), behind a configure that runs one core for 53 s.  The builder's work fits
+in the cores the build leaves idle, so the builder starts as soon as the build's
 interpreter and torch are known (after the code forecast, before the configure), in a thread
 of its own, and the wheel waits for it once the compile is done.
 
 * It runs one job per :data:`ALONGSIDE_SHARE` of the compile's (at least one): the compile
   keeps its whole plan, the builder takes what the build leaves idle, and where both run
   the cores are shared rather than the builder's time added at the end.  With B the
-  builder's wall at every core and C the compile's: it is hidden while B <= C/4 (the
-  device's narrowed set: B = 110 s, C = 670-1080 s); the wheel then waits 4B - C; it is
+  builder's wall at every core and C the compile's: it is hidden while B <= C/4 (a
+  narrowed set on 16 cores: B = 110 s, C = 670-1080 s); the wheel then waits 4B - C; it is
   slower than building after the compile (B) once B > C/3, a set as large as a third of
   the compile -- narrow it with ``[flashinfer] aot_args``.
 * Its memory is kept out of the compile's plan before the plan is made:
   :func:`reserved_bytes`, :data:`BUILDER_JOB_GIB` per builder job (the FlashAttention
-  template units of vllm-flash-attn peaked at 3.9-4.4 GiB per compiler, measured on the
-  device; flashinfer's FA2/FA3 modules are of that family -- an estimate, not a measurement
+  template units of vllm-flash-attn peaked at 3.9-4.4 GiB per compiler, measured at 12.1a;
+  flashinfer's FA2/FA3 modules are of that family -- an estimate, not a measurement
   of flashinfer's own).
 * A kept build (flashinfer/kept_builds.py) is copied, not rebuilt, in the same thread.
 * It starts after the code forecast, so a refused forecast is said at once.  A failure of
@@ -65,9 +65,14 @@ def reserved_bytes(cores: int) -> float:
     return alongside_jobs(cores) * BUILDER_JOB_GIB * GIB
 
 
-def builder_reserve(recipe: Recipe) -> float:
-    """The memory the compile's plan keeps for the builder: none without ``[flashinfer] aot``."""
-    return reserved_bytes(os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
+BUILDER_REASON = "flashinfer's builder runs alongside the compile"
+"""Why the plan keeps :func:`builder_reserve` out, as its reasons say."""
+
+
+def builder_reserve(recipe: Recipe, cores: int | None = None) -> float:
+    """The memory the compile's plan keeps for the builder on ``cores`` (else this
+    machine's): none without ``[flashinfer] aot``."""
+    return reserved_bytes(cores or os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
 
 
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,

@@ -30,8 +30,8 @@ from sparkbuild.flashinfer.build_env import (
 )
 from sparkbuild.flashinfer.module_set import needed_headers, needed_libraries
 from sparkbuild.proc import run
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS
 from sparkbuild.store.files import write_text_atomic
+from sparkbuild.vendoring.index import FLASHINFER_AOT_WHEELS
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe

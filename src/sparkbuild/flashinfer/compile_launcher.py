@@ -21,10 +21,10 @@ builder's own compiles.
 from __future__ import annotations
 
 import contextlib
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sparkbuild.settings import FLASHINFER_LAUNCHER
 from sparkbuild.team.compile_cache import CacheSpec
 from sparkbuild.team.sccache_server import launcher_environment, shared_compile_cache
 from sparkbuild.toolchain.tools import find_launcher, find_sccache
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from sparkbuild.team.sccache_server import SharedCache
 
 LOCAL_DIR = "compile-cache/flashinfer"
-CHOICE_VARIABLE = "SPARKBUILD_FLASHINFER_LAUNCHER"
+CHOICE_VARIABLE = FLASHINFER_LAUNCHER.name
 
 
 @contextlib.contextmanager
@@ -46,7 +46,7 @@ def builder_launcher(cache_root: Path, work: Path, shared: SharedCache | None = 
     if given:
         yield given, f"the build's sccache ({shared.role if shared else ''})"
         return
-    choice = os.environ.get(CHOICE_VARIABLE, "").strip().lower()
+    choice = FLASHINFER_LAUNCHER.choice() or ""
     sccache = find_sccache() if choice in ("", "sccache") else None
     if sccache is not None:
         local = cache_root / LOCAL_DIR

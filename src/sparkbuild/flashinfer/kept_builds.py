@@ -1,7 +1,7 @@
 """flashinfer's modules built ahead, kept in the cache and reused while what built them stands.
 
 ``[flashinfer] aot`` builds the same modules on every ``wheel`` (95 builder steps, 110 s on
-the device machine's 16 cores; minutes on a Spark with the default set) -- also on a warm
+16 cores for a narrowed set; minutes on a Spark with the default set) -- also on a warm
 rebuild after a one-line patch to vLLM, which changes nothing flashinfer's builder reads.
 The built wheel is kept as a cache blob, its entry under ``flashinfer-aot-builds/KEY``, KEY
 the sha256 of everything the build reads:

@@ -1,6 +1,8 @@
 """The job plan: how many units compile at once, which share a pool, and in what order.
 
-MAX_JOBS and NVCC_THREADS from the machine's memory and cores (:mod:`.machine`); the pool
+The plan resolved once from the machine, the recipe, the measured unit table and what was
+asked -- the one doctor prints and ``wheel`` builds with (:mod:`.job_plan`); MAX_JOBS and
+NVCC_THREADS from the machine's memory and cores (:mod:`.machine`); the pool
 plan that gives every core to the build and holds the heavy units in a pool that memory
 bounds (:mod:`.pools`; which units are heavy, the one test the planner and the ninja
 wrapper share: :mod:`.heavy_units`), judged by list scheduling over the measured unit table

@@ -3,8 +3,10 @@
 A pure function of memory and cores, so that the choice for a 128 GB Spark can be tested
 on any machine; each number carries its reason.  With the pool plan
 (:mod:`sparkbuild.jobplan.pools`) every core builds and the heavy units share a pool that
-memory holds.  doctor (:mod:`sparkbuild.compile.doctor`) prints it; ``check`` and ``wheel``
-take a recipe's plan from :func:`recipe_plan` (``wheel``'s over the cache's unit table).
+memory holds.  ``doctor``, ``check`` and ``wheel`` take a recipe's plan from one function,
+:func:`sparkbuild.jobplan.job_plan.recipe_job_plan`, which resolves what was asked and
+calls these.  The memory kept for the system (:func:`usable_memory`) and the MAX_JOBS
+formula (:func:`sparkbuild.jobplan.pools.single_plan_jobs`) are each written once.
 """
 
 from __future__ import annotations
@@ -17,12 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.jobplan.pools import PoolPlan
-from sparkbuild.jobplan.schedule import KnownUnit
-from sparkbuild.jobplan.unit_memory import known_units, measured_for
+from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
 
 if TYPE_CHECKING:
-    from sparkbuild.recipe import Recipe
+    from collections.abc import Sequence
+
+    from sparkbuild.jobplan.schedule import KnownUnit
 
 GIB = 1024**3
 MAX_SYSTEM_RESERVE_GIB = 4.0
@@ -35,7 +37,11 @@ class BuildPlan:
     launcher: str | None
     reasons: tuple[str, ...]
     pool: PoolPlan | None = None
-    """The heavy units' job pool (sparkbuild.jobplan.pools); None: today's single MAX_JOBS."""
+    """The heavy units' job pool (sparkbuild.jobplan.pools); None: the single plan, one
+    MAX_JOBS for every unit."""
+    requested_jobs: int | None = None
+    """The MAX_JOBS that was asked for (``--jobs``, ``$MAX_JOBS``, the recipe's), which wins
+    over the plan's own; None: the plan chose."""
 
     def env(self) -> dict[str, str]:
         """The variables vLLM's setup.py reads."""
@@ -64,9 +70,13 @@ def gib_text(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def _nvcc_threads(nvcc_threads: int | None, arch_count: int) -> tuple[int, str]:
+def _as_requested(by: str) -> str:
+    return f"as requested ({by})" if by else "as requested"
+
+
+def _nvcc_threads(nvcc_threads: int | None, arch_count: int, by: str) -> tuple[int, str]:
     if nvcc_threads is not None:
-        return max(1, nvcc_threads), f"NVCC_THREADS={nvcc_threads}: as requested"
+        return max(1, nvcc_threads), f"NVCC_THREADS={nvcc_threads}: {_as_requested(by)}"
     if arch_count <= 1:
         return 1, "NVCC_THREADS=1: one target arch, and nvcc --threads only splits work by arch"
     return 1, "NVCC_THREADS=1: vLLM's default; parallelism comes from MAX_JOBS"
@@ -82,18 +92,20 @@ def plan_build(
     arch_count: int = 1,
     launcher: str | None = None,
     requested_jobs: int | None = None,
+    requested_by: str = "",
+    threads_by: str = "",
 ) -> BuildPlan:
     """MAX_JOBS from memory and cores: the smaller of the two limits wins.
 
     Each nvcc job may take ``job_memory_gib`` per thread (CUTLASS FP4 kernels take
     3 to 8 GiB); 10% of the memory, at most 4 GiB, stays with the system.
+    ``requested_by`` and ``threads_by`` say where a requested number came from.
     """
-    threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count)
-    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
-    usable = max(0.0, available_memory_bytes - reserve)
-    per_job = job_memory_gib * GIB * threads
-    by_memory = math.floor(usable / per_job)
-    by_cores = max(1, cores // threads)
+    threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count, threads_by)
+    reserve = system_reserve(total_memory_bytes)
+    usable = usable_memory(total_memory_bytes, available_memory_bytes)
+    by_memory = jobs_by_memory(usable, job_memory_gib, threads)
+    by_cores = jobs_by_cores(cores, threads)
     memory_reason = (
         f"memory: {gib_text(available_memory_bytes)} available of "
         f"{gib_text(total_memory_bytes)}, "
@@ -105,7 +117,7 @@ def plan_build(
     jobs = max(1, min(by_memory, by_cores))
     if requested_jobs is not None:
         jobs = requested_jobs
-        reasons.append(f"MAX_JOBS={jobs}: as requested (doctor would pick "
+        reasons.append(f"MAX_JOBS={jobs}: {_as_requested(requested_by)} (doctor would pick "
                        f"{max(1, min(by_memory, by_cores))})")
     elif by_memory < 1:
         reasons.append("MAX_JOBS=1: not even one job fits the budget; the build may swap")
@@ -116,25 +128,25 @@ def plan_build(
         reasons.append(f"compiler launcher: {launcher} (rebuilds reuse unchanged objects)")
     else:
         reasons.append("compiler launcher: none found (install ccache for fast rebuilds)")
-    return BuildPlan(jobs, threads, launcher, tuple(reasons))
+    return BuildPlan(jobs, threads, launcher, tuple(reasons), requested_jobs=requested_jobs)
+
+
+def system_reserve(total_memory_bytes: int) -> float:
+    """The memory kept for the system: 10% of it, at most :data:`MAX_SYSTEM_RESERVE_GIB`."""
+    return min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
 
 
 def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float:
     """What the build may use: the available memory less the system's share."""
-    reserve = min(MAX_SYSTEM_RESERVE_GIB * GIB, 0.1 * total_memory_bytes)
-    return max(0.0, available_memory_bytes - reserve)
+    return max(0.0, available_memory_bytes - system_reserve(total_memory_bytes))
 
 
 def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
                cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
                killed: tuple[str, ...] = (), requested_jobs: int | None = None,
-               known: list[KnownUnit] | None = None) -> BuildPlan:
+               requested_by: str = "", known: Sequence[KnownUnit] | None = None) -> BuildPlan:
     """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
     MAX_JOBS still wins, as the pool's ceiling)."""
-    from sparkbuild.jobplan.pools import plan_pools, pools_enabled
-
-    if not pools_enabled():
-        return plan
     pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
                       usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
                       nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
@@ -144,39 +156,9 @@ def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_byt
         pool = dataclasses.replace(pool, jobs=jobs, depth=min(pool.depth, jobs))
     reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
     return BuildPlan(jobs, plan.nvcc_threads, plan.launcher,
-                     (*reasons, f"MAX_JOBS={jobs}: " + ("as requested" if requested_jobs
-                      else "every core; memory is held by the heavy units' pool")), pool)
-
-
-def recipe_plan(recipe: Recipe, *, requested_jobs: int | None = None,
-                launcher: str | None = None, units_from: Path | None = None,
-                reserved_bytes: float = 0.0, reserved_for: str = "") -> BuildPlan:
-    """The plan a build of ``recipe`` runs with on this machine: MAX_JOBS from the memory
-    available and the cores, at the recipe's per-job budget and NVCC_THREADS;
-    ``requested_jobs`` (else the recipe's ``jobs``) wins.  ``reserved_bytes`` of the available
-    memory are kept for work beside the compile (``reserved_for`` says which).  With
-    ``units_from`` (the cache's root) the pool plan over the unit table measured there for
-    the recipe's archs; without it, one MAX_JOBS for every unit (``check``)."""
-    total, available = read_memory()
-    available = max(0, int(available - reserved_bytes))
-    cores = os.cpu_count() or 1
-    budget, jobs = recipe.build.job_memory_gib, requested_jobs or recipe.build.jobs
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-                      job_memory_gib=budget, nvcc_threads=recipe.build.nvcc_threads,
-                      arch_count=len(recipe.target.cuda_archs), launcher=launcher,
-                      requested_jobs=jobs)
-    if units_from is not None:
-        arch = recipe.target.torch_cuda_arch_list
-        measured, killed = measured_for(units_from, arch)
-        plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
-                          cores=cores, job_memory_gib=budget, measured=measured,
-                          killed=killed, requested_jobs=jobs,
-                          known=known_units(units_from, arch))
-    if reserved_bytes:
-        plan = dataclasses.replace(plan, reasons=(
-            *plan.reasons, f"{reserved_for}: {reserved_bytes / GIB:.1f} GiB of the available "
-            "memory kept for it"))
-    return plan
+                     (*reasons, f"MAX_JOBS={jobs}: " + (_as_requested(requested_by)
+                      if requested_jobs else "every core; memory is held by the heavy units' "
+                      "pool")), pool, requested_jobs=requested_jobs)
 
 
 def parse_meminfo(text: str) -> tuple[int, int]:
@@ -219,7 +201,8 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     if requested_jobs:
         return BuildPlan(plan.max_jobs, plan.nvcc_threads, plan.launcher, (
             *plan.reasons, f"dist: {servers} build server(s), {team_cpus} cpus at "
-            f"{scheduler}; MAX_JOBS={plan.max_jobs} as requested"), plan.pool)
+            f"{scheduler}; MAX_JOBS={plan.max_jobs} as requested"), plan.pool,
+            requested_jobs=plan.requested_jobs)
     by_memory = max(1, math.floor(usable_bytes / (DIST_LOCAL_GIB * GIB)))
     jobs = max(plan.max_jobs, min(plan.max_jobs + team_cpus, by_memory))
     bound = "" if jobs == plan.max_jobs + team_cpus else (
@@ -228,8 +211,6 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
     pool = plan.pool
     if pool is not None:
-        import dataclasses
-
         spare = usable_bytes - jobs * DIST_LOCAL_GIB * GIB
         fits = math.floor(spare / pool.heavy_budget_bytes) if pool.heavy_budget_bytes else jobs
         depth = max(pool.depth, min(jobs, fits))
@@ -241,4 +222,5 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
             f"{pool.depth})"))
     return BuildPlan(jobs, plan.nvcc_threads, plan.launcher, (
         *reasons, f"MAX_JOBS={jobs}: this machine's {plan.max_jobs} + the team's {team_cpus} "
-        f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool)
+        f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool,
+        requested_jobs=plan.requested_jobs)

@@ -39,11 +39,12 @@ from sparkbuild.jobplan.ninja_graph import (
     read_ninja_file,
 )
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
+from sparkbuild.settings import HEAVY_POOL_DEPTH, NINJA_RECORD, POOL_PLAN, REAL_NINJA
 
-REAL_VARIABLE = "SPARKBUILD_REAL_NINJA"
-RECORD_VARIABLE = "SPARKBUILD_NINJA_RECORD"
-PLAN_VARIABLE = "SPARKBUILD_POOL_PLAN"
-DEPTH_VARIABLE = "SPARKBUILD_HEAVY_POOL_DEPTH"
+REAL_VARIABLE = REAL_NINJA.name
+RECORD_VARIABLE = NINJA_RECORD.name
+PLAN_VARIABLE = POOL_PLAN.name
+DEPTH_VARIABLE = HEAVY_POOL_DEPTH.name
 """The heavy pool's depth for the configure (the top-level include declares the pool with
 it); the plan file's depth, which this ninja writes into the manifest, rules the build."""
 MAX_ATTEMPTS = 3
@@ -263,9 +264,9 @@ def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
 
 
 def _record(entry: dict[str, Any]) -> None:
-    path = os.environ.get(RECORD_VARIABLE)
-    if path:
-        with Path(path).open("a", encoding="utf-8") as record:
+    path = NINJA_RECORD.path()
+    if path is not None:
+        with path.open("a", encoding="utf-8") as record:
             record.write(json.dumps(entry) + "\n")
 
 
@@ -276,13 +277,13 @@ def _announce(build_dir: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    real = os.environ.get(REAL_VARIABLE) or "ninja"
-    plan_path = os.environ.get(PLAN_VARIABLE)
+    real = str(REAL_NINJA.path() or "ninja")
+    plan_path = POOL_PLAN.path()
     building = not _not_a_build(argv)
     if building:
         _announce(_build_dir(argv))
-    if not building or not plan_path or not Path(plan_path).is_file():
-        if building and os.environ.get(RECORD_VARIABLE):
+    if not building or plan_path is None or not plan_path.is_file():
+        if building and NINJA_RECORD.path() is not None:
             started = time.time()
             returncode, _ = _run_ninja(real, argv)
             manifest = _manifest(argv, _build_dir(argv))

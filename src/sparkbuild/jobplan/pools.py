@@ -1,6 +1,6 @@
 """Every core busy, never out of memory: the build's job plan.
 
-Today's plan gives every unit the worst unit's memory (MAX_JOBS = min(cores, memory /
+The single plan gives every unit the worst unit's memory (MAX_JOBS = min(cores, memory /
 budget)), which leaves cores idle while light units compile.  The pool plan gives the
 build every core (MAX_JOBS = cores) and puts the units known to be heavy into a ninja job
 pool, :data:`HEAVY_POOL`, whose depth is what the memory holds: ``depth`` heavy units
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,12 +28,16 @@ from typing import Any
 from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.schedule import KnownUnit, simulate
 from sparkbuild.jobplan.unit_order import longest_first, max_by_source
+from sparkbuild.settings import JOB_PLAN
 from sparkbuild.store.files import write_text_atomic
 
 GIB = 1024**3
 HEAVY_POOL = "sparkbuild_heavy"
-SWITCH_VARIABLE = "SPARKBUILD_JOB_PLAN"
-"""``single``: today's plan (one MAX_JOBS for every unit, no pool); else the pool plan."""
+SWITCH_VARIABLE = JOB_PLAN.name
+"""``single``: the single plan (one MAX_JOBS for every unit, no pool); else the pool plan."""
+OLD_MAKESPAN_KEY = "today_makespan_s"
+"""The former name of ``single_plan_makespan_s`` in ``build_plan.pool``, which
+docs/check-and-verify.md named: written beside it, with the same value, for one release."""
 
 HEAVY_PATTERNS = (
     r"cutlass", r"scaled_mm", r"gemm", r"gemv", r"mma", r"fp4", r"machete",
@@ -44,8 +47,8 @@ HEAVY_PATTERNS = (
 kernels and the like are the units that took 4 to 11 GiB in measured vLLM builds.
 
 FlashAttention-2's units (``csrc/flash_attn/src/flash_fwd_*_sm80.cu``) are not in it: at 12.1a
-all 55 peaked at 3.9 to 4.2 GiB on the device machine (bench/full-build/part1), and counting
-them heavy at 8.7 GiB kept 3 of its 16 cores idle for the whole part (busy 0.68).  FA3's
+all 55 peaked at 3.9 to 4.2 GiB on 16 cores (bench/full-build/part1), and counting them
+heavy at 8.7 GiB kept 3 of the 16 cores idle for the whole part (busy 0.68).  FA3's
 Hopper units still are (``_sm90``).  Nor are Marlin's (``gptq_marlin``, ``marlin_moe_wna16``):
 at 12.1a all 33 peaked at 2.4 to 2.7 GiB (bench/full-build/part2-3)."""
 
@@ -57,8 +60,9 @@ HEADROOM = 1.15
 """Measured peaks are scaled by this before planning (a sample can miss the very top)."""
 
 
-def pools_enabled() -> bool:
-    return os.environ.get(SWITCH_VARIABLE, "pools").strip().lower() != "single"
+def pools_enabled(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the plan is the pool plan (``$SPARKBUILD_JOB_PLAN`` is not ``single``)."""
+    return JOB_PLAN.choice(environ) != "single"
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,12 @@ class PoolPlan:
     killed: tuple[str, ...] = ()
     """Sources killed for memory before: heavy whatever was measured."""
     reasons: tuple[str, ...] = ()
-    today_jobs: int = 0
-    """Today's plan's MAX_JOBS on the same machine (one budget for every unit)."""
+    single_plan_jobs: int = 0
+    """The single plan's MAX_JOBS on the same machine (one budget for every unit)."""
     predicted_seconds: float | None = None
     """The simulated compile makespan of this plan (measured basis only)."""
-    today_seconds: float | None = None
-    """... and of today's plan, on the same unit table."""
+    single_plan_seconds: float | None = None
+    """... and of the single plan, on the same unit table."""
     seconds: Mapping[str, float] = field(default_factory=dict)
     """``source|flags`` -> measured seconds: the ninja wrapper starts units longest first."""
 
@@ -107,9 +111,10 @@ class PoolPlan:
                 "heavy_measured": self.heavy_measured(),
                 "patterns": list(self.patterns),
                 "killed": list(self.killed), "reasons": list(self.reasons),
-                "today_jobs": self.today_jobs,
+                "single_plan_jobs": self.single_plan_jobs,
                 "predicted_makespan_s": _round(self.predicted_seconds),
-                "today_makespan_s": _round(self.today_seconds),
+                "single_plan_makespan_s": _round(self.single_plan_seconds),
+                OLD_MAKESPAN_KEY: _round(self.single_plan_seconds),
                 "timed_units": len(self.seconds)}
 
 
@@ -136,12 +141,21 @@ def rule_jobs(usable: float, jobs: int, heavy: float, light: float) -> int:
     return max(1, min(jobs, 1 + math.floor((usable - heavy) / light)))
 
 
-def today_jobs(cores: int, usable_bytes: float, job_memory_gib: float,
-               nvcc_threads: int = 1) -> int:
-    """Today's plan: one MAX_JOBS for every unit, each budgeted ``job_memory_gib``."""
-    threads = max(1, nvcc_threads)
-    per_job = job_memory_gib * GIB * threads
-    return max(1, min(cores // threads, math.floor(usable_bytes / per_job)))
+def jobs_by_cores(cores: int, nvcc_threads: int = 1) -> int:
+    """Every core busy: one job per ``nvcc_threads`` cores (at least one)."""
+    return max(1, cores // max(1, nvcc_threads))
+
+
+def jobs_by_memory(usable_bytes: float, job_memory_gib: float, nvcc_threads: int = 1) -> int:
+    """How many jobs of ``job_memory_gib`` per nvcc thread ``usable_bytes`` hold (maybe 0)."""
+    return math.floor(usable_bytes / (job_memory_gib * GIB * max(1, nvcc_threads)))
+
+
+def single_plan_jobs(cores: int, usable_bytes: float, job_memory_gib: float,
+                     nvcc_threads: int = 1) -> int:
+    """The single plan: one MAX_JOBS for every unit, each budgeted ``job_memory_gib``."""
+    return max(1, min(jobs_by_cores(cores, nvcc_threads),
+                      jobs_by_memory(usable_bytes, job_memory_gib, nvcc_threads)))
 
 
 def fitting_depth(heavy: list[float], light: list[float], jobs: int,
@@ -251,19 +265,19 @@ def plan_pools(
     With a unit table from earlier builds (``known``: seconds and peaks; or ``measured``
     peaks alone), every candidate threshold at or above the fair share gets the largest
     depth that fits memory, and the candidate with the shortest simulated makespan wins
-    -- unless today's plan is predicted faster: then heavy units keep today's limit.
+    -- unless the single plan is predicted faster: then heavy units keep its limit.
     Without one (the first build), the rule decides which units are heavy.
     """
     measured = dict(measured or {})
     known = list(known or ())
     threads = max(1, nvcc_threads)
-    jobs = max(1, cores // threads)
-    today = today_jobs(cores, usable_bytes, job_memory_gib, threads)
+    jobs = jobs_by_cores(cores, threads)
+    single = single_plan_jobs(cores, usable_bytes, job_memory_gib, threads)
     fair = usable_bytes / jobs
     heavy_est = job_memory_gib * GIB * threads
     light_est = min(LIGHT_UNIT_GIB * GIB * threads, heavy_est)
-    reasons = [f"MAX_JOBS={jobs}: every core ({cores} / {threads} nvcc thread(s)); today's "
-               f"plan would give every unit {job_memory_gib:g} GiB: MAX_JOBS={today}"]
+    reasons = [f"MAX_JOBS={jobs}: every core ({cores} / {threads} nvcc thread(s)); the single "
+               f"plan would give every unit {job_memory_gib:g} GiB: MAX_JOBS={single}"]
     if not measured and not known:
         fit_jobs = rule_jobs(usable_bytes, jobs, heavy_est, light_est)
         if fit_jobs < jobs:
@@ -276,17 +290,18 @@ def plan_pools(
             f"rule (nothing measured yet): units whose path matches CUTLASS/GEMM/FP4 and the "
             f"like go into the pool, budgeted {_gib(heavy_est)} each (job_memory_gib); others "
             f"{_gib(light_est)}",
-            f"pool {HEAVY_POOL} depth {max(depth, today)}: memory holds {depth} heavy beside "
+            f"pool {HEAVY_POOL} depth {max(depth, single)}: memory holds {depth} heavy beside "
             f"{jobs - depth} light unit(s) ({_gib(depth * heavy_est + (jobs - depth) * light_est)}"
             f" of {_gib(usable_bytes)} usable); heavy units never get fewer slots than "
-            f"today's MAX_JOBS={today}"]
-        depth = min(jobs, max(depth, today))
+            f"the single plan's MAX_JOBS={single}"]
+        depth = min(jobs, max(depth, single))
         return PoolPlan(jobs, depth, "rule", int(fair), int(heavy_est), int(light_est),
-                        measured, HEAVY_PATTERNS, killed, (*reasons, _RETRY), today_jobs=today)
+                        measured, HEAVY_PATTERNS, killed, (*reasons, _RETRY),
+                        single_plan_jobs=single)
     table = original = _table(known, measured, killed, heavy_est, light_est)
-    baseline = simulate([u.seconds for u in table], [u.peak for u in table], today)
+    baseline = simulate([u.seconds for u in table], [u.peak for u in table], single)
     unit_seconds = {f"{u.source}|{u.flags}": max(0.0, u.seconds) for u in known}
-    # today's plan starts the units in the table's order (the earlier build's); the pool
+    # the single plan starts the units in the table's order (the earlier build's); the pool
     # plan longest first, as the ninja wrapper lists them -- unless that is predicted slower
     found = in_order = _fitting(table, jobs, usable_bytes, fair)
     starts_longest = False
@@ -312,27 +327,27 @@ def plan_pools(
         f"(x{HEADROOM:g}) at once, simulated")
     if best.makespan > baseline.makespan * (1 + 1e-9):
         at_fair = found[0]
-        floor = _Candidate(fair, max(at_fair.depth, today), at_fair.pooled, False, 0.0, 0.0,
+        floor = _Candidate(fair, max(at_fair.depth, single), at_fair.pooled, False, 0.0, 0.0,
                            jobs)
         run = simulate(seconds, peaks, jobs, floor.pooled, floor.depth)
         reasons.append(
             f"memory fits depth {best.depth} at best, predicted {best.makespan:.0f} s: slower "
-            f"than today's plan ({baseline.makespan:.0f} s, which relies on the "
-            f"{job_memory_gib:g} GiB budget); heavy units keep today's limit")
+            f"than the single plan ({baseline.makespan:.0f} s, which relies on the "
+            f"{job_memory_gib:g} GiB budget); heavy units keep its limit")
         if run.makespan <= baseline.makespan * (1 + 1e-9):
             best = _Candidate(fair, floor.depth, floor.pooled, False, run.makespan, run.peak,
                               jobs)
-        else:  # today's plan itself, in today's order
+        else:  # the single plan itself, in its order
             table, starts_longest = original, False
             seconds, peaks = [u.seconds for u in table], [u.peak for u in table]
-            jobs, best = today, _Candidate(fair, today, in_order[0].pooled, False,
-                                           baseline.makespan, baseline.peak, today)
-            reasons.append(f"MAX_JOBS={today}: today's plan itself (no pool plan is predicted "
+            jobs, best = single, _Candidate(fair, single, in_order[0].pooled, False,
+                                            baseline.makespan, baseline.peak, single)
+            reasons.append(f"MAX_JOBS={single}: the single plan itself (no pool plan is predicted "
                            "faster)")
     if starts_longest:
         reasons.append(
             f"units start longest first: {len(unit_seconds)} timed unit(s), the longest "
-            f"{max(unit_seconds.values()):.0f} s at once (today's plan starts them in CMake's "
+            f"{max(unit_seconds.values()):.0f} s at once (the single plan starts them in CMake's "
             "order); an untimed unit counts as the longest")
     heavy = [peaks[i] for i in best.pooled]
     light = [p for i, p in enumerate(peaks) if i not in best.pooled]
@@ -340,17 +355,18 @@ def plan_pools(
     reasons.append(
         f"pool {HEAVY_POOL} depth {best.depth}: the {len(heavy)} unit(s) above "
         f"{_gib(best.threshold)}" + (" (and those killed for memory)" if killed else "")
-        + f"; predicted compile {best.makespan:.0f} s vs today's {baseline.makespan:.0f} s "
-        f"(MAX_JOBS={today}); peaks (x{HEADROOM:g}) in flight {_gib(best.peak)} "
-        f"(today's {_gib(baseline.peak)}) of {_gib(usable_bytes)} usable"
+        + f"; predicted compile {best.makespan:.0f} s vs the single plan's "
+        f"{baseline.makespan:.0f} s (MAX_JOBS={single}); peaks (x{HEADROOM:g}) in flight "
+        f"{_gib(best.peak)} "
+        f"(its {_gib(baseline.peak)}) of {_gib(usable_bytes)} usable"
         + (f"; unmeasured units matching the rule count {_gib(heavy_est)}"
            if rule_heavy else "; unmeasured units are light"))
     # strictly above the chosen level: a unit whose peak is the level itself stays light
     return PoolPlan(jobs, best.depth, "measured", int(best.threshold) + 1,
                     int(max(heavy, default=0.0)), int(max(light, default=0.0)), measured,
                     HEAVY_PATTERNS if rule_heavy else (), killed, (*reasons, _RETRY),
-                    today_jobs=today, predicted_seconds=best.makespan,
-                    today_seconds=baseline.makespan,
+                    single_plan_jobs=single, predicted_seconds=best.makespan,
+                    single_plan_seconds=baseline.makespan,
                     seconds=unit_seconds if starts_longest else {})
 
 

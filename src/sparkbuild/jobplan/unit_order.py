@@ -3,8 +3,9 @@
 Ninja starts the ready edges of equal priority in the order ``build.ninja`` lists them
 (checked with ninja 1.11 and 1.13: it does not read ``.ninja_log``'s durations), and
 CMake lists a target's units in its source order.  In vLLM's ``_moe_C`` at 12.1a that
-order started two Marlin MoE units of 203 and 208 s 85 s into the compile, which took
-293 s where its longest unit took 216 s (bench/full-build/2026-12-03-moe-pools).  With the units'
+order starts two Marlin MoE units of 203 and 208 s 85 s into the compile, which takes
+293 s where its longest unit takes 216 s (BENCHMARKS.md, "The ``_moe_C`` part with the
+pool plan, measured").  With the units'
 measured seconds (the cache's unit table, :mod:`sparkbuild.jobplan.unit_memory`), the ninja
 wrapper lists the compile edges longest first, so the longest units start at once and the
 short ones fill the cores at the end (list scheduling in that order: LPT).

@@ -79,9 +79,9 @@ PIP_TIMEOUT = 3600.0
 _ISOLATED = {"PIP_CONFIG_FILE": os.devnull, "PIP_DISABLE_PIP_VERSION_CHECK": "1",
              "PYTHONPATH": "", "PYTHONNOUSERSITE": "1"}
 """The venv's pip, pip check and import see the venv alone: with the caller's PYTHONPATH
-(on the device, 2026-12-03: sparkbuild's own site, holding setuptools 80.10.2), pip took
-setuptools for installed and left it out of the venv, pip check passed on it, and vLLM's
-first start, without that PYTHONPATH, failed on ``import setuptools``.  An empty
+(sparkbuild's own site, holding setuptools), pip takes setuptools for installed and leaves
+it out of the venv, pip check passes on it, and vLLM's first start, without that
+PYTHONPATH, fails on ``import setuptools``.  An empty
 PYTHONPATH is an unset one for Python."""
 INSTALL_FROM = {"lock": LOCK_NAME, "pylock": PYLOCK_NAME}
 """``install --from``: the file each choice installs from."""

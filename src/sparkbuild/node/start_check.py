@@ -1,11 +1,11 @@
 """Before a node installs a wheelhouse: can its built package start at all?
 
-A 2026-12-03 wheelhouse (vLLM 0.20.0 built with ``--targets _C``) verified, installed,
-passed ``pip check`` and ``import vllm``, and then failed at the first start with
+A wheelhouse of vLLM 0.20.0 built with ``--targets _C`` verifies, installs, passes
+``pip check`` and ``import vllm``, and then fails at the first start with
 ``No module named 'vllm._C_stable_libtorch'``: ``vllm/platforms/cuda.py`` imports it at
-module level and every start resolves the CUDA platform.  ``wheel --targets`` now refuses
+module level and every start resolves the CUDA platform.  ``wheel --targets`` refuses
 such a build (:mod:`sparkbuild.checks.start_imports`), but a node installs wheelhouses from
-anywhere: older ones, and parts built with ``--allow-unstartable``.
+anywhere: ones no such check judged, and parts built with ``--allow-unstartable``.
 
 So ``install`` reads each built wheel's Python files from the verified archive (``ast``,
 no import, no process) and follows, from the modules a start imports, every unconditional

@@ -30,6 +30,7 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
+from sparkbuild.settings import CACHE
 from sparkbuild.store.files import (
     discarded,
     fsync_dir,
@@ -51,18 +52,15 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 PARTIAL_PREFIX = ".partial-"
-FLASHINFER_AOT_WHEELS = "flashinfer-aot"
-"""``CACHE/flashinfer-aot/<python tag>/``: the wheels flashinfer's ahead-of-time builder needs
-(sparkbuild.flashinfer.builder), carried by bundles as they are."""
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_STEM = 180
 
 
 def default_cache_root() -> Path:
     """``$SPARKBUILD_CACHE``, else ``~/.cache/sparkbuild``."""
-    override = os.environ.get("SPARKBUILD_CACHE")
-    if override:
-        return Path(override).expanduser()
+    override = CACHE.path()
+    if override is not None:
+        return override
     return Path.home() / ".cache" / "sparkbuild"
 
 

@@ -4,8 +4,8 @@ A search path (``PATH``, ``LD_LIBRARY_PATH``, ``PYTHONPATH``, ``CPATH``...: ever
 whose name ends in ``PATH``) is read first entry first, so an entry listed again later finds
 nothing the earlier one did not: ``/a:/b:/a`` finds what ``/a:/b`` finds.  A script that
 prepends a directory already there changes the value and nothing else.  Keyed raw, such a
-value made the device's warm rebuild plan its vendor sources, forecast its code and
-configure again (2026-12-04: ``/tmp/site/bin`` twice on ``PATH``, 68 s of its 196 s).
+value makes a warm rebuild plan its vendor sources, forecast its code and configure again
+(``/tmp/site/bin`` twice on ``PATH``: 68 s of a 196 s rebuild).
 
 Standard library only: the build's own cmake (:mod:`sparkbuild.compile.cmake_shim`) keys its
 configure with it inside the build's Python.

@@ -25,27 +25,15 @@ from typing import TYPE_CHECKING
 from sparkbuild.console import info
 from sparkbuild.errors import UsageError, is_disk_full
 from sparkbuild.proc import GRACE_SECONDS, add_group_listener
+from sparkbuild.settings import LOCK_TIMEOUT
+from sparkbuild.settings import seconds_from_env as seconds_from_env  # read from here too
 from sparkbuild.store.files import held_flock, open_locked
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-DEFAULT_LOCK_TIMEOUT = 6 * 3600.0
+DEFAULT_LOCK_TIMEOUT = float(LOCK_TIMEOUT.default)
 """Seconds to wait for another run's lock: a vendor step can take hours on a slow link."""
-
-
-def seconds_from_env(variable: str, default: float) -> float:
-    """A duration in seconds from the environment; a bad value is a UsageError."""
-    raw = os.environ.get(variable, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:  # also refuses nan
-        raise UsageError(f"{variable} must be a number of seconds, not {raw!r}")
-    return value
 
 
 class CacheLock:
@@ -56,7 +44,7 @@ class CacheLock:
         self.timeout = (
             timeout
             if timeout is not None
-            else seconds_from_env("SPARKBUILD_LOCK_TIMEOUT", DEFAULT_LOCK_TIMEOUT)
+            else LOCK_TIMEOUT.seconds(DEFAULT_LOCK_TIMEOUT)
         )
 
     @contextlib.contextmanager

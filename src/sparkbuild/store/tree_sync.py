@@ -3,8 +3,8 @@
 A warm rebuild starts from a tree prepared anew: a bundle with one more patch is copied
 again.  Copied whole, every file gets a new mtime and the build directory inside the tree
 goes with the old copy (vLLM's setup.py builds under the tree's ``build/``), so CMake
-configures from nothing and ninja compiles every unit again: on the device machine a
-one-line change cost 41 s of configure and 104 ccache lookups (2026-12-02).  ``sync_tree``
+configures from nothing and ninja compiles every unit again: for vLLM a one-line change
+costs 41 s of configure and 104 ccache lookups.  ``sync_tree``
 instead copies only the files whose content differs (their mtime is now, so ninja
 rebuilds exactly what depends on them), removes the files the last sync placed that the
 new tree no longer has, and leaves everything else alone: unchanged files keep their

@@ -36,8 +36,8 @@ from typing import IO, TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.console import shown
 from sparkbuild.errors import NetworkError, UsageError
+from sparkbuild.settings import NET_DEADLINE, NET_TIMEOUT
 from sparkbuild.store.cache import FILL_HINT
-from sparkbuild.store.lock import seconds_from_env
 
 if TYPE_CHECKING:
     import socket
@@ -49,8 +49,6 @@ OFFLINE_HINT = (
     "then run with --offline"
 )
 USER_AGENT = f"sparkbuild/{__version__}"
-TIMEOUT_ENV = "SPARKBUILD_NET_TIMEOUT"
-DEADLINE_ENV = "SPARKBUILD_NET_DEADLINE"
 DOWNLOAD_DEADLINE_S = 3600.0
 """A download's whole time by default: a wheel of a few GiB over a slow link."""
 LOCATION_SHOWN = 200
@@ -63,14 +61,15 @@ LONGEST_S = 1e7
 
 def timeout_seconds(default: float = 60.0) -> float:
     """Seconds a connection may stay silent (``$SPARKBUILD_NET_TIMEOUT``, else ``default``)."""
-    return seconds_from_env(TIMEOUT_ENV, default)
+    return NET_TIMEOUT.seconds(default)
 
 
 def deadline_seconds(default: float = DOWNLOAD_DEADLINE_S) -> float:
     """Seconds one exchange may take in all (``$SPARKBUILD_NET_DEADLINE``, else ``default``)."""
-    value = seconds_from_env(DEADLINE_ENV, default)
+    value = NET_DEADLINE.seconds(default)
     if value <= 0:
-        raise UsageError(f"{DEADLINE_ENV} must be a number of seconds above 0, not {value:g}")
+        raise UsageError(
+            f"{NET_DEADLINE.name} must be a number of seconds above 0, not {value:g}")
     return value
 
 
@@ -254,7 +253,7 @@ def deadline_error(url: str, deadline: float, received: int = 0) -> NetworkError
     return NetworkError(
         f"the server did not finish answering within {deadline:g} s{got}", where=url,
         hint=f"a server this slow is broken or holds the connection on purpose; on a slow "
-        f"link give it longer with {DEADLINE_ENV}=SECONDS")
+        f"link give it longer with {NET_DEADLINE.name}=SECONDS")
 
 
 def _said(exc: BaseException) -> str:

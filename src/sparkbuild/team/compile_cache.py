@@ -35,12 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import UsageError
+from sparkbuild.settings import BUILD_ROOT
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
 
-BUILD_ROOT_ENV = "SPARKBUILD_BUILD_ROOT"
-DEFAULT_BUILD_ROOT = Path("/var/tmp/sparkbuild-build")
+BUILD_ROOT_ENV = BUILD_ROOT.name
+DEFAULT_BUILD_ROOT = Path(BUILD_ROOT.default)
 
 URL_FORMS = ("redis://HOST:PORT[/DB]", "s3://BUCKET/PREFIX", "a local directory")
 _S3_QUERY = {"endpoint": "SCCACHE_ENDPOINT", "region": "SCCACHE_REGION",
@@ -193,8 +194,8 @@ def namespace(*, cuda: str | None, torch: str | None, label: str) -> str:
 
 def build_root() -> Path:
     """The stable path shared builds run under (``$SPARKBUILD_BUILD_ROOT``)."""
-    raw = os.environ.get(BUILD_ROOT_ENV, "").strip()
-    root = Path(raw).expanduser() if raw else DEFAULT_BUILD_ROOT
+    raw = BUILD_ROOT.raw() or ""
+    root = BUILD_ROOT.path() or DEFAULT_BUILD_ROOT
     if not root.is_absolute():
         raise UsageError(f"{BUILD_ROOT_ENV} must be an absolute path, not {raw!r}",
                          hint="every machine of the team must build under the same path")

@@ -12,18 +12,18 @@ sccache-dist (mode 600) carry it.
 
 from __future__ import annotations
 
-import os
 import stat
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
+from sparkbuild.settings import DIST_TOKEN
 from sparkbuild.store.url_reader import TOKEN_FORM
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-TOKEN_ENV = "SPARKBUILD_DIST_TOKEN"
+TOKEN_ENV = DIST_TOKEN.name
 SECRET_LIMIT = 4096
 """The most characters a secret may have (sccache-dist's are 64 hex digits)."""
 RULE = "one word of printable ASCII characters on one line (as sccache-dist auth writes it)"
@@ -74,7 +74,7 @@ def read_secret_file(path: Path, *, what: str) -> str:
 
 def token_from_environment() -> str | None:
     """``$SPARKBUILD_DIST_TOKEN``, checked; None when unset or empty."""
-    raw = os.environ.get(TOKEN_ENV, "")
+    raw = DIST_TOKEN.text() or ""
     if not raw.strip():
         return None
     return checked_secret(raw, what=f"the token in {TOKEN_ENV}", where=f"${TOKEN_ENV}")

@@ -43,7 +43,7 @@ _CMAKE_SKIP_DIRS = frozenset({".git", ".sparkbuild", "build", "_deps", ".deps", 
 setup.py sets ``FETCHCONTENT_BASE_DIR`` to the tree's ``.deps``, where the configure
 writes each dependency's binary directory (CUTLASS's ``cmake_install.cmake``, its
 package config files); counted, they made every kept plan and forecast of a warm rebuild
-miss (the device, 2026-12-04: vendor 27.6 s and forecast 14.0 s of a 153 s rebuild)."""
+miss (vendor 27.6 s and forecast 14.0 s of a 153 s warm rebuild)."""
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The machine-code facts of a library, kept by its bytes: ``wheel`` reads only what changed.
 
-Reading a built wheel's libraries with cuobjdump took 50 s of a 232 s warm rebuild on the
-16-core device machine (BENCHMARKS.md, "Warm rebuild after one patched line"), although the
+Reading a built wheel's libraries with cuobjdump takes 50 s of a 232 s warm rebuild on
+16 cores (BENCHMARKS.md, "Warm rebuild after one patched line"), although the
 libraries a one-line change did not touch are byte-identical to the last build's.  Here a
 library's :class:`LibraryCode` (exactly what the readers return: its machine code archs,
 each function's :class:`~sparkbuild.toolchain.sass.FunctionFacts`, each kernel's

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import CommandFailed, ToolchainError
 from sparkbuild.proc import run
+from sparkbuild.settings import CUOBJDUMP, NVDISASM, Setting
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
@@ -309,10 +310,10 @@ def _wheel_bin_dirs() -> Iterator[Path]:
         yield from sorted(Path(root).glob("*/bin"))
 
 
-def _find_tool(name: str, env_var: str) -> Path | None:
-    override = os.environ.get(env_var)
-    if override:
-        return Path(override)
+def _find_tool(name: str, setting: Setting) -> Path | None:
+    override = setting.path()
+    if override is not None:
+        return override
     candidates = [*_wheel_bin_dirs(), Path(sys.executable).parent]
     cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     for directory in candidates:
@@ -329,7 +330,7 @@ def _find_tool(name: str, env_var: str) -> Path | None:
 
 def find_cuobjdump() -> Path:
     """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA."""
-    found = _find_tool("cuobjdump", "SPARKBUILD_CUOBJDUMP")
+    found = _find_tool("cuobjdump", CUOBJDUMP)
     if found is None:
         raise ToolchainError(
             "cuobjdump not found",
@@ -342,7 +343,7 @@ def find_cuobjdump() -> Path:
 
 def find_nvdisasm() -> Path | None:
     """nvdisasm, which ``cuobjdump -sass`` runs; None when it is nowhere to be found."""
-    return _find_tool("nvdisasm", "SPARKBUILD_NVDISASM")
+    return _find_tool("nvdisasm", NVDISASM)
 
 
 def _sass_env() -> dict[str, str]:
@@ -359,7 +360,7 @@ def _sass_env() -> dict[str, str]:
 def dump_sass(binary: Path, *, log: Path | None = None) -> str:
     """``cuobjdump -sass binary``: the SASS of every kernel of every architecture in it."""
     result = run([find_cuobjdump(), "-sass", binary], env=_sass_env(), log=log, echo=False)
-    return result.output
+    return result.full_output()
 
 
 def read_sass(binary: Path, *, log: Path | None = None) -> list[SassFunction]:

@@ -2,8 +2,8 @@
 
 ``cuobjdump -sass`` of a whole library is one process writing one text: for vLLM's
 ``_vllm_fa2_C`` at 12.1a (22 ELFs, 1472 kernels) that is about 2.3 GB, and reading it took
-281 s inside ``wheel`` and 6 minutes in a ``verify`` on the 16-core device machine (bench/
-full-build/part1).  Here the ELFs are extracted (``cuobjdump -xelf all``), each one is
+281 s inside ``wheel`` and 6 minutes in a ``verify`` on 16 cores (bench/full-build/
+part1).  Here the ELFs are extracted (``cuobjdump -xelf all``), each one is
 disassembled and parsed in its own worker process, and only each function's
 :class:`~sparkbuild.toolchain.sass.FunctionFacts` come back, in the library's ELF order.
 

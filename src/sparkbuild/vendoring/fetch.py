@@ -325,7 +325,7 @@ def fetch_wheels(cache: Cache, plan: VendorPlan, scratch: Path) -> VendorEntry:
         log=scratch / "pip-wheel.log", check=False, timeout=3 * 3600,
     )
     if result.returncode != 0:
-        missing = _unavailable(result.output)
+        missing = _unavailable(result.full_output())
         if missing:
             raise SourceError(
                 f"build requirement {missing} cannot be had from the configured package index",

@@ -10,6 +10,10 @@ namespaces say what each blob is:
 * ``missed-sources/RECIPE``: sources CMake fetched in an online build that the vendor plan
   did not name, so that the next plan (and bundle) of that recipe includes them.
 
+One directory of the cache holds wheels as they are, outside the blobs:
+:data:`FLASHINFER_AOT_WHEELS`, the wheels flashinfer's builder needs, which
+:mod:`sparkbuild.flashinfer.builder_wheels` fills and bundles carry.
+
 Readers return an entry only when its blobs are present: an index line whose blob was
 removed is no entry at all.  :mod:`sparkbuild.vendoring.fetch` fills them,
 :mod:`sparkbuild.bundle.read` imports them from a bundle, and
@@ -29,6 +33,10 @@ SOURCES = "sources"
 WHEELSETS = "wheelsets"
 CRATES = "crates"
 MISSED_SOURCES = "missed-sources"
+FLASHINFER_AOT_WHEELS = "flashinfer-aot"
+"""``CACHE/flashinfer-aot/<python tag>/``: the wheels flashinfer's ahead-of-time builder needs
+(:mod:`sparkbuild.flashinfer.builder_wheels`), carried by bundles as they are.  Named here,
+below both the bundle that carries it and flashinfer that fills it."""
 
 
 def source_entry(cache: Cache, source: SourcePlan) -> dict[str, Any] | None:

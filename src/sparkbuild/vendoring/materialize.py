@@ -236,26 +236,54 @@ def _link_wheels(cache: Cache, plan: VendorPlan, wheel_dir: Path) -> None:
 
 
 def _cargo_home(cache: Cache, plan: VendorPlan, work: Path) -> Path | None:
-    """A CARGO_HOME whose config replaces crates.io with the vendored crates."""
+    """A CARGO_HOME whose config replaces crates.io with the vendored crates of every
+    ``Cargo.lock``: cargo reads one directory source, so each crate directory that a
+    lockfile's ``cargo vendor`` wrote is linked into one directory, ``vendored-crates``."""
     vendored = [crate for crate in plan.crates if crate.count]
     if not vendored:
         return None
     home = work / "cargo-home"
     home.mkdir(parents=True, exist_ok=True)
-    directories = []
+    unpacked = []
     for crate in vendored:
         entry = crates_entry(cache, crate)
         assert entry is not None, "require_complete() runs first"
         digest = str(entry["sha256"])
-        directories.append(_unpack(cache, digest, work / f"crates-{digest[:12]}",
-                                   crate.lockfile, strip_top=False))
+        unpacked.append((digest, _unpack(cache, digest, work / f"crates-{digest[:12]}",
+                                         crate.lockfile, strip_top=False)))
+    merged = _merged_crates(unpacked, home / "vendored-crates")
     config = [
         "[source.crates-io]", 'replace-with = "sparkbuild-vendored"', "",
-        "[source.sparkbuild-vendored]", f'directory = "{directories[0]}"', "",
+        "[source.sparkbuild-vendored]", f'directory = "{merged}"', "",
         "[net]", "offline = true", "",
     ]
     (home / "config.toml").write_text("\n".join(config), encoding="utf-8")
     return home
+
+
+def _merged_crates(unpacked: list[tuple[str, Path]], merged: Path) -> Path:
+    """One directory holding a link to every crate directory of ``unpacked`` (each a
+    ``cargo vendor`` output, with its blob's digest).  A crate vendored by two lockfiles
+    (the same directory name and ``.cargo-checksum.json``) is linked once; two different
+    crates under one name (``cargo vendor`` names a crate's directory without its version
+    where its lockfile holds one version) both stay, the later one under its digest."""
+    shutil.rmtree(merged, ignore_errors=True)
+    merged.mkdir(parents=True)
+    linked: dict[str, bytes] = {}
+    for digest, root in unpacked:
+        for crate_dir in sorted(root.iterdir()):
+            if crate_dir.name.startswith(".") or not crate_dir.is_dir():
+                continue
+            checksum = crate_dir / ".cargo-checksum.json"
+            identity = checksum.read_bytes() if checksum.is_file() else crate_dir.name.encode()
+            name = crate_dir.name
+            if name in linked:
+                if linked[name] == identity:
+                    continue
+                name = f"{name}-{digest[:12]}"
+            linked[name] = identity
+            (merged / name).symlink_to(crate_dir, target_is_directory=True)
+    return merged
 
 
 def materialize(plan: VendorPlan, cache: Cache, work: Path) -> Materialized:

@@ -13,11 +13,11 @@ from sparkbuild.bundle.read import import_bundle, prepared_from_bundle, unpack_b
 from sparkbuild.bundle.write import assemble
 from sparkbuild.errors import RecipeError, UnsafeArchiveError, VerifyError
 from sparkbuild.recipe import load_recipe
-from sparkbuild.store.cache import FLASHINFER_AOT_WHEELS, Cache
+from sparkbuild.store.cache import Cache
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendoring.build_deps import WheelPlan
 from sparkbuild.vendoring.fetch import write_tree_tarball
-from sparkbuild.vendoring.index import source_entry, wheelset_entry
+from sparkbuild.vendoring.index import FLASHINFER_AOT_WHEELS, source_entry, wheelset_entry
 from sparkbuild.vendoring.plan import SourcePlan, VendorPlan, adjust_plan
 from support.bundles import rewrite_bundle
 

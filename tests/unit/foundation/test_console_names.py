@@ -1,4 +1,4 @@
-"""Names in output: a name cannot forge a line or turn round (issue 41)."""
+"""Names in output: a name cannot forge a line or turn round."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from sparkbuild.jobplan.pools import (
     heavy_indices,
     plan_pools,
     pool_depth,
-    today_jobs,
+    single_plan_jobs,
     write_plan_file,
 )
 from sparkbuild.jobplan.schedule import KnownUnit, simulate
@@ -50,13 +50,13 @@ def _predicted(plan_units: list[KnownUnit], plan: object) -> float:
                     heavy_indices(plan, ordered), plan.depth).makespan
 
 
-def test_first_build_rule_never_constrains_heavy_units_below_todays_max_jobs() -> None:
+def test_first_build_rule_never_constrains_heavy_units_below_the_single_plans_max_jobs() -> None:
     usable = 115.2 * GIB
     plan = plan_pools(cores=20, usable_bytes=usable, job_memory_gib=8.7)
-    assert today_jobs(20, usable, 8.7) == 13 == plan.today_jobs
+    assert single_plan_jobs(20, usable, 8.7) == 13 == plan.single_plan_jobs
     assert pool_depth(usable, 20, 8.7 * GIB, 3 * GIB) == 9
     assert (plan.basis, plan.jobs, plan.depth) == ("rule", 20, 13)
-    assert "never get fewer slots than today's MAX_JOBS=13" in " ".join(plan.reasons)
+    assert "never get fewer slots than the single plan's MAX_JOBS=13" in " ".join(plan.reasons)
     small = plan_pools(cores=16, usable_bytes=30 * GIB, job_memory_gib=6.0)
     # one 6 GiB heavy unit beside 15 light ones of 3 GiB is over 30 GiB: 1 + 24 / 3 jobs
     assert (small.jobs, small.depth) == (9, 5)
@@ -77,30 +77,36 @@ def test_measured_plan_pools_only_units_above_the_fair_share_and_fits_memory() -
     light = [_unit(f"l{i}.cu", 50.0, 1.0, 8 + i) for i in range(80)]
     units = heavy + light
     plan = plan_pools(cores=16, usable_bytes=usable, job_memory_gib=8.7, known=units)
-    assert plan.basis == "measured" and plan.jobs == 16 and plan.today_jobs == 7
+    assert plan.basis == "measured" and plan.jobs == 16 and plan.single_plan_jobs == 7
     pooled = heavy_indices(plan, units)
     assert pooled == set(range(8))
     assert all(units[i].peak_bytes * HEADROOM > usable / 16 for i in pooled)  # type: ignore[operator]
     # 4 x 11.5 GiB + 12 x 1.15 GiB fit 64 GiB; a flat 3 GiB per light unit would allow 1
     assert plan.depth == 4
-    assert plan.predicted_seconds is not None and plan.today_seconds is not None
-    assert plan.predicted_seconds < 0.6 * plan.today_seconds  # memory allows: better
+    assert plan.predicted_seconds is not None and plan.single_plan_seconds is not None
+    assert plan.predicted_seconds < 0.6 * plan.single_plan_seconds  # memory allows: better
     assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
     assert plan.to_dict()["predicted_makespan_s"] == round(plan.predicted_seconds, 1)
+    as_json = plan.to_dict()
+    assert as_json["single_plan_jobs"] == 7
+    assert as_json["single_plan_makespan_s"] == round(plan.single_plan_seconds, 1)
+    # the key docs/check-and-verify.md named before, kept beside the new one
+    assert as_json["today_makespan_s"] == as_json["single_plan_makespan_s"]
+    assert "today_jobs" not in as_json
 
 
-def test_when_memory_fitting_pools_are_slower_heavy_units_keep_todays_limit() -> None:
+def test_when_memory_fitting_pools_are_slower_heavy_units_keep_the_single_plans_limit() -> None:
     heavy = [_unit(f"gemm{i}.cu", 1000.0, 12.0, i) for i in range(4)]
     light = [_unit(f"l{i}.cu", 10.0, 1.0, 4 + i) for i in range(8)]
     units = heavy + light
     plan = plan_pools(cores=8, usable_bytes=40 * GIB, job_memory_gib=10.0, known=units)
-    assert plan.today_jobs == 4 and plan.depth == 4 and plan.jobs == 8
-    assert "heavy units keep today's limit" in " ".join(plan.reasons)
-    assert plan.predicted_seconds is not None and plan.today_seconds is not None
-    assert plan.predicted_seconds <= plan.today_seconds
+    assert plan.single_plan_jobs == 4 and plan.depth == 4 and plan.jobs == 8
+    assert "heavy units keep its limit" in " ".join(plan.reasons)
+    assert plan.predicted_seconds is not None and plan.single_plan_seconds is not None
+    assert plan.predicted_seconds <= plan.single_plan_seconds
 
 
-def test_never_predicted_slower_than_today_on_random_tables() -> None:
+def test_never_predicted_slower_than_the_single_plan_on_random_tables() -> None:
     rng = random.Random(18)
     for _ in range(40):
         cores = rng.choice([4, 8, 16, 20])
@@ -110,8 +116,8 @@ def test_never_predicted_slower_than_today_on_random_tables() -> None:
         usable = rng.choice([16, 48, 115]) * GIB
         plan = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=rng.choice([4, 8.7]),
                           known=units)
-        assert plan.predicted_seconds is not None and plan.today_seconds is not None
-        assert plan.predicted_seconds <= plan.today_seconds * (1 + 1e-9)
+        assert plan.predicted_seconds is not None and plan.single_plan_seconds is not None
+        assert plan.predicted_seconds <= plan.single_plan_seconds * (1 + 1e-9)
         assert 1 <= plan.depth <= plan.jobs <= cores
         assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
 
@@ -174,7 +180,7 @@ def test_measured_seconds_start_the_longest_units_first(tmp_path: Path) -> None:
     long_ = [_unit(f"csrc/marlin{i}.cu", 200.0, 1.0, 4 + i) for i in range(2)]
     units = short + long_
     plan = plan_pools(cores=4, usable_bytes=64 * GIB, job_memory_gib=8.0, known=units)
-    assert plan.today_seconds == pytest.approx(300.0)  # 4 short, then the 2 long
+    assert plan.single_plan_seconds == pytest.approx(300.0)  # 4 short, then the 2 long
     assert plan.predicted_seconds == pytest.approx(200.0)  # 2 long beside 2 + 2 short
     assert plan.predicted_seconds == pytest.approx(_predicted(units, plan))
     assert dict(plan.seconds) == {f"{u.source}|{u.flags}": u.seconds for u in units}
@@ -194,7 +200,7 @@ def test_the_table_order_is_kept_where_longest_first_is_predicted_slower() -> No
     units = [_unit(f"csrc/u{i}.cu", s, 1.0, i) for i, s in enumerate([3.0, 2.0, 2.0, 3.0, 2.0])]
     plan = plan_pools(cores=2, usable_bytes=64 * GIB, job_memory_gib=8.0, known=units)
     assert plan.seconds == {} and "longest first" not in " ".join(plan.reasons)
-    assert plan.predicted_seconds == pytest.approx(6.0) == plan.today_seconds
+    assert plan.predicted_seconds == pytest.approx(6.0) == plan.single_plan_seconds
 
 
 def _worst_case(plan_units: list[KnownUnit], plan: object) -> float:
@@ -222,8 +228,8 @@ def test_a_small_runner_gets_fewer_jobs_rather_than_a_plan_memory_cannot_hold() 
     assert plan.jobs < 4
     assert _worst_case(units, plan) <= usable
     assert any("no plan fits memory" in r for r in plan.reasons)
-    assert plan.predicted_seconds is not None and plan.today_seconds is not None
-    assert plan.predicted_seconds < plan.today_seconds  # still better than one job
+    assert plan.predicted_seconds is not None and plan.single_plan_seconds is not None
+    assert plan.predicted_seconds < plan.single_plan_seconds  # still better than one job
 
 
 def test_a_roomy_machine_keeps_every_core_and_fits() -> None:

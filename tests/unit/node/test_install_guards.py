@@ -1,4 +1,4 @@
-"""What ``install`` refuses or recovers before it runs anything (issue 41): a venv path
+"""What ``install`` refuses or recovers before it runs anything: a venv path
 that ``activate`` would run, one too long for the system, a venv a killed install left."""
 
 from __future__ import annotations

@@ -167,8 +167,8 @@ def test_installed_bytes_differ_from_the_wheels(venv: Path, tmp_path: Path) -> N
 
 def test_a_file_no_wheel_has_fails_even_when_record_lists_it(venv: Path, tmp_path: Path
                                                              ) -> None:
-    """Issue 23: a venv installed from a tampered wheel (one file added with its RECORD line)
-    passed against itself and against the genuine wheelhouse."""
+    """A venv installed from a tampered wheel (one file added with its RECORD line) fails
+    against itself and against the genuine wheelhouse."""
     wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
     site = venv / "lib" / "python3.12" / "site-packages"
     (site / "demo" / "backdoor.py").write_text("print('hi')\n")
@@ -205,7 +205,7 @@ def test_a_venv_not_made_by_install(venv: Path) -> None:
     assert RECORD_NAME in caught.value.what
 
 
-# -- issue 41: what runs, with or without the wheelhouse ---------------------------------
+# -- what runs, with or without the wheelhouse ------------------------------------------
 
 
 def _installed(venv: Path, tmp_path: Path) -> Path:

@@ -123,7 +123,7 @@ def test_the_gpu_from_procfs_when_nvidia_smi_is_missing(tmp_path: Path) -> None:
     assert checks["driver"]["value"] == "580.95.05"
 
 
-# -- issue 41: a named error for what is no installed venv; NCCL_IB_HCA's prefix ------------
+# -- a named error for what is no installed venv; NCCL_IB_HCA's prefix -------------------
 
 
 def test_a_venv_that_does_not_exist_or_is_no_venv(tmp_path: Path) -> None:

@@ -69,7 +69,7 @@ def test_no_ptxas_leaves_the_entry_out_with_a_note(tmp_path: Path) -> None:
     assert "FLASHINFER_NO_DOWNLOAD=1\n" in text and "export" not in text
 
 
-# -- issue 41: nothing in a profile runs or adds a line -----------------------------------
+# -- nothing in a profile runs or adds a line --------------------------------------------
 
 
 @pytest.mark.parametrize("value", ["1", "=rocep1s0f0:1,rocep1s0f1:1", "/opt/cuda/bin/ptxas",

@@ -1,5 +1,5 @@
-"""The cache lock records its holder's process groups, for the run after a SIGKILL
-(issue 23).  No process is started here: the groups are told to the lock by hand."""
+"""The cache lock records its holder's process groups, for the run after a SIGKILL.
+No process is started here: the groups are told to the lock by hand."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A wheel's inner structure (issue 41): one check for verify, install and wheel, on wheels
+"""A wheel's inner structure: one check for verify, install and wheel, on wheels
 made here entry by entry, and the manifest's wheels against the files."""
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild.checks.check import judge_unit
 from sparkbuild.checks.check_plan import units_without_target_sass
 from sparkbuild.checks.check_result import CheckResult
 from sparkbuild.checks.code_forecast import CodeForecast
@@ -29,6 +30,7 @@ from sparkbuild.toolchain.sass import (
     KernelCode,
     coverage,
     coverage_at,
+    summarize,
 )
 from sparkbuild.wheelhouse.verify import LibraryArchs, VerifyResult
 
@@ -118,6 +120,13 @@ def _watch_refuses(kernels: list[KernelCode], allow_jit: bool,
     return object_refusal(Path("/o.cu.o"), ("12.1a",), allow_jit, readers) is not None
 
 
+def _check_refuses(kernels: list[KernelCode], allow_jit: bool,
+                   functions: tuple[FunctionFacts, ...] = ()) -> bool:
+    stub, uncovered = judge_unit(summarize(functions, "sm_121a"), coverage_at(kernels, ("12.1a",)),
+                                 allow_jit=allow_jit)
+    return stub is not None or uncovered is not None
+
+
 def _forecast_and_check_refuse(kind: str, allow_jit: bool) -> tuple[bool, bool]:
     lacking = units_without_target_sass({"csrc/u.cu": GENCODE[kind]}, ("12.1a",))
     forecast = CodeForecast("lacking" if lacking else "clear", 1, {"_C": lacking}
@@ -135,6 +144,7 @@ def test_every_judge_refuses_a_kind_as_the_policy_does(kind: str, allow_jit: boo
     expected = refused(kind, allow_jit=allow_jit)
     assert _verify_refuses([KERNEL[kind]], allow_jit) is expected
     assert _watch_refuses([KERNEL[kind]], allow_jit) is expected
+    assert _check_refuses([KERNEL[kind]], allow_jit) is expected
     assert _forecast_and_check_refuse(kind, allow_jit) == (expected, expected)
 
 
@@ -142,3 +152,21 @@ def test_every_judge_refuses_a_kind_as_the_policy_does(kind: str, allow_jit: boo
 def test_every_judge_of_machine_code_refuses_a_guard_stub(allow_jit: bool) -> None:
     assert _verify_refuses([KERNEL[NATIVE]], allow_jit, stubs=("stub_k",))
     assert _watch_refuses([KERNEL[NATIVE]], allow_jit, functions=(STUB,))
+    assert _check_refuses([KERNEL[NATIVE]], allow_jit, functions=(STUB,))
+    assert not _check_refuses([KERNEL[NATIVE]], allow_jit)
+
+
+def test_check_fails_a_unit_on_the_stubs_the_policy_refuses_not_on_every_stub(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """check asks the policy: a stub the policy accepts (as it accepts those a rule names
+    unreachable) does not fail the unit."""
+    import sparkbuild.checks.check as check
+
+    def accepting(found: object, **kwargs: object) -> list[Refusal]:
+        return refusals(found, **{**kwargs, "unreachable": kwargs["guard_stubs"]})  # type: ignore[arg-type]
+
+    summary = summarize((STUB,), "sm_121a")
+    assert judge_unit(summary, coverage_at([KERNEL[NATIVE]], ("12.1a",)), allow_jit=False)[0]
+    monkeypatch.setattr(check, "refusals", accepting)
+    assert judge_unit(summary, coverage_at([KERNEL[NATIVE]], ("12.1a",)),
+                      allow_jit=False) == (None, None)

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from corpus.builders import good_sdist
 from sparkbuild.store.cache import Cache
-from sparkbuild.vendoring.materialize import COMPLETE_MARKER, _unpack
+from sparkbuild.vendoring.build_deps import CratePlan
+from sparkbuild.vendoring.fetch import store_tree_tarball
+from sparkbuild.vendoring.index import record_crates
+from sparkbuild.vendoring.materialize import COMPLETE_MARKER, _cargo_home, _unpack
+from sparkbuild.vendoring.plan import VendorPlan
 
 
 def _unpacked(tmp_path: Path) -> tuple[Cache, str, Path]:
@@ -31,7 +37,8 @@ def test_an_intact_copy_is_reused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("how", ["changed", "added", "removed"])
 def test_an_edited_copy_is_unpacked_again_with_a_warning(
         tmp_path: Path, how: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Issue 23: an edited header in work/<recipe>/deps/... was compiled without a word."""
+    """An edited header in work/<recipe>/deps/... is put back and named, never compiled
+    without a word."""
     cache, digest, dest = _unpacked(tmp_path)
     root = _unpack(cache, digest, dest, "demo", strip_top=True)
     kernel = root / "csrc" / "kernel.cu"
@@ -58,3 +65,42 @@ def test_a_marker_without_a_listing_is_unpacked_again(tmp_path: Path) -> None:
     (root / "csrc" / "kernel.cu").write_text("edited\n")
     _unpack(cache, digest, dest, "demo", strip_top=True)
     assert "edited" not in (root / "csrc" / "kernel.cu").read_text()
+
+
+def _vendored_crates(cache: Cache, tmp_path: Path, lockfile: str,
+                     crates: dict[str, str]) -> CratePlan:
+    """``cargo vendor``'s output for one lockfile (directory -> the crate's checksum), in
+    the cache as the vendor step keeps it."""
+    out = tmp_path / "vendor-out" / lockfile.replace("/", "_")
+    for directory, checksum in crates.items():
+        (out / directory / "src").mkdir(parents=True)
+        (out / directory / "Cargo.toml").write_text(f'[package]\nname = "{directory}"\n')
+        (out / directory / ".cargo-checksum.json").write_text(
+            f'{{"files": {{}}, "package": "{checksum}"}}')
+    plan = CratePlan(lockfile, hashlib.sha256(lockfile.encode()).hexdigest(), len(crates))
+    record_crates(cache, plan, store_tree_tarball(cache, out))
+    return plan
+
+
+def test_the_cargo_home_reads_the_crates_of_every_lockfile(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    first = _vendored_crates(cache, tmp_path, "rust/Cargo.lock",
+                             {"serde": "a" * 64, "libc": "b" * 64})
+    second = _vendored_crates(cache, tmp_path, "tools/cli/Cargo.lock",
+                              {"serde": "c" * 64, "libc": "b" * 64, "clap": "d" * 64})
+    plan = VendorPlan(tmp_path, sources=(), unreached=(), wheels=(), crates=(first, second),
+                      torch=None)
+    home = _cargo_home(cache, plan, tmp_path / "work")
+    assert home is not None
+    config = tomllib.loads((home / "config.toml").read_text())
+    directory = Path(config["source"]["sparkbuild-vendored"]["directory"])
+    names = sorted(p.name for p in directory.iterdir())
+    # libc is the same crate in both; serde is another version under the same name
+    assert names[:3] == ["clap", "libc", "serde"] and len(names) == 4
+    assert names[3].startswith("serde-")
+    checksums = sorted((directory / name / ".cargo-checksum.json").read_text()
+                       for name in names)
+    assert [c.count('"package"') for c in checksums] == [1, 1, 1, 1]
+    assert any("c" * 64 in c for c in checksums) and any("d" * 64 in c for c in checksums)
+    assert _cargo_home(cache, plan, tmp_path / "work") == home  # made again, the same
+    assert sorted(p.name for p in directory.iterdir()) == names

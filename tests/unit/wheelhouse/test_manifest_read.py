@@ -1,4 +1,4 @@
-"""Reading a wheelhouse's manifest (issue 41): bounded, a plain file only, its node profile
+"""Reading a wheelhouse's manifest: bounded, a plain file only, its node profile
 checked as the recipe's is, and names in verify's output quoted."""
 
 from __future__ import annotations

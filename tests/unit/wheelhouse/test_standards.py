@@ -286,7 +286,8 @@ def _tamper_sbom(out: Path, change: Any) -> list[tuple[str, str]]:
 
 
 def test_an_sbom_whose_pedigree_or_tools_are_not_the_manifests_fails_verify(out: Path) -> None:
-    """Issue 41: agreement compared name, version and hash only."""
+    """The SBOM agrees with the manifest in more than name, version and hash: its
+    pedigree, properties, purl and tools too."""
     built = built_of(out).name
     said = "in sbom.cdx.json is not what the manifest says"
     assert _tamper_sbom(out, lambda s, c: c.pop("pedigree")) == [
