@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, ClassVar
 import pytest
 
 from sparkbuild.errors import NetworkError, UsageError
+from sparkbuild.settings import NET_DEADLINE, NET_TIMEOUT
 from sparkbuild.store import url_reader
 from sparkbuild.store.url_reader import deadline_seconds, open_url, timeout_seconds
 
@@ -144,13 +145,13 @@ def test_a_token_an_http_header_cannot_carry_is_refused_unsent(base: str) -> Non
 
 
 def test_the_limits_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(url_reader.DEADLINE_ENV, raising=False)
-    monkeypatch.delenv(url_reader.TIMEOUT_ENV, raising=False)
+    monkeypatch.delenv(NET_DEADLINE.name, raising=False)
+    monkeypatch.delenv(NET_TIMEOUT.name, raising=False)
     assert deadline_seconds() == url_reader.DOWNLOAD_DEADLINE_S == 3600
     assert deadline_seconds(30) == 30 and timeout_seconds() == 60
-    monkeypatch.setenv(url_reader.DEADLINE_ENV, "7.5")
+    monkeypatch.setenv(NET_DEADLINE.name, "7.5")
     assert deadline_seconds(30) == deadline_seconds() == 7.5
     for bad in ("0", "-1", "soon", "nan"):
-        monkeypatch.setenv(url_reader.DEADLINE_ENV, bad)
+        monkeypatch.setenv(NET_DEADLINE.name, bad)
         with pytest.raises(UsageError, match="SPARKBUILD_NET_DEADLINE must be"):
             deadline_seconds()
