@@ -254,7 +254,9 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         for source in plan.sources:
             entry = source_entry(cache, source)
             assert entry is not None, "require_complete() runs first"
-            step(f"adding {source.name} ({source.url} @ {source.ref})")
+            used = (f"{source.fetch_ref}, a stand-in for the pin {source.ref}"
+                    if source.stand_in else source.ref)
+            step(f"adding {source.name} ({source.url} @ {used})")
             dest = root / "sources" / source.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             _copy_source(cache, entry, dest, staging)
