@@ -129,7 +129,7 @@ def _wheelhouse(root: Path, files: dict[str, bytes]) -> tuple[Path, bytes]:
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     lock = root / "requirements.lock"
     lock.write_text(f"demo==1.0 --hash=sha256:{digest}\n")
-    manifest = {"schema": 1, "wheels": [
+    manifest = {"schema": 1, "target": {"cuda_archs": ["12.1a"]}, "wheels": [
         {"file": wheel.name, "name": "demo", "version": "1.0", "sha256": digest,
          "size": wheel.stat().st_size, "role": "built"}],
         "files": {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest()}}
