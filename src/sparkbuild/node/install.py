@@ -19,16 +19,23 @@ the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
 ``verify --installed``.  A wheelhouse served over HTTP comes through
 :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
-hashes, named by path; the result says which file was used.
+hashes, named by path; the result says which file was used.  Every entry of that lock must
+be a wheel of the wheelhouse that verify checked, beside the lock (no URL, no path
+elsewhere, no sdist, archive, VCS or directory), before uv runs; uv reads a copy of the
+checked lock (:func:`checked_pylock`).  The built wheels, whose start is checked and whose
+modules are imported, are those verify decides from the files
+(:mod:`sparkbuild.wheelhouse.wheel_roles`), and one that does not install on the manifest's
+declared platform and Python is named before pip or uv runs.
 
 ``--venv`` may not hold ``$``, a backtick, ``"``, ``\\`` or a control character: the venv's
 ``bin/activate`` writes its path into shell code, and an interpreter with CVE-2024-9287
-(CPython before 3.11.11, 3.12.8, 3.13.1) runs ``$(...)`` there.  An install holds a lock
-beside the venv (``.sparkbuild-install-HASH.lock``, as ``wheel`` holds the cache's:
-:class:`sparkbuild.store.lock.CacheLock`) that records the process groups it runs, and
-marks the venv (``sparkbuild-install.incomplete``) until it is done: the next install after
-one that was killed stops what it left running (``python -m venv``, ensurepip, pip) and
-makes a venv that run created anew, or reinstalls every file into one that existed.
+(CPython before 3.11.11, 3.12.8, 3.13.1) runs ``$(...)`` there; nor may it lie under a
+file. An install holds a lock beside the venv (``.sparkbuild-install-HASH.lock``, as
+``wheel`` holds the cache's: :class:`sparkbuild.store.lock.CacheLock`) that records the
+process groups it runs, and marks the venv (``sparkbuild-install.incomplete``) until it is
+done: the next install after one that was killed stops what it left running (``python -m
+venv``, ensurepip, pip) and makes a venv that run created anew, or reinstalls every file
+into one that existed.
 """
 
 from __future__ import annotations

@@ -414,3 +414,45 @@ def test_a_recorded_fingerprint_or_origin_forges_no_line(venv: Path, tmp_path: P
     lines = "\n".join(verify_installed(venv).summary()).splitlines()
     assert [line for line in lines if line.startswith("verify --installed")] == lines[:1]
     assert "FAILED" in lines[0]  # the recorded manifest no longer hashes to the fingerprint
+
+
+UV_CACHE = b'{"timestamp":{"secs_since_epoch":1,"nanos_since_epoch":2},"commit":null,' \
+           b'"tags":null,"env":{},"directories":{}}'
+
+
+def _by(venv: Path, installer: str, extra: dict[str, bytes]) -> Path:
+    """demo's dist-info as ``installer`` leaves it: INSTALLER and ``extra``, in RECORD."""
+    info = venv / SITE / "demo-1.0.dist-info"
+    files = {"INSTALLER": installer.encode() + b"\n", **extra}
+    rows = []
+    for name, data in files.items():
+        (info / name).write_bytes(data)
+        rows.append(f"{info.name}/{name},{_digest(data)},{len(data)}\n")
+    record = info / "RECORD"
+    record.write_text(record.read_text() + "".join(rows))
+    return info
+
+
+def test_uvs_own_file_is_owned_where_uv_installed(venv: Path, tmp_path: Path) -> None:
+    """After ``install --from pylock``: uv's INSTALLER and uv_cache.json, compared with the
+    wheelhouse's wheels."""
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    _by(venv, "uv", {"uv_cache.json": UV_CACHE})
+    record_installation(venv, manifest, str(wheelhouse), installer="uv")
+    result = verify_installed(venv)
+    assert result.error is None, result.mismatches
+
+
+@pytest.mark.parametrize(("installer", "recorded", "data", "said"), [
+    ("pip", "pip", UV_CACHE, "no wheel of the wheelhouse has this file"),
+    ("uv", "uv", b'{"run": "x"}', "not the record uv writes"),
+    ("uv", "pip", UV_CACHE, "says it was installed by uv, the install ran pip"),
+    ("evil", "uv", UV_CACHE, "installed by 'evil', which sparkbuild does not run"),
+])
+def test_uvs_own_file_only_as_uv_writes_it(venv: Path, tmp_path: Path, installer: str,
+                                           recorded: str, data: bytes, said: str) -> None:
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    _by(venv, installer, {"uv_cache.json": data})
+    record_installation(venv, manifest, str(wheelhouse), installer=recorded)
+    problems = " ".join(m.problem for m in verify_installed(venv).mismatches)
+    assert said in problems
