@@ -7,10 +7,9 @@ and ``verify --installed`` prints it again, so two nodes compare by one line.
 ``install`` records, in ``VENV/sparkbuild-wheelhouse.json``: the fingerprint, where the
 wheelhouse came from, the manifest's exact text, each installed distribution with the
 sha256 of its RECORD file as installed, the venv's own files and the bytecode of
-site-packages (:mod:`sparkbuild.node.venv_files`), the node profile as written, and the
-installer that ran (pip or uv) -- what ``verify --installed`` checks against.  The record
-is read with a bound on its size, and a record of the wrong shape is a named
-:class:`VerifyError`, never a traceback.
+site-packages (:mod:`sparkbuild.node.venv_files`), and the node profile as written -- what
+``verify --installed`` checks against.  The record is read with a bound on its size, and a
+record of the wrong shape is a named :class:`VerifyError`, never a traceback.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.node.installed import INSTALLERS, distributions
+from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
 from sparkbuild.recipe import parse_json
 from sparkbuild.store.files import read_at_most, write_text_atomic
@@ -71,17 +70,13 @@ class Installation:
     """Every ``.pyc`` under site-packages: path -> digest."""
     profile: list[dict[str, str]] | None = None
     """The node profile as written (the entries resolved on the node)."""
-    installer: str | None = None
-    """What installed the wheelhouse's projects: ``pip`` (from requirements.lock) or ``uv``
-    (from pylock.toml); None in a record of a sparkbuild that recorded none."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": RECORD_SCHEMA, "fingerprint": self.fingerprint,
                 "wheelhouse": self.origin,
                 "distributions": {k: d.to_dict() for k, d in sorted(self.dists.items())},
                 "manifest": self.manifest_text, "own_files": self.own_files,
-                "bytecode": self.bytecode, "profile": self.profile,
-                "installer": self.installer}
+                "bytecode": self.bytecode, "profile": self.profile}
 
     def manifest(self) -> dict[str, Any]:
         """The recorded manifest, parsed; :class:`VerifyError` when it is not an object."""
@@ -106,13 +101,12 @@ def snapshot(venv: Path) -> dict[str, InstalledDist]:
 
 
 def record_installation(venv: Path, manifest: bytes, origin: str,
-                        profile: list[dict[str, str]] | None = None, *,
-                        installer: str = "pip") -> Installation:
+                        profile: list[dict[str, str]] | None = None) -> Installation:
     """Write ``VENV/sparkbuild-wheelhouse.json`` after an install (``profile``: the entries
-    written into the venv; ``installer``: pip or uv); returns what it says."""
+    written into the venv); returns what it says."""
     installation = Installation(fingerprint(manifest), origin, manifest.decode("utf-8"),
                                 snapshot(venv), own_file_digests(venv), bytecode_digests(venv),
-                                profile, installer)
+                                profile)
     write_text_atomic(venv / RECORD_NAME, json.dumps(installation.to_dict(), indent=2) + "\n")
     return installation
 
@@ -169,9 +163,6 @@ def _parsed(data: object) -> Installation:
             isinstance(e, dict) and isinstance(e.get("key"), str)
             and isinstance(e.get("value"), str) for e in profile)):
         raise TypeError("profile must be a list of entries with a key and a value")
-    installer = data.get("installer")
-    if installer is not None and installer not in INSTALLERS:
-        raise TypeError(f"installer must be one of {', '.join(INSTALLERS)}")
     return Installation(_text(data, "fingerprint"), _text(data, "wheelhouse"),
                         _text(data, "manifest"), dists, _texts(data, "own_files"),
-                        _texts(data, "bytecode"), profile, installer)
+                        _texts(data, "bytecode"), profile)

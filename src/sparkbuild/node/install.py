@@ -408,8 +408,7 @@ def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
         step(f"node profile written: {profile.profile_sh} (sourced by {venv}/bin/activate) "
              f"and {profile.env_file} (systemd's EnvironmentFile=)")
         recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory),
-                                       [entry.to_dict() for entry in profile.entries],
-                                       installer="uv" if pylock_text is not None else "pip")
+                                       [entry.to_dict() for entry in profile.entries])
     except BaseException:
         if fresh:  # all that is there now is this run's
             _remove_new_venv(venv, existed)

@@ -192,9 +192,10 @@ def installer_files(dist: Distribution) -> set[Path]:
     return {dist.dist_info / name for name in names}
 
 
-def installer_problems(dist: Distribution, expected: str | None) -> list[tuple[Path, str]]:
-    """How what installed ``dist`` is not pip or uv (not ``expected``, when given: the
-    installer the install ran), and a ``uv_cache.json`` that is not the record uv writes."""
+def installer_problems(dist: Distribution) -> list[tuple[Path, str]]:
+    """How what installed ``dist`` is neither pip nor uv, and a ``uv_cache.json`` that is
+    not the record uv writes.  (``INSTALLER`` is one of the files RECORD lists, and RECORD's
+    hash is the install's: which installer it names cannot change unnoticed.)"""
     found: list[tuple[Path, str]] = []
     installer = installer_of(dist)
     where = dist.dist_info / "INSTALLER"
@@ -203,9 +204,6 @@ def installer_problems(dist: Distribution, expected: str | None) -> list[tuple[P
     if installer not in INSTALLERS:
         found.append((where, f"says it was installed by {installer[:40]!r}, which sparkbuild "
                              "does not run"))
-    elif expected is not None and installer != expected:
-        found.append((where, f"says it was installed by {installer}, the install ran "
-                             f"{expected}"))
     cache = dist.dist_info / "uv_cache.json"
     if installer == "uv" and (cache.exists() or cache.is_symlink()) and not _uv_cache(cache):
         found.append((cache, "not the record uv writes (a JSON object of "

@@ -8,10 +8,10 @@ fingerprint`):
   removed or upgraded since is named), and every wheel of the manifest is installed;
 * each distribution's RECORD is byte for byte the one the install wrote, and every file
   RECORD lists has RECORD's sha256 (a changed, truncated or deleted file is named);
-* each of the wheelhouse's distributions says it was installed by the installer the
-  install ran (pip from requirements.lock, uv from pylock.toml), and of its dist-info only
-  that installer's own files are not the wheel's (:data:`sparkbuild.node.installed.
-  INSTALLER_FILES`: uv's ``uv_cache.json`` beside pip's, and only as uv writes it);
+* each of the wheelhouse's distributions says it was installed by pip or uv (its
+  ``INSTALLER``), and of its dist-info only that installer's own files are not the wheel's
+  (:data:`sparkbuild.node.installed.INSTALLER_FILES`: uv's ``uv_cache.json`` beside pip's,
+  only where uv installed and only as uv writes it);
 * the venv's own files, which no RECORD lists (:mod:`sparkbuild.node.venv_files`):
   ``pyvenv.cfg``, ``bin/python*``, ``bin/activate*``, sparkbuild's ``profile.sh`` and
   ``node.env`` against the manifest's profile, and the bytecode of every checked module;
@@ -181,7 +181,7 @@ def _check_manifest(result: InstalledCheckResult, installation: Installation,
                 str(wheel.get("file")), "in the wheelhouse, not installed at its version"))
             continue
         result.mismatches += [Mismatch(_relative(result.venv, path), problem) for path, problem
-                              in installer_problems(dist, installation.installer)]
+                              in installer_problems(dist)]
 
 
 def _file_digest(path: Path) -> bytes:
