@@ -4,8 +4,10 @@ A wheelhouse travels (USB stick, scp, a shared disk) before it is installed on a
 air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
-carries (cuobjdump) and judges every kernel of it for each target arch of the manifest
-(:func:`sparkbuild.toolchain.sass.coverage`) by the kernel policy
+carries (cuobjdump) and judges every kernel of it for each target arch
+(:func:`sparkbuild.toolchain.sass.coverage`; which wheels are built, and the archs they are
+judged at, are read from the files, not taken on the manifest's word:
+:mod:`sparkbuild.wheelhouse.wheel_roles`) by the kernel policy
 (:mod:`sparkbuild.toolchain.kernel_policy`): native code the target loads passes; a kernel
 with no code for a target fails verify; a PTX-only one (the driver JIT-compiles it at load)
 fails it too unless the recipe set ``allow_jit`` (the manifest's target says so, and its
