@@ -363,15 +363,15 @@ def pure_wheel(directory: Path, extra: dict[str, bytes] | None = None, *,
 
 def node_wheelhouse(out: Path, *, role: str = "built", requires: tuple[str, ...] = ()) -> Path:
     """A wheelhouse ``install`` takes: one demo wheel (``role``; ``requires``: its
-    Requires-Dist), its lock, a manifest that vouches for both (no GPU target: nothing for
-    cuobjdump to read)."""
+    Requires-Dist), its lock, a manifest that vouches for both (target 12.1a; the wheel holds
+    no library: nothing for cuobjdump to read)."""
     wheel = pure_wheel(out, requires=requires)
     digest = sha256_of(wheel)
     lock = out / "requirements.lock"
     lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{digest}\n", encoding="utf-8")
     manifest = {
         "schema": 1,
-        "target": {"cuda_archs": []},
+        "target": {"cuda_archs": ["12.1a"]},
         "wheels": [{"file": wheel.name, "name": PACKAGE, "version": VERSION,
                     "sha256": digest, "size": wheel.stat().st_size, "role": role}],
         "files": {lock.name: sha256_of(lock)},
@@ -426,7 +426,7 @@ def big_member_wheelhouse(out: Path, member: str, size: int) -> Path:
     wheel_digest = sha256_of_streamed(path)
     lock = out / "requirements.lock"
     lock.write_text(f"{PACKAGE}=={VERSION} --hash=sha256:{wheel_digest}\n", encoding="utf-8")
-    manifest = {"schema": 1, "target": {"cuda_archs": []},
+    manifest = {"schema": 1, "target": {"cuda_archs": ["12.1a"]},
                 "wheels": [{"file": path.name, "name": PACKAGE, "version": VERSION,
                             "sha256": wheel_digest, "size": path.stat().st_size,
                             "role": "built"}],

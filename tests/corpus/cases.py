@@ -1338,10 +1338,11 @@ def _all_cases() -> list[Case]:
         cases_node,
         cases_settings,
         cases_standin,
+        cases_trustnode,
     )
 
     groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist,
-              cases_settings]
+              cases_settings, cases_trustnode]
     return [*BASE_CASES, *(case for group in groups for case in group.CASES)]
 
 

@@ -91,7 +91,7 @@ def _seal(out: Path, *, role: str = "built", pylock: bool = False,
                                package=b.PACKAGE)
         files[written.name] = b.sha256_of(written)
     manifest: dict[str, object] = {
-        "schema": 1, "target": {"cuda_archs": []},
+        "schema": 1, "target": {"cuda_archs": ["12.1a"]},
         "wheels": [{"file": w.name, "name": b.PACKAGE, "version": b.VERSION,
                     "sha256": b.sha256_of(w), "size": w.stat().st_size, "role": role}
                    for w in wheels],
@@ -448,7 +448,7 @@ exec {python} "$@"
 def _killed_install(work: Path) -> Invocation:
     """``install`` killed with SIGKILL while ``python -m venv`` runs: that stays running
     (its own session), the venv is half made (no pip).  Then the same install again."""
-    out = _seal(_wheel_dir(work), edit=lambda m: m.update(target={"cuda_archs": [],
+    out = _seal(_wheel_dir(work), edit=lambda m: m.update(target={"cuda_archs": ["12.1a"],
                                                                     "python": "3.99"}))
     fake = work / "bin" / "python3.99"
     fake.parent.mkdir()

@@ -268,7 +268,7 @@ def test_a_known_bad_version_is_refused_by_lock_and_install(tmp_path: Path) -> N
     lock = f"flashinfer-python==0.6.17 \\\n    --hash=sha256:{digest}\n"
     (house / "requirements.lock").write_text(lock)
     (house / "manifest.json").write_text(json.dumps({
-        "target": {"cuda_archs": []},
+        "target": {"cuda_archs": ["12.1a"]},
         "wheels": [{"file": wheel.name, "name": "flashinfer-python", "version": "0.6.17",
                     "sha256": digest, "size": wheel.stat().st_size, "role": "pin"}],
         "files": {"requirements.lock": hashlib.sha256(lock.encode()).hexdigest()}}))

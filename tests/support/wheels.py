@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import platform
+import sys
 import zipfile
 from typing import TYPE_CHECKING
 
@@ -29,8 +31,9 @@ class NoNetwork(RealOutside):
 
 
 def demo_wheel(directory: Path, libraries: Mapping[str, bytes]) -> Path:
-    """``demo-1.0-cp311-cp311-linux_x86_64.whl`` in ``directory``: ``demo/__init__.py`` and
-    each library (path in the wheel -> bytes)."""
+    """``demo-1.0-cpXY-cpXY-linux_ARCH.whl`` (this interpreter's and machine's, as a build
+    here tags it) in ``directory``: ``demo/__init__.py`` and each library (path in the wheel
+    -> bytes)."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("demo/__init__.py", "")
@@ -39,7 +42,8 @@ def demo_wheel(directory: Path, libraries: Mapping[str, bytes]) -> Path:
         archive.writestr("demo-1.0.dist-info/METADATA",
                          "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
         archive.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n")
-    path = directory / "demo-1.0-cp311-cp311-linux_x86_64.whl"
+    python = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    path = directory / f"demo-1.0-{python}-{python}-linux_{platform.machine()}.whl"
     path.write_bytes(buffer.getvalue())
     return path
 

@@ -19,16 +19,23 @@ the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
 ``verify --installed``.  A wheelhouse served over HTTP comes through
 :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
-hashes, named by path; the result says which file was used.
+hashes, named by path; the result says which file was used.  Every entry of that lock must
+be a wheel of the wheelhouse that verify checked, beside the lock (no URL, no path
+elsewhere, no sdist, archive, VCS or directory), before uv runs; uv reads a copy of the
+checked lock (:func:`checked_pylock`).  The built wheels, whose start is checked and whose
+modules are imported, are those verify decides from the files
+(:mod:`sparkbuild.wheelhouse.wheel_roles`), and one that does not install on the manifest's
+declared platform and Python is named before pip or uv runs.
 
 ``--venv`` may not hold ``$``, a backtick, ``"``, ``\\`` or a control character: the venv's
 ``bin/activate`` writes its path into shell code, and an interpreter with CVE-2024-9287
-(CPython before 3.11.11, 3.12.8, 3.13.1) runs ``$(...)`` there.  An install holds a lock
-beside the venv (``.sparkbuild-install-HASH.lock``, as ``wheel`` holds the cache's:
-:class:`sparkbuild.store.lock.CacheLock`) that records the process groups it runs, and
-marks the venv (``sparkbuild-install.incomplete``) until it is done: the next install after
-one that was killed stops what it left running (``python -m venv``, ensurepip, pip) and
-makes a venv that run created anew, or reinstalls every file into one that existed.
+(CPython before 3.11.11, 3.12.8, 3.13.1) runs ``$(...)`` there; nor may it lie under a
+file. An install holds a lock beside the venv (``.sparkbuild-install-HASH.lock``, as
+``wheel`` holds the cache's: :class:`sparkbuild.store.lock.CacheLock`) that records the
+process groups it runs, and marks the venv (``sparkbuild-install.incomplete``) until it is
+done: the next install after one that was killed stops what it left running (``python -m
+venv``, ensurepip, pip) and makes a venv that run created anew, or reinstalls every file
+into one that existed.
 """
 
 from __future__ import annotations
@@ -64,11 +71,14 @@ from sparkbuild.node.start_check import refuse_unstartable, start_modules_of
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
 from sparkbuild.store.files import usable_path, venv_python
+from sparkbuild.store.hashing import sha256_bytes
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.wheel_members import read_text_member
 from sparkbuild.wheelhouse.lock import LOCK_NAME, find_uv, parse_lock
-from sparkbuild.wheelhouse.manifest import stand_in_line, stand_ins_of
-from sparkbuild.wheelhouse.pylock import PYLOCK_NAME
+from sparkbuild.wheelhouse.manifest import manifest_target, stand_in_line, stand_ins_of
+from sparkbuild.wheelhouse.overrides import target_environment
+from sparkbuild.wheelhouse.pylock import PYLOCK_NAME, installable_copy, pylock_disagreements
+from sparkbuild.wheelhouse.standards import present_wheels
 from sparkbuild.wheelhouse.verify import verify_files
 
 if TYPE_CHECKING:
@@ -152,6 +162,7 @@ def check_venv_path(venv: Path) -> Path:
     text = str(venv.absolute())
     found = [repr(c) for c in sorted(set(text) & ACTIVATE_UNSAFE)] + unsafe_characters(text)
     if not found:
+        _refuse_under_file(venv.absolute())
         return venv
     raise UsageError(
         f"--venv holds {', '.join(found)}: bin/activate writes the venv's path into shell "
@@ -159,6 +170,20 @@ def check_venv_path(venv: Path) -> Path:
         "3.13.1) runs $(...) and backticks there; a control character breaks the profile's "
         "lines", where=shown(text),
         hint='choose a venv path without $, `, ", \\ or control characters')
+
+
+def _refuse_under_file(venv: Path) -> None:
+    """:class:`UsageError` when what lies nearest above ``venv`` is not a directory (a file,
+    a link to one or to nothing): no venv can be made under it."""
+    for parent in venv.parents:
+        if os.path.lexists(parent):
+            if not parent.is_dir():
+                what = "a symbolic link" if parent.is_symlink() else "a file"
+                raise UsageError(f"--venv lies under {shown(str(parent))}, which is {what}, "
+                                 "not a directory: no venv can be made there",
+                                 where=shown(str(venv)),
+                                 hint="choose a venv path under a directory")
+            return
 
 
 def install_lock(venv: Path) -> CacheLock:
@@ -236,8 +261,9 @@ def import_names(wheel: Path) -> list[str]:
     return sorted(found)
 
 
-def built_wheels(directory: Path, manifest: dict[str, Any]) -> list[Path]:
-    return [directory / str(w["file"]) for w in manifest["wheels"] if w.get("role") == "built"]
+def built_wheels(checked: CheckedFiles) -> list[Path]:
+    """The wheels this build made, as verify decides them from the files."""
+    return [checked.directory / file for file in checked.built]
 
 
 def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
@@ -245,13 +271,48 @@ def _pip(python: Path, *args: str | os.PathLike[str]) -> str:
                timeout=PIP_TIMEOUT).output
 
 
-def _uv_pylock(python: Path, pylock: Path, *, reinstall: bool = False) -> None:
-    """``uv pip install --offline -r pylock.toml``: the lock's files by path, hashes checked."""
-    run([find_uv(), "pip", "install", "--offline", "--no-cache", "--no-config",
-         "--preview-features", "pylock", *(["--reinstall"] if reinstall else []),
-         "--python", python, "-r", pylock],
-        env={**_ISOLATED, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
-        timeout=PIP_TIMEOUT)
+def _uv_pylock(python: Path, pylock_text: str, *, reinstall: bool = False) -> None:
+    """``uv pip install --offline -r pylock.toml``: the checked lock's files by path (a copy,
+    :func:`checked_pylock`), hashes checked."""
+    with tempfile.TemporaryDirectory(prefix="sparkbuild-pylock-") as scratch:
+        pylock = Path(scratch) / PYLOCK_NAME
+        pylock.write_text(pylock_text, encoding="utf-8")
+        run([find_uv(), "pip", "install", "--offline", "--no-cache", "--no-config",
+             "--preview-features", "pylock", *(["--reinstall"] if reinstall else []),
+             "--python", python, "-r", pylock],
+            env={**_ISOLATED, "UV_NO_PROGRESS": "1", "UV_PYTHON_DOWNLOADS": "never"},
+            timeout=PIP_TIMEOUT)
+
+
+def checked_pylock(checked: CheckedFiles) -> str:
+    """``pylock.toml`` as uv gets it, or :class:`VerifyError` before uv runs: its bytes the
+    ones verify hashed, every entry a wheel of the wheelhouse that verify checked (its file
+    beside the lock, its name, version and sha256 the manifest's; no URL, no path elsewhere,
+    no sdist, archive, VCS or directory) and every wheel of the wheelhouse in it; each path
+    is then made absolute in a copy (:func:`sparkbuild.wheelhouse.pylock.installable_copy`)."""
+    directory = checked.directory
+    hint = ("nothing was installed: install from requirements.lock (leave out --from "
+            "pylock), or rebuild the wheelhouse with `sparkbuild wheel`")
+    if PYLOCK_NAME not in checked.actual:
+        raise VerifyError("the wheelhouse has no pylock.toml", where=str(directory),
+                          hint="a wheelhouse written before sparkbuild wrote one: install "
+                          "from its requirements.lock (leave out --from pylock)")
+    raw = (directory / PYLOCK_NAME).read_bytes()
+    if sha256_bytes(raw) != checked.actual[PYLOCK_NAME]:
+        raise VerifyError("pylock.toml changed after it was verified", hint=hint,
+                          where=str(directory / PYLOCK_NAME))
+    text = raw.decode("utf-8", "replace")
+    target = manifest_target(checked.manifest)
+    env = target_environment(target.platform, target.python) if target.declared else None
+    wheels = {str(w["file"]) for w in checked.manifest["wheels"]}
+    present = {file: entry for file, entry in present_wheels(checked.actual).items()
+               if file in wheels}
+    problems = pylock_disagreements(directory, present, env, text)
+    if problems:
+        named = "; ".join(f"{shown(file)} ({escaped(problem)})" for file, problem in problems)
+        raise VerifyError(f"pylock.toml is not the wheelhouse's: {len(problems)} problem(s): "
+                          f"{named}", where=str(directory / PYLOCK_NAME), hint=hint)
+    return installable_copy(text, directory)
 
 
 def verified_wheelhouse(directory: Path) -> CheckedFiles:
@@ -286,15 +347,11 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     manifest = checked.manifest
     assert checked.lock_bytes is not None
     locked = parse_lock(checked.lock_bytes.decode("utf-8"), where=str(directory / LOCK_NAME))
-    pylock = directory / PYLOCK_NAME
-    if source == "pylock" and not pylock.is_file():
-        raise VerifyError("the wheelhouse has no pylock.toml", where=str(directory),
-                          hint="a wheelhouse written before sparkbuild wrote one: install "
-                          "from its requirements.lock (leave out --from pylock)")
+    pylock_text = checked_pylock(checked) if source == "pylock" else None
     for item in locked:
         check_known_bad(item.name, item.version, role="wheelhouse file",
                         where=str(directory / LOCK_NAME))
-    refuse_unstartable(built_wheels(directory, manifest), start_modules_of(manifest))
+    refuse_unstartable(built_wheels(checked), start_modules_of(manifest))
     refuse_foreign(venv)
     venv.parent.mkdir(parents=True, exist_ok=True)
     if not os.access(venv.parent, os.W_OK):
@@ -302,13 +359,14 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
                          "there, beside the venv", where=str(venv.parent),
                          hint="choose a venv in a directory this user may write")
     with install_lock(venv).held():  # a killed install's children are stopped here
-        return _install_into(venv, directory, checked, locked, source, origin)
+        return _install_into(venv, directory, checked, locked, pylock_text, origin)
 
 
 def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
-                  locked: list[LockedRequirement], source: str, origin: str | None
-                  ) -> InstallResult:
-    """The install itself, under the venv's lock (see :func:`install_wheelhouse`)."""
+                  locked: list[LockedRequirement], pylock_text: str | None,
+                  origin: str | None) -> InstallResult:
+    """The install itself, under the venv's lock (see :func:`install_wheelhouse`);
+    ``pylock_text``: the checked pylock.toml, uv installs from it (None: pip, the lock)."""
     manifest = checked.manifest
     assert checked.lock_bytes is not None
     lock_text = checked.lock_bytes.decode("utf-8")
@@ -320,13 +378,13 @@ def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
         venv.mkdir(exist_ok=True)
         (venv / INSTALLING_MARK).write_text("created\n" if fresh else "existing\n",
                                             encoding="utf-8")
-        created = ensure_venv(venv, manifest.get("target", {}).get("python"))
+        created = ensure_venv(venv, manifest_target(manifest).python)
         python = venv_python(venv)
-        used = INSTALL_FROM[source]
+        used = PYLOCK_NAME if pylock_text is not None else LOCK_NAME
         step(f"installing {len(locked)} projects from {origin or directory}/{used} (no index, "
              "hashes required)")
-        if source == "pylock":
-            _uv_pylock(python, directory / PYLOCK_NAME, reinstall=reinstall)
+        if pylock_text is not None:
+            _uv_pylock(python, pylock_text, reinstall=reinstall)
         else:
             with tempfile.TemporaryDirectory(prefix="sparkbuild-lock-") as scratch:
                 lock = Path(scratch) / LOCK_NAME
@@ -341,13 +399,14 @@ def _install_into(venv: Path, directory: Path, checked: CheckedFiles,
             if fresh:
                 _remove_new_venv(venv, existed)
             return InstallResult(venv, created, installed, [], check, installed_from=used)
-        modules = [m for wheel in built_wheels(directory, manifest) for m in import_names(wheel)]
+        modules = [m for wheel in built_wheels(checked) for m in import_names(wheel)]
         if modules:
             with tempfile.TemporaryDirectory() as elsewhere:  # not the cwd's copy of the source
                 run([python, "-c", "; ".join(f"import {m}" for m in modules)], cwd=elsewhere,
                     env=_ISOLATED, timeout=PIP_TIMEOUT)
         profile = write_profile(resolve_profile(profile_from_manifest(manifest), venv), venv)
-        step(f"node profile written: {profile.env_file} (sourced by {venv}/bin/activate)")
+        step(f"node profile written: {profile.profile_sh} (sourced by {venv}/bin/activate) "
+             f"and {profile.env_file} (systemd's EnvironmentFile=)")
         recorded = record_installation(venv, checked.manifest_bytes, origin or str(directory),
                                        [entry.to_dict() for entry in profile.entries])
     except BaseException:

@@ -21,10 +21,23 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.recipe import parse_json
 from sparkbuild.store.hashing import record_form, sha256_stream
 
 INSTALLING_MARK = "sparkbuild-install.incomplete"
 """In a venv while ``install`` works on it: still there, the install did not finish."""
+INSTALLER_FILES = {
+    "pip": ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json"),
+    "uv": ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json", "uv_cache.json"),
+}
+"""What each installer sparkbuild runs writes into a dist-info that the wheel does not
+carry, by the name it writes into ``INSTALLER``: pip's, and uv's (the pinned uv 0.13.9 adds
+``uv_cache.json``, its record of where the wheel came from)."""
+INSTALLERS = tuple(INSTALLER_FILES)
+UV_CACHE_KEYS = frozenset({"timestamp", "commit", "tags", "env", "directories"})
+"""The keys of the object uv writes into ``uv_cache.json``."""
+SMALL_FILE = 64 << 10
+"""The most of an installer's own file (``INSTALLER``, ``uv_cache.json``) that is read."""
 
 
 @dataclass(frozen=True)
@@ -155,3 +168,58 @@ def file_problem(dist: Distribution, row: RecordRow) -> str | None:
     if actual != row.digest:
         return f"its {actual} differs from RECORD's {row.digest}"
     return None
+
+
+# -- what the installer itself wrote ------------------------------------------------------
+
+
+def installer_of(dist: Distribution) -> str | None:
+    """What ``INSTALLER`` says installed ``dist`` (None: the file is absent or unreadable)."""
+    path = dist.dist_info / "INSTALLER"
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with path.open("rb") as stream:
+            return stream.read(SMALL_FILE).decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def installer_files(dist: Distribution) -> set[Path]:
+    """The files of ``dist``'s dist-info that its installer wrote (by ``INSTALLER``; an
+    installer sparkbuild does not run is owned only its ``INSTALLER`` and ``RECORD``)."""
+    names = INSTALLER_FILES.get(installer_of(dist) or "", ("INSTALLER", "RECORD"))
+    return {dist.dist_info / name for name in names}
+
+
+def installer_problems(dist: Distribution) -> list[tuple[Path, str]]:
+    """How what installed ``dist`` is neither pip nor uv, and a ``uv_cache.json`` that is
+    not the record uv writes.  (``INSTALLER`` is one of the files RECORD lists, and RECORD's
+    hash is the install's: which installer it names cannot change unnoticed.)"""
+    found: list[tuple[Path, str]] = []
+    installer = installer_of(dist)
+    where = dist.dist_info / "INSTALLER"
+    if installer is None:
+        return found  # no INSTALLER: nothing of an installer's is owned beside RECORD
+    if installer not in INSTALLERS:
+        found.append((where, f"says it was installed by {installer[:40]!r}, which sparkbuild "
+                             "does not run"))
+    cache = dist.dist_info / "uv_cache.json"
+    if installer == "uv" and (cache.exists() or cache.is_symlink()) and not _uv_cache(cache):
+        found.append((cache, "not the record uv writes (a JSON object of "
+                             f"{', '.join(sorted(UV_CACHE_KEYS))})"))
+    return found
+
+
+def _uv_cache(path: Path) -> bool:
+    """Whether ``path`` is the object uv writes into ``uv_cache.json``."""
+    if path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(SMALL_FILE + 1)
+        value = parse_json(data.decode("utf-8")) if len(data) <= SMALL_FILE else None
+    except (OSError, ValueError):
+        return False
+    return isinstance(value, dict) and set(value) == UV_CACHE_KEYS
+

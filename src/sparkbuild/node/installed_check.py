@@ -8,6 +8,10 @@ fingerprint`):
   removed or upgraded since is named), and every wheel of the manifest is installed;
 * each distribution's RECORD is byte for byte the one the install wrote, and every file
   RECORD lists has RECORD's sha256 (a changed, truncated or deleted file is named);
+* each of the wheelhouse's distributions says it was installed by pip or uv (its
+  ``INSTALLER``), and of its dist-info only that installer's own files are not the wheel's
+  (:data:`sparkbuild.node.installed.INSTALLER_FILES`: uv's ``uv_cache.json`` beside pip's,
+  only where uv installed and only as uv writes it);
 * the venv's own files, which no RECORD lists (:mod:`sparkbuild.node.venv_files`):
   ``pyvenv.cfg``, ``bin/python*``, ``bin/activate*``, sparkbuild's ``profile.sh`` and
   ``node.env`` against the manifest's profile, and the bytecode of every checked module;
@@ -44,6 +48,8 @@ from sparkbuild.node.installed import (
     distributions,
     file_problem,
     installed_path,
+    installer_files,
+    installer_problems,
     layout_problems,
     read_record,
 )
@@ -173,10 +179,9 @@ def _check_manifest(result: InstalledCheckResult, installation: Installation,
         if dist is None or not same_version(dist.version, str(wheel.get("version"))):
             result.mismatches.append(Mismatch(
                 str(wheel.get("file")), "in the wheelhouse, not installed at its version"))
-
-
-INSTALLER_FILES = ("INSTALLER", "REQUESTED", "RECORD", "direct_url.json")
-"""What pip writes into a dist-info that the wheel does not carry."""
+            continue
+        result.mismatches += [Mismatch(_relative(result.venv, path), problem) for path, problem
+                              in installer_problems(dist)]
 
 
 def _file_digest(path: Path) -> bytes:
@@ -219,13 +224,13 @@ def _compare_one_wheel(result: InstalledCheckResult, dist: Distribution, wheel: 
                 result.mismatches.append(Mismatch(
                     _relative(result.venv, target),
                     f"its bytes differ from its wheel {wheel.name}'s"))
-    owned.update(dist.dist_info / name for name in INSTALLER_FILES)
+    owned.update(installer_files(dist))
 
 
 def _record_paths(dist: Distribution) -> set[Path]:
-    """The files a distribution's RECORD lists, with RECORD and pip's own files."""
+    """The files a distribution's RECORD lists, with RECORD and its installer's own files."""
     listed = {installed_path(dist, row) for row in read_record(dist)}
-    return listed | {dist.dist_info / name for name in INSTALLER_FILES}
+    return listed | installer_files(dist)
 
 
 def _recorded_files(installation: Installation, current: dict[str, Distribution]

@@ -29,11 +29,12 @@ extracted), and each of these is a named problem:
   on the venv's interpreter or activate scripts, ``pyvenv.cfg``, site-packages or
   sparkbuild's own files.
 
-A built wheel (``role`` built: the wheel sparkbuild wrote) is held to more: every member's
-bytes are hashed (in chunks) against its RECORD row, and a ``.pth`` member is refused.  A
-pin or closure wheel is the package index's file byte for byte (its sha256 pinned in the
-lock); setuptools' own ``distutils-precedence.pth`` is such a file, so there a ``.pth`` is
-allowed, and ``verify --installed`` checks it against its RECORD.
+A built wheel (the wheel sparkbuild wrote, as ``verify`` decides it from the files) is
+held to more: every member's bytes are hashed (in chunks) against its RECORD row, and a
+``.pth`` member is refused.  A pin or closure wheel is the package index's file byte for
+byte (its sha256 pinned in the lock); setuptools' own ``distutils-precedence.pth`` is such
+a file, so there a ``.pth`` is allowed, and ``verify --installed`` checks it against its
+RECORD.
 
 Also the manifest's ``wheels`` entries against the files (:func:`manifest_wheel_problems`):
 a file listed twice, a project at two versions, a name or version the file name does not
@@ -306,10 +307,12 @@ def _structure(archive: zipfile.ZipFile, project: str, version: str, where: str,
 
 
 def manifest_wheel_problems(directory: Path, manifest: Mapping[str, Any],
-                            verified: Collection[str]) -> list[tuple[str, str]]:
+                            verified: Collection[str], built: Collection[str] | None = None
+                            ) -> list[tuple[str, str]]:
     """(file, problem) for each ``wheels`` entry of the manifest that its file belies, and
     each structure problem of the wheels in ``verified`` (present, with the manifest's
-    sha256)."""
+    sha256); ``built``: the wheels held to a built wheel's rules, as the files decide them
+    (:mod:`sparkbuild.wheelhouse.wheel_roles`; None: those the manifest calls built)."""
     entries = [w for w in manifest["wheels"] if isinstance(w, dict)]
     listed = Counter(str(w["file"]) for w in entries)
     problems = [(file, f"listed {count} times in manifest.json's wheels")
@@ -333,8 +336,9 @@ def manifest_wheel_problems(directory: Path, manifest: Mapping[str, Any],
                                    f"{', '.join(sorted(found))}")
                  for project, found in sorted(versions.items()) if len(found) > 1]
     for file in sorted(set(listed) & set(verified)):
-        built = any(w.get("role") == "built" for w in entries if str(w["file"]) == file)
+        strict = (file in built if built is not None else
+                  any(w.get("role") == "built" for w in entries if str(w["file"]) == file))
         problems += [(file, problem) for problem in wheel_problems(directory / file,
-                                                                   built=built)]
+                                                                   built=strict)]
     return problems
 

@@ -5,6 +5,8 @@ Lock files of a runtime closure (:mod:`.lock`), pins against what they ship besi
 the index (:mod:`.closure`), writing the wheelhouse (:mod:`.write`, :mod:`.destination`,
 :mod:`.manifest`), its lock and SBOM in the standards' words (:mod:`.standards`,
 :mod:`.pylock`, :mod:`.sbom`) and checking it (:mod:`.verify`, :mod:`.requirements_check`;
-each wheel's inner structure by :mod:`sparkbuild.store.wheel_check`).  It hands
+which wheels the build made and the archs they are judged at, from the files,
+:mod:`.wheel_roles`; whether a wheel installs on the target, :mod:`.target_tags`; each
+wheel's inner structure by :mod:`sparkbuild.store.wheel_check`).  It hands
 :mod:`sparkbuild.node` a directory that every node installs the same way.
 """

@@ -22,6 +22,7 @@ leak into a lock meant for another machine.  The index is the one pip is configu
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -227,14 +228,36 @@ def restrict_to_pins(
 # -- resolving and downloading ---------------------------------------------------------
 
 
+UV_VERSION = "0.13.9"
+"""The uv sparkbuild runs, pinned (``pyproject.toml`` depends on ``uv==0.13.9``): its
+resolution, its reading of ``pylock.toml`` and the files it writes into a venv
+(:data:`sparkbuild.node.installed.INSTALLER_FILES`) are known for this version."""
+
+
 def find_uv() -> Path:
-    """uv from the running environment (the ``uv`` wheel), else from PATH."""
+    """uv from the running environment (the ``uv`` wheel), else from PATH; at
+    :data:`UV_VERSION`, else :class:`ToolchainError`."""
     beside = Path(sys.executable).parent / "uv"
     found = beside if beside.is_file() else shutil.which("uv")
     if not found:
         raise ToolchainError("uv is not installed; it resolves closures for other platforms",
-                             hint="pip install uv (it is one of sparkbuild's dependencies)")
+                             hint=f"pip install uv=={UV_VERSION} (one of sparkbuild's "
+                             "dependencies)")
+    version = uv_version(Path(found))
+    if version != UV_VERSION:
+        raise ToolchainError(f"uv {version or '(its version unreadable)'} found, sparkbuild "
+                             f"runs uv {UV_VERSION}: what it writes and reads is known for "
+                             "that version", where=str(found),
+                             hint=f"pip install uv=={UV_VERSION} beside sparkbuild")
     return Path(found)
+
+
+@functools.cache
+def uv_version(uv: Path) -> str:
+    """The version ``uv --version`` prints (``uv 0.13.9 (x86_64-unknown-linux-gnu)``)."""
+    output = run([uv, "--version"], timeout=60, check=False, echo=False).output
+    match = re.match(r"uv (\S+)", output.strip())
+    return match.group(1) if match else ""
 
 
 def _uv_target_args(target: ClosureTarget) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import stat
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild import __version__
@@ -107,22 +108,99 @@ def load_manifest(directory: Path) -> tuple[bytes, dict[str, Any]]:
     return raw, data
 
 
+EDITED = ("the manifest was edited or is damaged; build the wheelhouse again or restore it "
+          "from its source")
+
+
 def _check_shape(data: dict[str, Any], path: Path) -> None:
-    """Each wheel names its file and sha256; ``files`` (if any) maps names to sha256s."""
+    """Each wheel names its file and sha256 (its size, if any, a number of bytes); ``files``
+    (if any) maps names to sha256s; the target and the build's archs have their types."""
     for number, wheel in enumerate(data["wheels"], start=1):
         if not (isinstance(wheel, dict) and isinstance(wheel.get("file"), str)
                 and isinstance(wheel.get("sha256"), str)):
             raise VerifyError(f"manifest.json: wheels entry {number} lacks its file or sha256",
-                              where=str(path), hint="the manifest was edited or is damaged; "
-                              "build the wheelhouse again or restore it from its source")
+                              where=str(path), hint=EDITED)
+        size = wheel.get("size")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int)
+                                 or size < 0):
+            raise VerifyError(f"manifest.json: wheels entry {number} gives its size as "
+                              f"{json.dumps(size)[:60]}, not a number of bytes",
+                              where=str(path), hint=EDITED)
     files = data.get("files", {})
     if not isinstance(files, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         raise VerifyError(f"manifest.json: `files` must map file names to sha256s, not "
-                          f"{json.dumps(files)[:60]}", where=str(path),
-                          hint="the manifest was edited or is damaged; build the wheelhouse "
-                          "again or restore it from its source")
+                          f"{json.dumps(files)[:60]}", where=str(path), hint=EDITED)
+    problem = target_shape_problem(data)
+    if problem is not None:
+        raise VerifyError(f"manifest.json: {problem}", where=str(path), hint=EDITED)
     recorded_profile(data, str(path))
+
+
+TARGET_TYPES: dict[str, tuple[type, ...]] = {"platform": (str,), "python": (str,),
+                                              "allow_jit": (bool,)}
+"""The target's scalar entries and their JSON types (``cuda_archs``: a list of strings)."""
+
+
+def target_shape_problem(manifest: Mapping[str, Any]) -> str | None:
+    """Why the manifest's ``target`` (and ``build.archs``) cannot be read as one; None when
+    it can.  A target that is absent or names no arch is read, and named by ``verify``."""
+    target = manifest.get("target")
+    if target is None:
+        return None
+    if not isinstance(target, dict):
+        return f"`target` must be an object, not {_json_type(target)}"
+    if not _strings(target.get("cuda_archs", [])):
+        return (f"target.cuda_archs must be a list of strings, not "
+                f"{json.dumps(target.get('cuda_archs'))[:60]}")
+    for key, types in TARGET_TYPES.items():
+        value = target.get(key)
+        if value is not None and not isinstance(value, types):
+            return f"target.{key} must be a {types[0].__name__}, not {_json_type(value)}"
+    build = manifest.get("build")
+    if isinstance(build, dict) and not _strings(build.get("archs", [])):
+        return f"build.archs must be a list of strings, not {json.dumps(build['archs'])[:60]}"
+    return None
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+@dataclass(frozen=True)
+class ManifestTarget:
+    """What the manifest says the wheelhouse is for (read after :func:`load_manifest`
+    checked its types)."""
+
+    cuda_archs: tuple[str, ...]
+    platform: str | None
+    python: str | None
+    allow_jit: bool
+    declared: bool
+    """Whether the manifest has a ``target`` at all."""
+    build_archs: tuple[str, ...]
+    """The build record's archs (``build.archs``: the recipe's, as the build ran)."""
+
+
+def manifest_target(manifest: Mapping[str, Any]) -> ManifestTarget:
+    """The manifest's target, its types as :func:`target_shape_problem` checks them."""
+    target = manifest.get("target")
+    declared = isinstance(target, dict)
+    given: Mapping[str, Any] = target if isinstance(target, dict) else {}
+    build = manifest.get("build")
+    archs = build.get("archs", []) if isinstance(build, dict) else []
+    return ManifestTarget(
+        tuple(str(a) for a in given.get("cuda_archs", []) if isinstance(a, str)),
+        given.get("platform") if isinstance(given.get("platform"), str) else None,
+        given.get("python") if isinstance(given.get("python"), str) else None,
+        given.get("allow_jit") is True, declared,
+        tuple(str(a) for a in archs if isinstance(a, str)) if isinstance(archs, list) else ())
 
 
 def recorded_profile(manifest: Mapping[str, Any], where: str) -> list[dict[str, str]] | None:

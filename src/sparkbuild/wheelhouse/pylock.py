@@ -91,7 +91,12 @@ def write_pylock(directory: Path, wheels: Sequence[PylockWheel], *, env: Mapping
 
 def read_pylock(path: Path) -> dict[str, Any]:
     """The parsed lock; :class:`ValueError` (or OSError) when it is not a PEP 751 lock."""
-    data = parse_toml(path.read_text(encoding="utf-8"))
+    return parse_pylock(path.read_text(encoding="utf-8"))
+
+
+def parse_pylock(text: str) -> dict[str, Any]:
+    """``text`` parsed; :class:`ValueError` when it is not a PEP 751 lock."""
+    data = parse_toml(text)
     packages = data.get("packages")
     if data.get("lock-version") != LOCK_VERSION or not isinstance(packages, list) or not all(
             isinstance(p, dict) and isinstance(p.get("wheels", []), list)
@@ -113,24 +118,88 @@ def locked_files(data: Mapping[str, Any]) -> dict[str, tuple[str, str, str]]:
     return found
 
 
+FOREIGN_SOURCES = ("sdist", "archive", "vcs", "directory")
+"""The keys of a ``[[packages]]`` entry that install it from something other than a wheel
+file (PEP 751)."""
+
+
+def source_problems(data: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(``pylock.toml``, problem) for each entry that would install from outside the
+    wheelhouse: a package from an sdist, an archive, a VCS or a directory, or with no wheel;
+    a wheel by URL, or by a path that is not a file name beside the lock, or whose name is
+    not its path's."""
+    problems = []
+    for package in data["packages"]:
+        name = str(package.get("name", ""))
+        problems += [(PYLOCK_NAME, f"installs {name} from its {key}, not from a wheel of the "
+                                   "wheelhouse") for key in FOREIGN_SOURCES if key in package]
+        wheels = package.get("wheels", [])
+        if not wheels:
+            problems.append((PYLOCK_NAME, f"names {name} with no wheel of the wheelhouse"))
+        for wheel in wheels:
+            path = wheel.get("path")
+            if "url" in wheel:
+                problems.append((PYLOCK_NAME, f"installs {name} from the URL "
+                                              f"{str(wheel['url'])[:160]!r}, not from the "
+                                              "wheelhouse"))
+            if not isinstance(path, str) or not plain_file_name(path):
+                problems.append((PYLOCK_NAME, f"installs {name} from the path "
+                                              f"{str(path)[:160]!r}, not a wheel file beside "
+                                              "the lock in the wheelhouse"))
+            elif wheel.get("name", path) != path:
+                problems.append((PYLOCK_NAME, f"names the wheel at {path} "
+                                              f"{str(wheel.get('name'))[:160]!r}"))
+    return problems
+
+
+def plain_file_name(path: str) -> bool:
+    """Whether ``path`` names a file beside the lock: no directory, drive, scheme or climb."""
+    return bool(path) and path not in (".", "..") and not any(c in path for c in "/\\:")
+
+
 def pylock_disagreements(directory: Path, wheels: Mapping[str, tuple[str, str, str]],
-                         env: Mapping[str, str] | None) -> list[tuple[str, str]]:
-    """(file, problem) for each way ``pylock.toml`` and the wheelhouse's wheels disagree.
+                         env: Mapping[str, str] | None, text: str | None = None
+                         ) -> list[tuple[str, str]]:
+    """(file, problem) for each way ``pylock.toml`` and the wheelhouse's wheels disagree,
+    and each entry that installs from outside the wheelhouse (:func:`source_problems`).
 
     ``wheels``: the wheels present, file -> (canonical name, version, sha256); ``env``: the
-    target's marker values (None: the environment is not checked).
+    target's marker values (None: the environment is not checked); ``text``: the lock as
+    already read (``install`` hands uv what it checked), else it is read here.
     """
-    path = directory / PYLOCK_NAME
     try:
-        data = read_pylock(path)
+        data = parse_pylock(text) if text is not None else read_pylock(directory / PYLOCK_NAME)
     except (OSError, ValueError) as exc:
         return [(PYLOCK_NAME, f"cannot be read: {exc}")]
-    problems = []
+    problems = source_problems(data)
     if env is not None and data.get("environments") != [target_marker(env)]:
         problems.append((PYLOCK_NAME, f"its environments {data.get('environments')!r} are not "
                                       f"the target's [{target_marker(env)!r}]"))
     return problems + listing_disagreements(PYLOCK_NAME, locked_files(data), wheels,
                                             hash_verb="pins", list_verb="names")
+
+
+def installable_copy(text: str, directory: Path) -> str:
+    """The lock ``text`` (already checked: :func:`pylock_disagreements` found nothing) as uv
+    gets it, from a copy outside the wheelhouse: the same packages, wheels and sha256, each
+    path made absolute in ``directory``, nothing else of each entry kept."""
+    data = parse_pylock(text)
+    lines = [f"lock-version = {_toml_string(LOCK_VERSION)}",
+             "environments = [" + ", ".join(_toml_string(str(e)) for e in
+                                            data.get("environments") or []) + "]"]
+    if isinstance(data.get("requires-python"), str):
+        lines.append(f"requires-python = {_toml_string(data['requires-python'])}")
+    lines += [f"created-by = {_toml_string('sparkbuild')}", ""]
+    for package in data["packages"]:
+        lines += ["[[packages]]", f"name = {_toml_string(str(package.get('name', '')))}",
+                  f"version = {_toml_string(str(package.get('version', '')))}", ""]
+        for wheel in package.get("wheels", []):
+            path = str(wheel["path"])
+            lines += ["[[packages.wheels]]", f"name = {_toml_string(path)}",
+                      f"path = {_toml_string(str(directory / path))}",
+                      f"hashes = {{sha256 = {_toml_string(str(wheel['hashes']['sha256']))}}}",
+                      ""]
+    return "\n".join(lines)
 
 
 def listing_disagreements(listing: str, listed: Mapping[str, tuple[str, str, str]],

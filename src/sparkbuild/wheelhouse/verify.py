@@ -4,8 +4,10 @@ A wheelhouse travels (USB stick, scp, a shared disk) before it is installed on a
 air-gapped Spark.  ``verify`` re-hashes every file against ``manifest.json`` and
 ``requirements.lock`` and names each one that differs, is missing or was added; then it
 lists the CUDA architectures whose machine code each shared library of the built wheels
-carries (cuobjdump) and judges every kernel of it for each target arch of the manifest
-(:func:`sparkbuild.toolchain.sass.coverage`) by the kernel policy
+carries (cuobjdump) and judges every kernel of it for each target arch
+(:func:`sparkbuild.toolchain.sass.coverage`; which wheels are built, and the archs they are
+judged at, are read from the files, not taken on the manifest's word:
+:mod:`sparkbuild.wheelhouse.wheel_roles`) by the kernel policy
 (:mod:`sparkbuild.toolchain.kernel_policy`): native code the target loads passes; a kernel
 with no code for a target fails verify; a PTX-only one (the driver JIT-compiles it at load)
 fails it too unless the recipe set ``allow_jit`` (the manifest's target says so, and its
@@ -69,11 +71,14 @@ from sparkbuild.wheelhouse.manifest import (
     MANIFEST_NAME,
     expected_hashes,
     load_manifest,
+    manifest_target,
     stand_in_line,
     stand_ins_of,
 )
 from sparkbuild.wheelhouse.requirements_check import check_wheelhouse_requirements
 from sparkbuild.wheelhouse.standards import Agreement, check_standards
+from sparkbuild.wheelhouse.target_tags import target_tag_problem
+from sparkbuild.wheelhouse.wheel_roles import built_wheels
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -290,6 +295,12 @@ class CheckedFiles:
     lock_bytes: bytes | None
     actual: dict[str, str]
     mismatches: list[Mismatch]
+    built: tuple[str, ...] = ()
+    """The wheels this build made, present, decided from the files
+    (:mod:`sparkbuild.wheelhouse.wheel_roles`): judged by their machine code."""
+    targets: tuple[str, ...] = ()
+    """The archs the built wheels are judged at (the target's, the build record's, the
+    labels')."""
 
     def error(self, hint: str) -> VerifyError | None:
         if not self.mismatches:
@@ -299,12 +310,17 @@ class CheckedFiles:
                            where=str(self.directory), hint=hint)
 
 
-def verify_files(directory: Path) -> CheckedFiles:
+def verify_files(directory: Path, *, target_tags: bool = True) -> CheckedFiles:
     """Every file of ``directory`` against its manifest and lock: the one integrity check,
     for ``verify`` and for ``install``.  The lock is read once, hashed and parsed from the
-    same bytes; a manifest entry that leaves the directory is named and never read.  Each
-    wheel with the manifest's sha256 is then read inside, its entries and the manifest's
-    name and version of it (:mod:`sparkbuild.store.wheel_check`)."""
+    same bytes; a manifest entry that leaves the directory is named and never read; each
+    wheel's recorded size is its file's.  Each wheel with the manifest's sha256 is then read
+    inside, its entries and the manifest's name and version of it
+    (:mod:`sparkbuild.store.wheel_check`).  Which wheels this build made is decided from the
+    files, and the target must name the archs they were built for
+    (:mod:`sparkbuild.wheelhouse.wheel_roles`); with ``target_tags``, each built wheel must
+    install on the declared platform and Python (:mod:`sparkbuild.wheelhouse.target_tags`;
+    ``wheel`` says so of a foreign build in a note instead)."""
     raw, manifest = load_manifest(directory)
     actual, refused = plain_files(directory)
     lock_bytes = None
@@ -317,12 +333,35 @@ def verify_files(directory: Path) -> CheckedFiles:
     skip = {m.file for m in outside} | {m.file for m in refused}
     listed = {k: v for k, v in expected.items() if k not in skip}
     same = {name for name, digest in listed.items() if actual.get(name) == digest}
+    built = built_wheels(directory, manifest, set(actual) - skip, same)
+    target = manifest_target(manifest)
     problems = [*outside, *refused,
                 *(m for m in compare(listed, actual) if m.file not in skip),
+                *size_mismatches(directory, manifest, set(actual) - skip),
                 *check_lock(directory, actual, lock_bytes),
                 *(Mismatch(file, problem) for file, problem
-                  in manifest_wheel_problems(directory, manifest, same))]
-    return CheckedFiles(directory, raw, manifest, lock_bytes, actual, merged(problems))
+                  in manifest_wheel_problems(directory, manifest, same, built.files)),
+                *(Mismatch(file, problem) for file, problem in built.problems),
+                *(Mismatch(file, problem) for file in (built.files if target_tags else ())
+                  if (problem := target_tag_problem(file, target.platform, target.python))
+                  is not None)]
+    return CheckedFiles(directory, raw, manifest, lock_bytes, actual, merged(problems),
+                        built.files, built.targets)
+
+
+def size_mismatches(directory: Path, manifest: dict[str, Any], present: set[str]
+                    ) -> list[Mismatch]:
+    """Each wheel whose size the manifest records and its file is not."""
+    found = []
+    for wheel in manifest["wheels"]:
+        file, size = str(wheel["file"]), wheel.get("size")
+        if size is None or file not in present:
+            continue
+        actual = (directory / file).lstat().st_size
+        if actual != size:
+            found.append(Mismatch(file, f"its size is {actual} bytes, manifest.json records "
+                                        f"{size}"))
+    return found
 
 
 def compare(expected: dict[str, str], actual: dict[str, str]) -> list[Mismatch]:
@@ -501,6 +540,12 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
             f"flashinfer module {module} holds no GPU machine code for "
             f"{', '.join(result.target_archs) or 'the target'}: its kernels were compiled "
             "for no target arch (the moe_utils class, flashinfer#5237/#5238)"))
+    coded = sorted({arch for lib in result.libraries for arch in lib.archs})
+    if not result.target_archs and coded:
+        result.mismatches.append(Mismatch(
+            ", ".join(sorted({lib.wheel for lib in result.libraries if lib.archs})),
+            f"holds GPU machine code ({', '.join(coded)}), but no target arch is named: its "
+            "kernels were judged for nothing"))
     if not result.libraries:
         result.notes.append("the built wheels hold no shared library: no GPU code to check")
     elif result.target_archs and not any(lib.archs for lib in result.libraries):
@@ -664,21 +709,23 @@ def unlisted_jit_kernels(result: VerifyResult, manifest: dict[str, Any]) -> list
 def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
                       read_functions: SassReader | None = None,
                       libraries: Sequence[LibraryArchs] | None = None,
-                      read_kernels: KernelReader | None = None) -> VerifyResult:
+                      read_kernels: KernelReader | None = None,
+                      target_tags: bool = True) -> VerifyResult:
     """Re-hash ``directory`` against its manifest and lock; list the built wheels' GPU code
     and judge their machine code for the targets.  ``libraries``: already read (``wheel``
-    reads them once, for the manifest and for this check of the staged wheelhouse)."""
-    checked = verify_files(directory)
+    reads them once, for the manifest and for this check of the staged wheelhouse);
+    ``target_tags`` False: a built wheel need not install on the declared target
+    (``wheel``'s check of a build for another machine, which its note names)."""
+    checked = verify_files(directory, target_tags=target_tags)
     manifest, actual = checked.manifest, checked.actual
-    targets = tuple(str(a) for a in manifest.get("target", {}).get("cuda_archs", []))
-    result = VerifyResult(directory, len(actual) + 1, targets,
-                          allow_jit=manifest.get("target", {}).get("allow_jit") is True)
+    result = VerifyResult(directory, len(actual) + 1, checked.targets,
+                          allow_jit=manifest_target(manifest).allow_jit)
     result.stand_ins = stand_ins_of(manifest)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
                                 + check_requirements(result, directory, inside)
                                 + _check_agreement(result, directory, manifest, actual))
-    built = [directory / str(w["file"]) for w in inside["wheels"] if w.get("role") == "built"]
+    built = [directory / file for file in checked.built]
     check_archs(result, built, list_archs or _default_lister,
                 read_functions or _default_reader, libraries, read_kernels)
     result.mismatches += unlisted_jit_kernels(result, manifest)

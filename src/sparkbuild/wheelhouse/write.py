@@ -34,13 +34,12 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.requirements import Requirement
 from packaging.tags import platform_tags
-from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.utils import parse_wheel_filename
 
 from sparkbuild import __version__
 from sparkbuild.console import step, warn
 from sparkbuild.errors import (
     SparkbuildError,
-    UsageError,
     VerifyError,
 )
 from sparkbuild.recipe import check_known_bad
@@ -61,8 +60,6 @@ from sparkbuild.wheelhouse.lock import (
     LOCK_NAME,
     ClosureTarget,
     LockedRequirement,
-    parse_platform,
-    pip_platforms,
     render_lock,
 )
 from sparkbuild.wheelhouse.manifest import (
@@ -87,6 +84,7 @@ from sparkbuild.wheelhouse.requirements_check import (
 )
 from sparkbuild.wheelhouse.sbom import WHEEL_SBOM, BuildFacts, wheel_sbom
 from sparkbuild.wheelhouse.standards import write_standards
+from sparkbuild.wheelhouse.target_tags import fits_platform
 from sparkbuild.wheelhouse.verify import (
     LibraryArchs,
     gpu_libraries,
@@ -252,29 +250,6 @@ def wheelhouse_lock(files: Sequence[WheelhouseFile]) -> list[LockedRequirement]:
 # -- the stage -------------------------------------------------------------------------
 
 
-def accepted_platforms(platform: str) -> set[str]:
-    """The wheel platform tags a ``platform`` machine installs (``any`` included).
-
-    A manylinux target also takes ``linux_<arch>``, the tag of a wheel built locally; a
-    platform sparkbuild cannot expand (not manylinux) accepts only itself.
-    """
-    try:
-        tags = pip_platforms(platform)
-    except UsageError:
-        return {"any", platform}
-    return {"any", *tags, f"linux_{parse_platform(platform)[1]}"}
-
-
-def fits_platform(filename: str, platform: str) -> bool:
-    """True when wheel ``filename`` has a tag that a ``platform`` machine installs."""
-    try:
-        tags = parse_wheel_filename(filename)[3]
-    except InvalidWheelFilename:
-        return False
-    accepted = accepted_platforms(platform)
-    return any(tag.platform in accepted for tag in tags)
-
-
 def _warn_foreign(files: Sequence[WheelhouseFile], target: ClosureTarget) -> None:
     """A built wheel for another machine than the closure's cannot install beside it."""
     if not target.platform:
@@ -397,7 +372,8 @@ def write_wheelhouse(
 def _verify_staged(staging: Path, out: Path, libraries: Sequence[LibraryArchs]) -> None:
     """``verify`` on the staged wheelhouse; its failure leaves no wheelhouse at ``out``."""
     step("verifying the staged wheelhouse")
-    error = verify_wheelhouse(staging, libraries=libraries).error
+    # a build for another machine than this one's is the host note's to say (host_note)
+    error = verify_wheelhouse(staging, libraries=libraries, target_tags=False).error
     if error is not None:
         raise VerifyError(
             f"the wheelhouse fails verify, so it was not written: {error.what}",

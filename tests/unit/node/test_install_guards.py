@@ -36,6 +36,24 @@ def test_a_plain_venv_path_passes(tmp_path: Path) -> None:
     assert check_venv_path(tmp_path / "vllm-venv_2.1+x") == tmp_path / "vllm-venv_2.1+x"
 
 
+@pytest.mark.parametrize(("relative", "link", "said"), [
+    ("plain/venv", False, "which is a file, not a directory"),
+    ("plain/a/b/venv", False, "which is a file, not a directory"),
+    ("plain/venv", True, "which is a symbolic link, not a directory"),
+])
+def test_a_venv_under_a_file_is_a_usage_error(tmp_path: Path, relative: str, link: bool,
+                                              said: str) -> None:
+    if link:
+        (tmp_path / "plain").symlink_to(tmp_path / "nowhere")
+    else:
+        (tmp_path / "plain").write_text("a file\n")
+    with pytest.raises(UsageError, match=f"--venv lies under .*plain, {said}"):
+        check_venv_path(tmp_path / relative)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "to-dir").symlink_to(tmp_path / "dir")
+    assert check_venv_path(tmp_path / "to-dir" / "venv") == tmp_path / "to-dir" / "venv"
+
+
 def test_a_path_over_name_max_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"--venv has a name of 300 bytes, over NAME_MAX"):
         check_venv_path(tmp_path / ("x" * 300))

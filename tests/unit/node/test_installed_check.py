@@ -129,7 +129,7 @@ def _wheelhouse(root: Path, files: dict[str, bytes]) -> tuple[Path, bytes]:
     digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
     lock = root / "requirements.lock"
     lock.write_text(f"demo==1.0 --hash=sha256:{digest}\n")
-    manifest = {"schema": 1, "wheels": [
+    manifest = {"schema": 1, "target": {"cuda_archs": ["12.1a"]}, "wheels": [
         {"file": wheel.name, "name": "demo", "version": "1.0", "sha256": digest,
          "size": wheel.stat().st_size, "role": "built"}],
         "files": {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest()}}
@@ -433,3 +433,44 @@ def test_the_stand_ins_of_the_recorded_wheelhouse_are_named(venv: Path, tmp_path
     plain.mkdir()
     record_installation(venv, _manifest(plain), "somewhere")
     assert verify_installed(venv).stand_ins == []
+
+
+UV_CACHE = b'{"timestamp":{"secs_since_epoch":1,"nanos_since_epoch":2},"commit":null,' \
+           b'"tags":null,"env":{},"directories":{}}'
+
+
+def _by(venv: Path, installer: str, extra: dict[str, bytes]) -> Path:
+    """demo's dist-info as ``installer`` leaves it: INSTALLER and ``extra``, in RECORD."""
+    info = venv / SITE / "demo-1.0.dist-info"
+    files = {"INSTALLER": installer.encode() + b"\n", **extra}
+    rows = []
+    for name, data in files.items():
+        (info / name).write_bytes(data)
+        rows.append(f"{info.name}/{name},{_digest(data)},{len(data)}\n")
+    record = info / "RECORD"
+    record.write_text(record.read_text() + "".join(rows))
+    return info
+
+
+def test_uvs_own_file_is_owned_where_uv_installed(venv: Path, tmp_path: Path) -> None:
+    """After ``install --from pylock``: uv's INSTALLER and uv_cache.json, compared with the
+    wheelhouse's wheels."""
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    _by(venv, "uv", {"uv_cache.json": UV_CACHE})
+    record_installation(venv, manifest, str(wheelhouse))
+    result = verify_installed(venv)
+    assert result.error is None, result.mismatches
+
+
+@pytest.mark.parametrize(("installer", "data", "said"), [
+    ("pip", UV_CACHE, "uv_cache.json (no wheel of the wheelhouse has this file)"),
+    ("uv", b'{"run": "x"}', "not the record uv writes"),
+    ("evil", UV_CACHE, "installed by 'evil', which sparkbuild does not run"),
+])
+def test_uvs_own_file_only_as_uv_writes_it(venv: Path, tmp_path: Path, installer: str,
+                                           data: bytes, said: str) -> None:
+    wheelhouse, manifest = _wheelhouse(tmp_path / "wh", INSTALLED)
+    _by(venv, installer, {"uv_cache.json": data})
+    record_installation(venv, manifest, str(wheelhouse))
+    problems = " ".join(m.describe() for m in verify_installed(venv).mismatches)
+    assert said in problems

@@ -210,7 +210,8 @@ def test_verify_files_looks_inside_each_wheel_it_vouches_for(tmp_path: Path) -> 
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     lock = tmp_path / "requirements.lock"
     lock.write_text(f"demo==1.0 --hash=sha256:{digest}\n")
-    (tmp_path / "manifest.json").write_text(json.dumps({"wheels": [
+    (tmp_path / "manifest.json").write_text(json.dumps({"target": {"cuda_archs": ["12.1a"]},
+                                                        "wheels": [
         {"file": NAME, "sha256": digest, "role": "built", "name": "demo", "version": "1.0"}],
         "files": {lock.name: hashlib.sha256(lock.read_bytes()).hexdigest()}}))
     checked = verify_files(tmp_path)

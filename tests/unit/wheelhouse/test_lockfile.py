@@ -10,6 +10,7 @@ from sparkbuild.errors import (
     HashMismatchError,
     PinRefusedError,
     RecipeError,
+    ToolchainError,
     UsageError,
     VerifyError,
 )
@@ -220,3 +221,27 @@ def test_what_the_branch_recorded_is_compared_too(
     assert recipe.tree_requirements() is None
     lock_closure(recipe, platform="manylinux_2_39_aarch64", python="3.12",
                  out=tmp_path / "out", tree=tmp_path / "tree")
+
+
+@pytest.mark.parametrize(("printed", "refused"), [
+    ("uv 0.13.9 (x86_64-unknown-linux-gnu)\n", False),
+    ("uv 0.14.0 (x86_64-unknown-linux-gnu)\n", True),
+    ("not uv at all\n", True),
+])
+def test_uv_is_the_pinned_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                  printed: str, refused: bool) -> None:
+    from sparkbuild.proc import ProcResult
+
+    uv = tmp_path / "uv"
+    uv.write_text("#!/bin/sh\n")
+    monkeypatch.setattr("sys.executable", str(tmp_path / "python"))
+    monkeypatch.setattr(lockfile, "run", lambda cmd, **_: ProcResult(0, printed, None, 0.0))
+    lockfile.uv_version.cache_clear()
+    try:
+        if refused:
+            with pytest.raises(ToolchainError, match=r"sparkbuild runs uv 0\.13\.9"):
+                lockfile.find_uv()
+        else:
+            assert lockfile.find_uv() == uv
+    finally:
+        lockfile.uv_version.cache_clear()

@@ -301,3 +301,64 @@ def test_an_sbom_whose_pedigree_or_tools_are_not_the_manifests_fails_verify(out:
         (built, f"its purl {said}")]
     assert _tamper_sbom(out, lambda s, c: s["metadata"].pop("tools")) == [
         ("sbom.cdx.json", "its metadata.tools is not what the manifest says")]
+
+
+def _repointed(out: Path, old: str, new: str) -> None:
+    """pylock.toml with ``old`` replaced by ``new``, resealed in the manifest."""
+    path = out / "pylock.toml"
+    path.write_text(path.read_text().replace(old, new))
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["files"]["pylock.toml"] = sha(path.read_bytes())
+    (out / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(("path", "said"), [
+    ("/elsewhere/{file}", "installs tiny-pin from the path '/elsewhere/"),
+    ("../elsewhere/{file}", "installs tiny-pin from the path '../elsewhere/"),
+    ("sub/{file}", "installs tiny-pin from the path 'sub/"),
+    ("C:{file}", "installs tiny-pin from the path 'C:"),
+])
+def test_a_pylock_path_outside_the_wheelhouse_is_refused_before_uv(
+        out: Path, tmp_path: Path, path: str, said: str) -> None:
+    pin = "tiny_pin-2.0-py3-none-any.whl"
+    _repointed(out, f'path = "{pin}"', f'path = "{path.format(file=pin)}"')
+    problems = [p for item in verify_wheelhouse(out).agreement for _f, p in item.problems]
+    assert any(said in p for p in problems), problems
+    with pytest.raises(VerifyError, match=r"pylock\.toml is not the wheelhouse's") as refused:
+        install_wheelhouse(out, tmp_path / "venv", source="pylock")
+    assert said in refused.value.what
+    assert not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [
+    ('path = "tiny_pin-2.0-py3-none-any.whl"',
+     'url = "https://evil.invalid/tiny_pin-2.0-py3-none-any.whl"',
+     "installs tiny-pin from the URL 'https://evil.invalid/"),
+    ('name = "tiny_pin-2.0-py3-none-any.whl"', 'name = "evil-2.0-py3-none-any.whl"',
+     "names the wheel at tiny_pin-2.0-py3-none-any.whl 'evil-2.0-py3-none-any.whl'"),
+    ('[[packages]]\nname = "tiny-pin"\nversion = "2.0"\n',
+     '[[packages]]\nname = "tiny-pin"\nversion = "2.0"\nsdist = { path = "/tmp/x.tar.gz" }\n',
+     "installs tiny-pin from its sdist"),
+])
+def test_a_pylock_entry_from_elsewhere_is_refused(out: Path, tmp_path: Path, old: str,
+                                                  new: str, said: str) -> None:
+    assert old in (out / "pylock.toml").read_text()
+    _repointed(out, old, new)
+    with pytest.raises(VerifyError, match=r"pylock\.toml is not the wheelhouse's") as refused:
+        install_wheelhouse(out, tmp_path / "venv", source="pylock")
+    assert said in refused.value.what
+
+
+def test_uv_gets_the_checked_lock_with_absolute_paths(out: Path) -> None:
+    from sparkbuild.node.install import checked_pylock
+    from sparkbuild.wheelhouse.verify import verify_files
+
+    copy = tomllib.loads(checked_pylock(verify_files(out)))
+    original = tomllib.loads((out / "pylock.toml").read_text())
+    assert copy["environments"] == original["environments"]
+    assert [(p["name"], p["version"]) for p in copy["packages"]] == [
+        (p["name"], p["version"]) for p in original["packages"]]
+    for package in copy["packages"]:
+        (wheel,) = package["wheels"]
+        assert wheel["path"] == str(out / wheel["name"])
+        assert wheel["hashes"] == {"sha256": sha((out / wheel["name"]).read_bytes())}

@@ -336,3 +336,23 @@ def test_missing_directory_is_named_as_missing_not_as_a_killed_run(tmp_path: Pat
     (tmp_path / "file").write_text("x", encoding="utf-8")
     with pytest.raises(VerifyError, match="is not a directory"):
         verify_wheelhouse(tmp_path / "file")
+
+
+def test_a_build_for_another_machine_is_written_and_verify_names_it(tmp_path: Path) -> None:
+    """The wheelhouse declares the Spark (Python 3.12); its built wheel is a cp311 x86_64 one:
+    `wheel` writes it (its note says so), verify names the wheel."""
+    out = tmp_path / "wheelhouse"
+    made = demo_wheel(tmp_path, {"demo/_C.so": b"\x7fELF demo/_C.so"})
+    built = made.rename(made.with_name("demo-1.0-cp311-cp311-linux_x86_64.whl"))
+    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=False),
+                     source={"kind": "directory"}, patches=[], built_wheels=[built],
+                     build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                     platform="manylinux_2_39_aarch64", toolchain={"python": "3.11"},
+                     outside=NoNetwork(), list_archs=SM121, read_functions=NO_SASS,
+                     read_kernels=NATIVE)
+    result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS,
+                               read_kernels=NATIVE)
+    problems = {m.file: m.problem for m in result.mismatches}
+    (wheel,) = (name for name in problems if name.startswith("demo-"))
+    assert "which does not install on the manifest's target manylinux_2_39_aarch64 Python " \
+           "3.12" in problems[wheel]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sparkbuild.wheelhouse.lock import ClosureTarget
-from sparkbuild.wheelhouse.write import fits_platform, host_note
+from sparkbuild.wheelhouse.target_tags import fits_platform, target_tag_problem
+from sparkbuild.wheelhouse.write import host_note
 
 SPARK = "manylinux_2_39_aarch64"
 X86 = "manylinux_2_28_x86_64"
@@ -61,3 +62,33 @@ def test_host_note_names_the_recipes_platform_and_the_foreign_wheel(
     assert only_pure is not None and "platform-independent" in only_pure
     # no note when the recipe's platform is this machine's
     assert host_note(X86, [built], here) is None
+
+
+@pytest.mark.parametrize(
+    ("wheel", "platform", "python", "installs"),
+    [
+        # a new user's wheelhouse: built on x86_64 with Python 3.11, declared for the Spark
+        ("demo-1.0-cp311-cp311-linux_x86_64.whl", SPARK, "3.12", False),
+        ("demo-1.0-cp311-cp311-linux_x86_64.whl", "linux-x86_64", "3.12", False),
+        ("demo-1.0-cp311-cp311-linux_aarch64.whl", SPARK, "3.12", False),
+        ("demo-1.0-cp312-cp312-linux_x86_64.whl", SPARK, "3.12", False),
+        ("demo-1.0-cp312-cp312-linux_aarch64.whl", SPARK, "3.12", True),
+        ("demo-1.0-cp311-cp311-linux_x86_64.whl", "linux-x86_64", "3.11", True),
+        ("demo-1.0-cp311-cp311-manylinux_2_28_x86_64.whl", "linux-x86_64", "3.11", True),
+        ("vllm-0.33.0-cp38-abi3-manylinux_2_39_aarch64.whl", SPARK, "3.12", True),
+        ("demo-1.0-py3-none-any.whl", SPARK, "3.12", True),
+        ("demo-1.0-cp311-cp311-linux_x86_64.whl", None, None, True),
+        ("demo-1.0-cp311-cp311-linux_x86_64.whl", None, "3.12", False),
+    ],
+)
+def test_target_tag_problem(wheel: str, platform: str | None, python: str | None,
+                            installs: bool) -> None:
+    problem = target_tag_problem(wheel, platform, python)
+    assert (problem is None) is installs, problem
+    if problem is not None:
+        assert problem.startswith(f"built for {wheel.split('-', 2)[2].removesuffix('.whl')}")
+
+
+def test_a_python_that_is_no_version_is_named() -> None:
+    assert target_tag_problem("demo-1.0-py3-none-any.whl", SPARK, "three") == (
+        "the manifest's target.python three is not a Python version X.Y")
