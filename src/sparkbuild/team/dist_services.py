@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.console import console, info, step, warn
+from sparkbuild.console import info, say, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
 from sparkbuild.proc import run
 from sparkbuild.team.dist_client import TOKEN_ENV, scheduler_url, write_private
@@ -199,7 +199,7 @@ class TeamService:
 
 
 def _printer(line: str) -> None:
-    console.print(_LEAK.sub(r"\1***", line), markup=False, highlight=False, soft_wrap=True)
+    say(_LEAK.sub(r"\1***", line))
 
 
 def _foreground(service: TeamService, env: dict[str, str],
