@@ -134,11 +134,12 @@ def _result(sources: list[dict[str, Any]]) -> BundleResult:
 
 
 def test_the_summary_names_no_none_for_a_url_source_or_a_git_one() -> None:
-    url: dict[str, Any] = {"name": "dep", "kind": "url", "url": "https://example.com/dep.tar.gz", "ref": None,
-           "commit": None, "cache_sha256": "a" * 64, "patched": None}
-    git: dict[str, Any] = {"name": "fa", "kind": "git", "url": "https://example.com/fa.git", "ref": "v1",
-           "commit": "c" * 40, "cache_sha256": "b" * 64,
-           "patched": {"patches": [{"status": None}]}}
+    url: dict[str, Any] = {
+        "name": "dep", "kind": "url", "url": "https://example.com/dep.tar.gz", "ref": None,
+        "commit": None, "cache_sha256": "a" * 64, "patched": None}
+    git: dict[str, Any] = {
+        "name": "fa", "kind": "git", "url": "https://example.com/fa.git", "ref": "v1",
+        "commit": "c" * 40, "cache_sha256": "b" * 64, "patched": {"patches": [{"status": None}]}}
     lines = _result([url, git]).summary()
     assert not [line for line in lines if "None" in line], lines
     assert any(line.startswith("  source dep: https://example.com/dep.tar.gz (") for line in lines)
