@@ -68,6 +68,10 @@ class Case:
     build: Callable[[Path], Invocation]
     needs: tuple[str, ...] = ()
     """Modules of sparkbuild the command needs; a case whose module is absent fails."""
+    says: tuple[str, ...] = ()
+    """Text the plain run must print as well (stderr or stdout)."""
+    never_says: tuple[str, ...] = ()
+    """Text neither run may print anywhere (a raw terminal escape, a stale count)."""
 
 
 # -- postconditions --------------------------------------------------------------------
