@@ -1333,9 +1333,10 @@ CLI = [sys.executable, "-m", "sparkbuild"]
 def _all_cases() -> list[Case]:
     """The base corpus and the issue-41 probe's cases: what runs on a node
     (:mod:`corpus.cases_node`) and what a build reads (:mod:`corpus.cases_inputs`)."""
-    from corpus import cases_inputs, cases_jitcache, cases_node
+    from corpus import cases_inputs, cases_jitcache, cases_node, cases_ux
 
-    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES, *cases_jitcache.CASES]
+    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES, *cases_jitcache.CASES,
+            *cases_ux.CASES]
 
 
 CASES: list[Case] = _all_cases()

@@ -307,7 +307,8 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         for source in plan.sources:
             entry = source_entry(cache, source)
             assert entry is not None, "require_complete() runs first"
-            step(f"adding {source.name} ({source.url} @ {source.ref})")
+            pinned = source.ref if source.kind == "git" else source.url_hash
+            step(f"adding {source.name} ({source.url}{f' @ {pinned}' if pinned else ''})")
             dest = root / "sources" / source.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             _copy_source(cache, entry, dest, staging)
