@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from corpus import builders as b
 from corpus.cases import CLI, Case, Invocation, _wheel_args, prepared_tree
 from corpus.cases_inputs import buildable_sdist
-from sparkbuild.errors import NetworkError, RecipeError
+from sparkbuild.errors import RecipeError
 from sparkbuild.store.cache import Cache
 from support.jit_caches import WHEEL_NAME, JitCache, cuobjdump_env
 from support.wheels import zipped_wheel
