@@ -305,8 +305,174 @@ RECIPE_FILE_CASES = [
          BUNDLE),
 ]
 
+
+# -- a rebuild's packaging scratch is its own, cleared when it finishes -------------------
+# setuptools leaves build/bdist.PLATFORM after a build that finished, and every rebuild
+# then said "the packaging scratch of an earlier build that did not finish".  A build that
+# finishes clears its own scratch now; an interrupted one's is still named (cases_inputs).
+
+SCRATCH = "the packaging scratch of an earlier build"
+
+
+def _rebuilt(change: Callable[[Path], None] | None = None) -> Callable[[Path], Invocation]:
+    """A first build, then (``change`` applied to the source directory) the same again."""
+
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        source = _source_directory(work)
+        args = _wheel_args(work, source=source)
+        _run(args, env=EPOCH)
+        if change is not None:
+            change(source)
+        return Invocation(args, env=EPOCH, after=_no_scratch_left(work))
+
+    return build
+
+
+def _no_scratch_left(work: Path) -> Callable[[], None]:
+    def check() -> None:
+        tree = work / "cache" / "work" / "corpus" / "tree"
+        left = sorted(p.name for p in tree.glob("build/bdist.*"))
+        assert not left, f"a finished build left its packaging scratch: {left}"
+
+    return check
+
+
+def _edit_module(source: Path) -> None:
+    (source / b.PACKAGE / "__init__.py").write_text("VALUE = 2\n", encoding="utf-8")
+
+
+def _three_builds(work: Path) -> Invocation:
+    inv = _rebuilt(_edit_module)(work)
+    _run(inv.args, env=EPOCH)
+    return inv
+
+
+SCRATCH_CASES = [
+    Case("ux-wheel-rebuild-says-no-unfinished-scratch", "output", None, CHANGED,
+         _rebuilt(), WHEEL, never_says=(SCRATCH,)),
+    Case("ux-wheel-rebuild-of-a-changed-module-says-no-unfinished-scratch", "output", None,
+         "1 file(s) changed", _rebuilt(_edit_module), WHEEL, never_says=(SCRATCH,)),
+    Case("ux-wheel-third-build-says-no-unfinished-scratch", "output", None, CHANGED,
+         _three_builds, WHEEL, never_says=(SCRATCH,)),
+]
+
+
+# -- a rebuild's units are the ones it compiled -------------------------------------------
+# The timeline took the units of ".ninja_log"'s last run as this build's: a rebuild with
+# nothing to do adds no line, so it reported the build before's units as its own (and a
+# rebuild slower than the last run, whose clock did not seem to restart, reported them all).
+# The ninja wrapper now records the lines each run added, and the timeline reads those.
+# The source here compiles like vLLM's setup.py: its build runs the ninja CMake was given
+# (CMAKE_MAKE_PROGRAM) over a build.ninja of CMake's rule names; a "compile" sleeps for the
+# seconds its source's first line says, then copies it.
+
+NINJA_SETUP = """\
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import setup
+
+if "bdist_wheel" in sys.argv:
+    args = shlex.split(os.environ.get("CMAKE_ARGS", ""))
+    ninja = next(a.split("=", 1)[1] for a in args if a.startswith("-DCMAKE_MAKE_PROGRAM="))
+    build = Path("build", "demo-ninja").resolve()
+    build.mkdir(parents=True, exist_ok=True)
+    units = sorted(Path("csrc").resolve().glob("*.cpp"))
+    text = ["rule CXX_COMPILER__demo_unscanned_Release",
+            "  command = sleep $$(head -n1 $in) && cp $in $out",
+            "  description = Building CXX object $out"]
+    text += [f"build CMakeFiles/demo.dir/csrc/{u.name}.o: CXX_COMPILER__demo_unscanned_Release"
+             f" {u}" for u in units]
+    (build / "build.ninja").write_text("\\n".join(text) + "\\n")
+    subprocess.run([ninja, "-C", str(build), "-j1"], check=True)
+setup()
+"""
+
+
+def ninja_source(work: Path, seconds: dict[str, str]) -> Path:
+    """A source directory whose build compiles ``csrc/NAME.cpp`` for each ``seconds`` entry
+    (its compile's seconds) through the build's ninja."""
+    source = _source_directory(work)
+    (source / "setup.py").write_text(NINJA_SETUP, encoding="utf-8")
+    for name, delay in seconds.items():
+        (source / "csrc" / f"{name}.cpp").write_text(f"{delay}\n", encoding="utf-8")
+    return source
+
+
+def _rebuilt_units(first: dict[str, str], then: dict[str, str]
+                   ) -> Callable[[Path], Invocation]:
+    """A first build of units ``first``, then the source's files ``then`` names rewritten
+    (``csrc/NAME.cpp``: a unit's seconds; another file: its text)."""
+
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        source = ninja_source(work, first)
+        args = _wheel_args(work, source=source)
+        _run(args, env=EPOCH)
+        for name, text in then.items():
+            (source / name).write_text(f"{text}\n", encoding="utf-8")
+        return Invocation(args, env=EPOCH)
+
+    return build
+
+
+UNITS = "units; compile wall"
+COMPILED = "compiled units)"
+"""Said by the build in both runs; the units table is checked in each run's own words: the
+summary's count, and the JSON's ``units`` (a unit's entry names its ``path``)."""
+UNIT_CASES = [
+    Case("ux-wheel-rebuild-compiled-nothing-says-0-units", "output", None, COMPILED,
+         _rebuilt_units({"a": "0.1", "b": "0.1"}, {}), WHEEL, says=(f"  0 {UNITS}",),
+         never_says=(f"  2 {UNITS}", '"path": "csrc/')),
+    Case("ux-wheel-rebuild-of-a-readme-says-0-units", "output", None, COMPILED,
+         _rebuilt_units({"a": "0.1", "b": "0.1", "c": "0.1"}, {"README.md": "read me"}),
+         WHEEL, says=(f"  0 {UNITS}",), never_says=(f"  3 {UNITS}", '"path": "csrc/')),
+    Case("ux-wheel-slow-rebuild-of-one-unit-says-1-unit", "output", None, COMPILED,
+         _rebuilt_units({"a": "0.05", "b": "0.05"}, {"csrc/a.cpp": "1.5"}), WHEEL,
+         says=(f"  1 {UNITS}",), never_says=(f"  2 {UNITS}", '"path": "csrc/b.cpp"')),
+]
+
+
+# -- progress without a terminal ----------------------------------------------------------
+# With its output in a file, `wheel` said nothing while it compiled and `bundle` nothing
+# while it hashed and compressed (minutes for vLLM): progress was a bar or nothing.  Now a
+# plain line comes at each tenth and every 30 s (console.PlainProgress).
+
+
+def _first_build_of_units(work: Path) -> Invocation:
+    work.mkdir(parents=True, exist_ok=True)
+    source = ninja_source(work, {name: "0.2" for name in "abcd"})
+    return Invocation(_wheel_args(work, source=source), env=EPOCH)
+
+
+def _bundle_of_a_prepared_tree(work: Path) -> Invocation:
+    work.mkdir(parents=True, exist_ok=True)
+    tree, recipe = prepared_tree(work)
+    return Invocation(["bundle", "--tree", str(tree), "--recipe", str(recipe), "--cache",
+                       str(work / "cache"), "--offline", "--without-wheels", "--no-closure",
+                       "--out", str(work / "out" / "b.tar.xz")])
+
+
+PROGRESS_CASES = [
+    Case("ux-wheel-compile-progress-in-a-log", "output", None, "compiling: 4/4 (100%)",
+         _first_build_of_units, WHEEL, says=("compiling: 1/4 (25%)",)),
+    Case("ux-bundle-hashing-progress-in-a-log", "output", None, "members: ",
+         _bundle_of_a_prepared_tree, BUNDLE, says=("hashing the bundle's",)),
+    Case("ux-bundle-compressing-progress-in-a-log", "output", None, "(100%)",
+         _bundle_of_a_prepared_tree, BUNDLE, says=("compressing the bundle's",)),
+    Case("ux-wheel-bundle-checking-progress-in-a-log", "output", None, BUILT,
+         _bundled_then_built(), BUNDLE, says=("checking the bundle's",)),
+]
+
 CASES: list[Case] = [
     *ARCHITECTURE_CASES,
     *TREE_NAME_CASES,
     *RECIPE_FILE_CASES,
+    *SCRATCH_CASES,
+    *UNIT_CASES,
+    *PROGRESS_CASES,
 ]
