@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from corpus import builders as b
 from corpus.cases import CLI, Case, Invocation, _wheel_args, prepared_tree
 from corpus.cases_inputs import buildable_sdist
-from sparkbuild.errors import RecipeError
+from sparkbuild.errors import NetworkError, RecipeError
 from sparkbuild.store.cache import Cache
 from support.jit_caches import WHEEL_NAME, JitCache, cuobjdump_env
 from support.wheels import zipped_wheel
@@ -468,6 +468,111 @@ PROGRESS_CASES = [
          _bundled_then_built(), BUNDLE, says=("checking the bundle's",)),
 ]
 
+
+# -- bundle's summary names no None ---------------------------------------------------------
+# A source fetched by URL has no commit (and, unpinned, no URL_HASH): `bundle` said
+# "@ None = None" of it, in its step line and its summary.
+
+
+def _bundle_with_url_source(hashed: bool) -> Callable[[Path], Invocation]:
+    """``bundle`` of a prepared tree whose CMake fetches a tarball by URL (pinned by
+    URL_HASH with ``hashed``)."""
+
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "dep" / "dep-1").mkdir(parents=True)
+        (work / "dep" / "dep-1" / "dep.h").write_text("int dep;\n", encoding="utf-8")
+        archive = work / "dep.tar.gz"
+        with tarfile.open(archive, "w:gz") as tar:
+            tar.add(work / "dep" / "dep-1", arcname="dep-1")
+        pin = f" URL_HASH SHA256={b.sha256_of(archive)}" if hashed else ""
+        source = b.write_tree(work / "src", {**b.source_files(), "CMakeLists.txt": (
+            "cmake_minimum_required(VERSION 3.26)\nproject(demo LANGUAGES NONE)\n"
+            f"include(FetchContent)\nFetchContent_Declare(dep URL {archive.as_uri()}{pin})\n"
+            "FetchContent_MakeAvailable(dep)\n")})
+        recipe = b.good_recipe(work / "recipe")
+        tree = work / "tree"
+        _run(["prepare", "--source", str(source), "--dest", str(tree), "--recipe", str(recipe)])
+        return Invocation(["bundle", "--tree", str(tree), "--recipe", str(recipe), "--cache",
+                           str(work / "cache"), "--without-wheels", "--no-closure", "--out",
+                           str(work / "out" / "b.tar.xz")])
+
+    return build
+
+
+NONE_CASES = [
+    Case("ux-bundle-url-source-without-a-hash-names-no-none", "output", None, "adding dep (",
+         _bundle_with_url_source(hashed=False), BUNDLE, says=("not pinned by the tree",),
+         never_says=("None",)),
+    Case("ux-bundle-url-source-with-a-hash-names-no-none", "output", None, "adding dep (",
+         _bundle_with_url_source(hashed=True), BUNDLE, says=("(SHA256=",),
+         never_says=("None",)),
+]
+
+
+# -- an unreachable remote names the ways to build without it -----------------------------
+# A git fetch that failed for want of the network said "check the network" (or the mirror
+# rules), never `bundle` nor --mirror: on a machine that cannot reach GitHub, the ways to
+# build are a mirror, or a bundle written where GitHub is.  One hint now, wherever git
+# fetches (sources.git.UNREACHABLE_GIT_HINT).
+
+HINT = "`sparkbuild bundle --out FILE` there, `sparkbuild wheel --bundle FILE` here"
+UNREACHABLE_URL = "https://github.invalid/acme/vllm.git"
+"""A host no resolver knows: git says "Could not resolve host", as without a network."""
+
+
+def _prepare_unreachable(url: str, **env: str) -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        recipe = b.good_recipe(work / "recipe")
+        return Invocation(["prepare", "--source", f"git+{url}@main", "--dest",
+                           str(work / "dest"), "--recipe", str(recipe), "--cache",
+                           str(work / "cache")], env=dict(env))
+
+    return build
+
+
+def _bundle_unreachable(work: Path) -> Invocation:
+    """``bundle`` of a recipe whose source is on an unreachable remote (no --tree)."""
+    recipe = b.write_recipe(work / "recipe", b.recipe_text(f"git+{UNREACHABLE_URL}@main",
+                                                           "patches/series"))
+    b.series_dir(work / "recipe" / "patches", {"0001-arch.diff": b.kernel_patch()})
+    return Invocation(["bundle", "--recipe", str(recipe), "--cache", str(work / "cache"),
+                       "--without-wheels", "--out", str(work / "out" / "b.tar.xz")])
+
+
+def _vendor_unreachable(*flags: str) -> Callable[[Path], Invocation]:
+    """``vendor`` of a tree whose CMake fetches a git dependency from an unreachable host."""
+
+    def build(work: Path) -> Invocation:
+        tree = b.write_tree(work / "tree", {
+            "pyproject.toml": '[project]\nname = "demo"\nversion = "1.0"\n',
+            "CMakeLists.txt": (
+                "cmake_minimum_required(VERSION 3.26)\nproject(demo LANGUAGES NONE)\n"
+                "include(FetchContent)\nFetchContent_Declare(dep GIT_REPOSITORY "
+                "https://github.invalid/acme/dep.git GIT_TAG v1.0)\n"
+                "FetchContent_MakeAvailable(dep)\n")})
+        return Invocation(["vendor", "--tree", str(tree), "--cache", str(work / "cache"),
+                           *flags])
+
+    return build
+
+
+HINT_CASES = [
+    Case("ux-prepare-unreachable-github-names-bundle-and-mirror", "network", NetworkError,
+         HINT, _prepare_unreachable(UNREACHABLE_URL), PREPARE, says=("--mirror BASE=",)),
+    Case("ux-prepare-through-a-dead-proxy-names-bundle-and-mirror", "network", NetworkError,
+         HINT, _prepare_unreachable("https://github.com/vllm-project/vllm.git",
+                                    HTTPS_PROXY="http://127.0.0.1:9",
+                                    https_proxy="http://127.0.0.1:9"), PREPARE),
+    Case("ux-bundle-of-an-unreachable-source-names-bundle-and-mirror", "network",
+         NetworkError, HINT, _bundle_unreachable, BUNDLE),
+    Case("ux-vendor-unreachable-dependency-names-bundle-and-mirror", "network",
+         NetworkError, HINT, _vendor_unreachable(), ("sparkbuild.vendoring.fetch",)),
+    Case("ux-vendor-sparse-unreachable-dependency-names-bundle-and-mirror", "network",
+         NetworkError, HINT, _vendor_unreachable("--sparse"),
+         ("sparkbuild.vendoring.sparse",)),
+]
+
 CASES: list[Case] = [
     *ARCHITECTURE_CASES,
     *TREE_NAME_CASES,
@@ -475,4 +580,6 @@ CASES: list[Case] = [
     *SCRATCH_CASES,
     *UNIT_CASES,
     *PROGRESS_CASES,
+    *NONE_CASES,
+    *HINT_CASES,
 ]
