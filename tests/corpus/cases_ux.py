@@ -48,7 +48,7 @@ def _run(args: list[str], *, env: dict[str, str] | None = None) -> str:
     return done.stderr
 
 
-# -- 11a. an architecture from the model's config cannot drive the terminal ---------------
+# -- an architecture from the model's config cannot drive the terminal ---------------
 # `flashinfer-aot --list` printed the config's architectures[0] as it was: rich passes ESC
 # through, so a config could retitle the terminal, clear it or hide a link.  Every line a
 # person reads now goes through console.say (terminal_safe); --json stays exact.
@@ -118,7 +118,7 @@ ARCHITECTURE_CASES = [
 ]
 
 
-# -- 11b. a file name in the tree cannot drive the terminal -------------------------------
+# -- a file name in the tree cannot drive the terminal -------------------------------
 # `wheel` named the files a re-prepared tree changed as they were: a file called
 # "\x1b]0;...\x07" retitled the terminal of whoever rebuilt.
 
@@ -160,7 +160,7 @@ TREE_NAME_CASES = [
 ]
 
 
-# -- 18. a bundle carries every file its recipe names -------------------------------------
+# -- a bundle carries every file its recipe names -------------------------------------
 # `bundle` carried the recipe, its lock and its series, not its [model] config nor a
 # [flashinfer] jit_cache path: `wheel --bundle` on another machine (the default recipe's
 # air-gapped flow included) failed to read them.  The recipe now lists what it references,
