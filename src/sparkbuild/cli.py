@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from sparkbuild import __version__
-from sparkbuild.console import console, set_verbose
+from sparkbuild.console import say, set_verbose
 from sparkbuild.errors import InterruptedRun, SparkbuildError, StageResult, UsageError
 from sparkbuild.proc import interrupt_on_sigterm
 from sparkbuild.recipe import DEFAULT_RECIPE, Recipe, load_recipe
@@ -500,11 +500,11 @@ def _print_result(result: StageResult, as_json: bool) -> None:
         sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False) + "\n")
     else:
         for line in result.summary():
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            say(line)
 
 
 def _print_error(error: SparkbuildError, as_json: bool) -> None:
-    console.print(error.render(), style="bold red", markup=False, highlight=False)
+    say(error.render(), style="bold red")
     if as_json:
         sys.stdout.write(json.dumps({"error": error.to_dict(), **error.progress}, indent=2)
                          + "\n")
@@ -537,6 +537,6 @@ def _run(args: argparse.Namespace) -> int:
         return error.exit_code
     _print_result(result, as_json)
     if result.error is not None:
-        console.print(result.error.render(), style="bold red", markup=False, highlight=False)
+        say(result.error.render(), style="bold red")
         return result.error.exit_code
     return 0

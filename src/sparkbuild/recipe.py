@@ -20,7 +20,8 @@ import math
 import os
 import re
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -254,6 +255,24 @@ class NodeSettings:
     start_modules: tuple[str, ...] = ()
 
 
+MODEL_CONFIG = "model.config"
+JIT_CACHE = "flashinfer.jit_cache"
+
+
+@dataclass(frozen=True)
+class ReferencedFile:
+    """A file the recipe names beside its series and lock: ``[model] config`` (a Hugging Face
+    config.json) or a ``[flashinfer] jit_cache`` given by ``path`` (a prebuilt wheel).  A
+    bundle carries each (:mod:`sparkbuild.bundle.write`), and ``wheel --bundle`` reads the
+    bundle's copies (:meth:`Recipe.with_files`)."""
+
+    key: str
+    """:data:`MODEL_CONFIG` or :data:`JIT_CACHE`."""
+    path: Path
+    what: str
+    """The recipe's words for it, for a message: ``[model] config``."""
+
+
 @dataclass(frozen=True)
 class Recipe:
     path: Path
@@ -268,6 +287,34 @@ class Recipe:
     flashinfer: FlashinferSettings = field(default_factory=FlashinferSettings)
     node: NodeSettings = field(default_factory=NodeSettings)
     model: ModelSettings | None = None
+
+    def referenced_files(self) -> tuple[ReferencedFile, ...]:
+        """Every file the recipe names but its series and lock (:class:`ReferencedFile`)."""
+        files = []
+        if self.model is not None and self.model.config is not None:
+            files.append(ReferencedFile(MODEL_CONFIG, self.model.config, "[model] config"))
+        jit_cache = self.flashinfer.jit_cache
+        if jit_cache is not None and jit_cache.path is not None:
+            files.append(ReferencedFile(JIT_CACHE, jit_cache.path,
+                                        "[flashinfer] jit_cache path"))
+        return tuple(files)
+
+    def with_files(self, paths: Mapping[str, Path]) -> Recipe:
+        """This recipe reading each file of :meth:`referenced_files` at ``paths[key]``
+        instead (a bundle's copies); a key the recipe does not reference is refused."""
+        named = {file.key for file in self.referenced_files()}
+        unknown = sorted(set(paths) - named)
+        if unknown:
+            raise RecipeError(f"the recipe names no {', '.join(unknown)} to read elsewhere",
+                              where=str(self.path))
+        recipe = self
+        if MODEL_CONFIG in paths and self.model is not None:
+            recipe = replace(recipe, model=replace(self.model, config=paths[MODEL_CONFIG]))
+        jit_cache = self.flashinfer.jit_cache
+        if JIT_CACHE in paths and jit_cache is not None:
+            recipe = replace(recipe, flashinfer=replace(
+                self.flashinfer, jit_cache=replace(jit_cache, path=paths[JIT_CACHE])))
+        return recipe
 
     @property
     def lock_path(self) -> Path:

@@ -70,6 +70,10 @@ class Case:
     build: Callable[[Path], Invocation]
     needs: tuple[str, ...] = ()
     """Modules of sparkbuild the command needs; a case whose module is absent fails."""
+    says: tuple[str, ...] = ()
+    """Text the plain run must print as well (stderr or stdout)."""
+    never_says: tuple[str, ...] = ()
+    """Text neither run may print anywhere (a raw terminal escape, a stale count)."""
 
 
 # -- postconditions --------------------------------------------------------------------
@@ -1339,10 +1343,11 @@ def _all_cases() -> list[Case]:
         cases_settings,
         cases_standin,
         cases_trustnode,
+        cases_ux,
     )
 
     groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist,
-              cases_settings, cases_trustnode]
+              cases_settings, cases_trustnode, cases_ux]
     return [*BASE_CASES, *(case for group in groups for case in group.CASES)]
 
 

@@ -4,9 +4,10 @@
 script that prints ``cases N, ok N, defects N``) both call :func:`run_case`.
 
 Each case runs twice in a fresh directory: plain, then with ``--json``.  Both must exit with
-the code of the case's error class, print no traceback and show none of the case's secrets
-(a token it hands the command); the plain run must say the case's message fragment on
-stderr, and the JSON run must carry the error class and the fragment in its ``error``
+the code of the case's error class, print no traceback, show none of the case's secrets
+(a token it hands the command) and none of its ``never_says``; the plain run must say the
+case's message fragment on stderr (and each of its ``says``), and the JSON run must carry
+the error class and the fragment in its ``error``
 object.  A case whose sparkbuild module is missing fails, naming the module.
 A defect is an :class:`AssertionError`; a case this machine cannot run (no private tmpfs) is
 :class:`CannotRun`.
@@ -72,6 +73,8 @@ def build(case: Case, work: Path) -> Invocation:
 def check_common(case: Case, result: subprocess.CompletedProcess[str]) -> None:
     both = result.stdout + result.stderr
     assert "Traceback" not in both, both
+    said = [text for text in case.never_says if text in both]
+    assert not said, f"printed {said!r}, which it must never print:\n{both}"
     code, name = (
         (0, "success") if case.error is None else (case.error.exit_code, case.error.__name__)
     )
@@ -95,6 +98,8 @@ def run_case(case: Case, work: Path) -> None:
     check_common(case, plain)
     check_secrets(plain_inv, plain)
     assert case.fragment in plain.stderr, plain.stderr
+    missing = [text for text in case.says if text not in plain.stderr + plain.stdout]
+    assert not missing, f"did not say {missing!r}:\n{plain.stderr}"
     if plain_inv.after is not None:
         plain_inv.after()
 

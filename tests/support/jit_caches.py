@@ -3,8 +3,8 @@ stand-in for cuobjdump that reads the libraries they hold: nothing is compiled.
 
 A library made here is ``\\x7fELF`` and then one line per kernel, ``native NAME`` or
 ``stub NAME`` (a printf + trap body at sm_121a).  :func:`fake_cuobjdump` writes a script
-that answers ``-lelf -lptx``, ``-symbols``, ``-ptx`` and ``-sass`` of such a file as
-cuobjdump would of a library built for sm_121a; ``SPARKBUILD_CUOBJDUMP`` and
+that answers ``-lelf -lptx``, ``-symbols``, ``-ptx``, ``-sass`` and ``-xelf all`` of such a
+file as cuobjdump would of a library built for sm_121a; ``SPARKBUILD_CUOBJDUMP`` and
 ``SPARKBUILD_NVDISASM`` point sparkbuild at it (:func:`cuobjdump_env`).  With
 ``FAKE_CUOBJDUMP_INTERRUPT`` set it sends its parent (sparkbuild) SIGINT, as a Ctrl-C would.
 """
@@ -155,6 +155,10 @@ elif option == "-sass":
             print(f"        /*{number * 16:04x}*/                   {text} ;")
 elif option == "-ptx":
     pass
+elif option == "-xelf":  # the one ELF, written where cuobjdump writes it: the cwd
+    name = os.path.basename(path).rsplit(".", 1)[0]
+    with open(f"{name}.1.sm_121a.cubin", "wb") as cubin:
+        cubin.write(data)
 else:
     sys.stdout.write(f"fake cuobjdump: {option} is not answered\\n")
     sys.exit(1)

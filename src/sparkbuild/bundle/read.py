@@ -8,6 +8,9 @@ member is hashed against the manifest: a missing, changed or unlisted member is 
 error (:class:`UnsafeArchiveError`), and a full disk its own (:class:`DiskFullError`).
 Unpacking holds the lock of the bundles' directory, and every path the bundle's plan names
 must lie inside the bundle.
+The files the recipe names besides its series (``[model] config``, a ``[flashinfer]
+jit_cache`` path) travel in the bundle too: :func:`bundled_recipe` gives the recipe that
+reads the bundle's copies, each checked against the sha256 the bundle recorded for it.
 The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
 second run with the same bundle skips the verification.  :func:`import_bundle` puts the
 sources and wheels into the cache under their upstream keys; :func:`prepared_from_bundle`
@@ -34,7 +37,7 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
-from sparkbuild.console import info, step
+from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import SourceError, UnsafeArchiveError, UsageError, VerifyError
 from sparkbuild.recipe import parse_json
 from sparkbuild.sources.archive import (
@@ -114,17 +117,28 @@ def _problems(root: Path, manifest: dict[str, Any]) -> list[str]:
     expected: dict[str, dict[str, Any]] = manifest["members"]
     present = set(members_of(root)) - {MANIFEST}
     problems = []
-    for name, meta in sorted(expected.items()):
-        path = root / name
-        if name not in present:
-            problems.append(f"{name}: missing")
-        elif "link" in meta:
-            if not path.is_symlink() or str(path.readlink()) != meta["link"]:
-                problems.append(f"{name}: not the link the manifest names")
-        elif path.stat().st_size != meta.get("size") or sha256_file(path) != meta.get("sha256"):
-            problems.append(f"{name}: changed (its sha256 differs from the manifest's)")
+    with count_progress(f"checking the bundle's {len(expected)} members") as checked:
+        for count, (name, meta) in enumerate(sorted(expected.items()), 1):
+            checked(count, len(expected))
+            problems += _member_problem(root, name, meta, present)
     problems += [f"{name}: not in the manifest" for name in sorted(present - set(expected))]
     return problems
+
+
+def _member_problem(root: Path, name: str, meta: dict[str, Any], present: set[str]
+                    ) -> list[str]:
+    """What makes the extracted member ``name`` other than its manifest entry (or [])."""
+    path = root / name
+    if name not in present:
+        return [f"{name}: missing"]
+    if "link" in meta:
+        if not path.is_symlink() or str(path.readlink()) != meta["link"]:
+            return [f"{name}: not the link the manifest names"]
+        return []
+    if (path.stat().st_size != meta.get("size")
+            or sha256_file(path, progress=False) != meta.get("sha256")):
+        return [f"{name}: changed (its sha256 differs from the manifest's)"]
+    return []
 
 
 class _ListedTwice(Exception):
@@ -407,7 +421,34 @@ def bundles_dir(cache_root: Path) -> Path:
 
 
 def bundled_recipe(bundle: Path, cache_root: Path) -> Recipe:
-    """The recipe a bundle carries (the bundle is verified and unpacked first)."""
+    """The recipe a bundle carries (the bundle is verified and unpacked first), reading the
+    bundle's copies of the files it names (:func:`with_carried_files`)."""
     from sparkbuild.recipe import load_recipe
 
-    return load_recipe(unpack_bundle(bundle, bundles_dir(cache_root)).recipe_path)
+    unpacked = unpack_bundle(bundle, bundles_dir(cache_root))
+    return with_carried_files(unpacked, load_recipe(unpacked.recipe_path))
+
+
+def with_carried_files(unpacked: UnpackedBundle, recipe: Recipe) -> Recipe:
+    """``recipe`` reading each file it names (:meth:`Recipe.referenced_files`) from the
+    bundle's copy, checked against the sha256 ``plan.json`` records for it; a file the
+    recipe names that the bundle does not carry is refused here, not when it is read."""
+    carried = unpacked.plan.get("recipe_files") or {}
+    if not isinstance(carried, dict):
+        raise VerifyError(f"the bundle's {PLAN} does not map each recipe file to its copy",
+                          where=str(unpacked.root), hint=REWRITE_HINT)
+    paths = {}
+    for file in recipe.referenced_files():
+        entry = carried.get(file.key)
+        if not isinstance(entry, dict):
+            raise VerifyError(
+                f"the bundle does not carry the recipe's {file.what} "
+                f"({file.path.name}): its build host cannot read it",
+                where=str(unpacked.root), hint="write the bundle again with this sparkbuild: "
+                "`sparkbuild bundle` carries every file the recipe names")
+        copy = unpacked.inside(entry.get("file"))
+        if not copy.is_file() or sha256_file(copy, progress=False) != entry.get("sha256"):
+            raise VerifyError(f"the bundle's copy of the recipe's {file.what} is not the file "
+                              "it recorded", where=str(copy), hint=REWRITE_HINT)
+        paths[file.key] = copy
+    return recipe.with_files(paths)

@@ -17,12 +17,18 @@ A bundle (``.tar.xz``; xz is in Python's standard library) holds, under
   stays below the wheelhouse;
 * ``flashinfer-aot/``: with ``[flashinfer] aot``, the wheels flashinfer's builder needs
   (the pinned flashinfer-python and what it imports), from ``CACHE/flashinfer-aot/``;
-* ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock and
-  the series;
+* ``recipe/``: the recipe (its series path pointing at ``recipe/series/``), its lock, the
+  series, and under ``recipe/files/KEY/`` every other file it names
+  (:meth:`sparkbuild.recipe.Recipe.referenced_files`: ``[model] config``, a ``[flashinfer]
+  jit_cache`` path), each hashed in ``plan.json``'s ``recipe_files``; ``wheel --bundle``
+  reads these copies (:func:`sparkbuild.bundle.read.bundled_recipe`);
 * ``plan.json``: the prepare report, the vendor plan, each source's cache key and commit,
   what was stripped;
 * ``manifest.json``, the first member: the sha256 and size of every other member, so that a
   reader knows what the bundle holds before it extracts anything.
+
+Its long steps show progress: a bar on a terminal, a plain line now and then in a log
+(:func:`sparkbuild.console.count_progress`).
 
 Identical files are stored once (tar hard links) and members are ordered by name, so the
 copies of CUTLASS that several dependencies carry cost little after compression.
@@ -43,7 +49,7 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +57,7 @@ from sparkbuild import __version__
 from sparkbuild.bundle.archive import TOP, sweep_partials, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
-from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
+from sparkbuild.errors import DestinationError, RecipeError, SparkbuildError, VerifyError
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.context import RunContext
@@ -71,6 +77,8 @@ if TYPE_CHECKING:
 BUNDLE_FORMAT = 1
 PLAN = "plan.json"
 RUNTIME_DIR = "runtime"
+RECIPE_FILES_DIR = "recipe/files"
+"""Where the files a recipe names (besides its series and lock) are carried, by key."""
 VERIFIED_MARKER = ".sparkbuild-bundle-verified"
 TREE_STRIPPED = frozenset({"docs", ".github", ".buildkite"})
 """Left out of the prepared tree (top level only): its own tests and sources stay."""
@@ -94,6 +102,9 @@ class BundleResult:
     error: SparkbuildError | None = None
     runtime: dict[str, Any] | None = None
     """plan.json's ``runtime``: the pins and closure carried; None when not asked for."""
+    recipe_files: dict[str, dict[str, str]] = field(default_factory=dict)
+    """plan.json's ``recipe_files``: each file the recipe names, by key (its copy, sha256)."""
+    without_wheels: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -102,7 +113,8 @@ class BundleResult:
             "deduplicated": self.deduplicated, "sources": self.sources,
             "stripped": [report.to_dict() for report in self.stripped],
             "wheels": self.wheels, "excluded": self.excluded,
-            "runtime": self.runtime, "seconds": round(self.seconds, 1),
+            "runtime": self.runtime, "recipe_files": self.recipe_files,
+            "seconds": round(self.seconds, 1),
         }
 
     def summary(self) -> list[str]:
@@ -110,9 +122,13 @@ class BundleResult:
         lines = [f"bundle {self.out}: {self.size / mib:.1f} MiB "
                  f"({self.raw_bytes / mib:.1f} MiB unpacked, {self.members} members, "
                  f"{self.deduplicated} stored once as links), sha256 {self.sha256}"]
-        lines += [f"  source {s['name']}: {s['url']} @ {s['ref']} = {s['commit']}"
-                  + _patched_note(s.get("patched")) for s in self.sources]
-        lines.append(f"  wheels: {', '.join(self.wheels) or 'none (--without-wheels)'}")
+        lines += [f"  source {_source_line(s)}" + _patched_note(s.get("patched"))
+                  for s in self.sources]
+        lines += [f"  the recipe's {entry['what']}: {entry['file']}"
+                  for entry in self.recipe_files.values()]
+        wheels = ", ".join(self.wheels) or (
+            "none (--without-wheels)" if self.without_wheels else "none (the tree asks for none)")
+        lines.append(f"  wheels: {wheels}")
         if self.runtime is not None:
             pins = ", ".join(p["file"] for p in self.runtime["pins"]) or "none"
             closure = (f"{len(self.runtime['files'])} wheels" if self.runtime["closure"]
@@ -130,11 +146,21 @@ class BundleResult:
         return lines
 
 
+def _source_line(source: dict[str, Any]) -> str:
+    """``NAME: URL @ REF = COMMIT`` for a git source, ``NAME: URL (URL_HASH)`` for a URL
+    source (which has no commit; its hash is the cache's when the tree pins none)."""
+    if source.get("kind") == "git":
+        return (f"{source['name']}: {source['url']} @ {source.get('ref') or 'HEAD'} = "
+                f"{source.get('commit') or 'no commit recorded'}")
+    pinned = source.get("ref") or f"not pinned by the tree; sha256={source['cache_sha256']}"
+    return f"{source['name']}: {source['url']} ({pinned})"
+
+
 def _patched_note(patched: dict[str, Any] | None) -> str:
     """``, series arch edit: applied`` for a source vendored with the series' arch edit."""
     if not patched:
         return ""
-    states = sorted({str(p.get("status")) for p in patched.get("patches", [])})
+    states = sorted({str(p["status"]) for p in patched.get("patches", []) if p.get("status")})
     return f", series arch edit: {'/'.join(states) or 'none'}"
 
 
@@ -205,6 +231,33 @@ def _bundled_recipe(recipe: Recipe, dest: Path) -> None:
         shutil.copy2(recipe.lock_path, dest / recipe.lock_path.name)
 
 
+def check_recipe_files(recipe: Recipe) -> None:
+    """Every file the recipe names can be carried: refused before any long step."""
+    for file in recipe.referenced_files():
+        if not file.path.is_file():
+            raise RecipeError(f"the recipe's {file.what} is not a file a bundle can carry",
+                              where=str(file.path),
+                              hint="the bundle's build host reads it from the bundle; give "
+                              "the path of the file, beside the recipe")
+
+
+def _carry_recipe_files(recipe: Recipe, root: Path) -> dict[str, dict[str, str]]:
+    """Copy every file the recipe names into ``RECIPE_FILES_DIR/KEY/NAME``; plan.json's
+    ``recipe_files`` (key -> the copy, its sha256, the recipe's words for it)."""
+    carried = {}
+    for file in recipe.referenced_files():
+        relative = f"{RECIPE_FILES_DIR}/{file.key}/{file.path.name}"
+        copy = root / relative
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copyfile(file.path, copy)  # a link's file, under the link's name
+        except OSError as exc:
+            raise RecipeError(f"cannot read the recipe's {file.what}: {exc.strerror}",
+                              where=str(file.path)) from exc
+        carried[file.key] = {"file": relative, "sha256": sha256_file(copy), "what": file.what}
+    return carried
+
+
 @contextlib.contextmanager
 def staging_area(cache: Cache, prefix: str) -> Iterator[Path]:
     scratch = cache.root / "tmp"
@@ -254,9 +307,10 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         for source in plan.sources:
             entry = source_entry(cache, source)
             assert entry is not None, "require_complete() runs first"
-            used = (f"{source.fetch_ref}, a stand-in for the pin {source.ref}"
-                    if source.stand_in else source.ref)
-            step(f"adding {source.name} ({source.url} @ {used})")
+            pinned = source.ref if source.kind == "git" else source.url_hash
+            if source.stand_in:
+                pinned = f"{source.fetch_ref}, a stand-in for the pin {source.ref}"
+            step(f"adding {source.name} ({source.url}{f' @ {pinned}' if pinned else ''})")
             dest = root / "sources" / source.name
             dest.parent.mkdir(parents=True, exist_ok=True)
             _copy_source(cache, entry, dest, staging)
@@ -283,6 +337,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
             step("adding the recipe's pins and runtime closure")
             carried = runtime(tree, cache, root / RUNTIME_DIR)
         aot = _aot_wheels(recipe, cache, root)
+        recipe_files = _carry_recipe_files(recipe, root)
         _bundled_recipe(recipe, root / "recipe")
         plan_json = {
             "format": BUNDLE_FORMAT, "recipe": recipe.name, "recipe_file": recipe.path.name,
@@ -293,6 +348,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
             "stripped": [report.to_dict() for report in stripped],
             **({"runtime": carried} if carried is not None else {}),
             "flashinfer_aot": aot,
+            "recipe_files": recipe_files,
         }
         (root / PLAN).write_text(json.dumps(plan_json, indent=1) + "\n", encoding="utf-8")
         step(f"compressing into {out} (xz)")
@@ -303,7 +359,7 @@ def assemble(*, recipe: Recipe, tree: Path, prepared: dict[str, Any], plan: Vend
         out, out.stat().st_size, sha256_file(out), written.raw_bytes, written.members,
         written.links, sources, stripped, sorted(wheels),
         [source.name for source in plan.excluded], time.monotonic() - started,
-        runtime=carried,
+        runtime=carried, recipe_files=recipe_files, without_wheels=not with_wheels,
     )
 
 
@@ -361,6 +417,7 @@ def make_bundle(options: BundleOptions) -> BundleResult:
     from sparkbuild.vendoring.materialize import require_complete
 
     recipe = options.recipe
+    check_recipe_files(recipe)
     cache = Cache((options.cache or default_cache_root()).expanduser().resolve())
     with recipe_work_lock(cache.root, recipe.name).held():  # wheel's lock: one at a time
         tree, prepared = _prepared_tree(options, cache)

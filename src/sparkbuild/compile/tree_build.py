@@ -330,7 +330,9 @@ def clear_packaging_scratch(tree: Path) -> list[str]:
     A warm rebuild keeps the tree's ``build/`` (CMake's build directory lives there), but a
     packaging step that failed half-way (a full disk) leaves ``build/bdist.*`` behind, and
     setuptools then fails every later build with "File exists".  Compiled objects are not
-    in it: clearing it costs only the copy into the wheel.
+    in it: clearing it costs only the copy into the wheel.  A build that finishes clears
+    what its own packaging left (setuptools keeps ``build/bdist.PLATFORM`` even then), so
+    scratch found before a build is always that of one that did not finish.
     """
     removed = []
     for pattern in PACKAGING_SCRATCH:
@@ -398,6 +400,7 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
                 f"{time.monotonic() - started:.0f} s\n{failure.what}",
                 where=failure.where, hint=failure.hint,
             ) from failure
+    clear_packaging_scratch(request.tree)  # this build's own: it finished
     wheels = sorted(out.glob("*.whl"))
     if not wheels:
         raise CommandFailed("pip wheel succeeded but wrote no wheel", where=f"full log: {log}")

@@ -22,6 +22,7 @@ import fnmatch
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.console import shown
 from sparkbuild.errors import RecipeError
 from sparkbuild.flashinfer.unreachable_stubs import rules_for
 
@@ -151,18 +152,18 @@ class ModuleSet:
     def summary(self) -> list[str]:
         routes = {r: sum(m.route == r for m in self.modules) for r in ("default", "gated",
                                                                         "nvfp4")}
-        lines = [f"flashinfer's modules for {self.model.architecture} at {self.arch}: "
+        lines = [f"flashinfer's modules for {shown(self.model.architecture)} at {self.arch}: "
                  f"{len(self.modules)} ({', '.join(f'{n} {r}' for r, n in routes.items() if n)})"
                  f"; read against vllm {READ_AGAINST['vllm']} and flashinfer "
                  f"{READ_AGAINST['flashinfer-python']}"]
-        shown: set[str] = set()
+        said: set[str] = set()
         for module in self.modules:
             lines.append(f"  {module.name}  [{module.route}]")
             lines += [f"      guard stubs accepted, never launched on sm_12x: {rule.describe()}"
                       for rule in rules_for(module.name)]
             family = _reason_family(module)
-            if family not in shown:
-                shown.add(family)
+            if family not in said:
+                said.add(family)
                 lines.append(f"      {module.reason}")
         if self.excluded:
             lines.append("  not in the set:")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,31 +219,48 @@ class LogEntry:
     end_ms: int
     output: str
     run: int
-    """Which ninja run of the log (0 the first): times restart at 0 with each run."""
+    """Which ninja run of the build wrote it (0 the first): its times count from that run's
+    start."""
 
     @property
     def seconds(self) -> float:
         return (self.end_ms - self.start_ms) / 1000.0
 
 
-def read_ninja_log(path: Path) -> list[LogEntry]:
-    """The entries of ``.ninja_log`` (v5 to v7: start, end, mtime, output, hash), in order.
+def read_log_lines(path: Path) -> list[str]:
+    """The lines of a ``.ninja_log`` (none when there is no log yet)."""
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
 
-    Ninja writes an edge's line when it finishes, so within one run the end times only
-    grow; a new run appends with its own clock, starting again near 0.
-    """
+
+def lines_added(before: list[str], after: list[str]) -> list[str]:
+    """The lines of ``after`` that ``before`` did not hold, each line counted: what one ninja
+    run wrote into its log.  Ninja appends a line per edge it ran, or, when the log holds too
+    many stale lines, rewrites it first with each output's latest line and appends after
+    those; either way an edge this run ran has a line of its own (its times and its output's
+    mtime are new), and an edge it did not run has none.  A run with nothing to do adds
+    nothing."""
+    left = Counter(before)
+    added = []
+    for line in after:
+        if left[line] > 0:
+            left[line] -= 1
+        else:
+            added.append(line)
+    return added
+
+
+def log_entries(lines: list[str], run: int = 0) -> list[LogEntry]:
+    """The entries of ``.ninja_log`` lines (v5 to v7: start, end, mtime, output, hash), in
+    order, each of ninja run ``run``; the header and broken lines are skipped."""
     entries: list[LogEntry] = []
-    if not path.is_file():
-        return entries
-    run = 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in lines:
         fields = line.split("\t")
         if len(fields) < 4 or not fields[0].isdigit() or not fields[1].isdigit():
             continue
-        start, end = int(fields[0]), int(fields[1])
-        if entries and end < entries[-1].end_ms:  # lines come in the order edges finish
-            run += 1
-        entries.append(LogEntry(start, end, fields[3], run))
+        entries.append(LogEntry(int(fields[0]), int(fields[1]), fields[3], run))
     return entries
 
 

@@ -13,7 +13,8 @@ When the build fails and every failed unit was killed (SIGKILL, exit 137, nvcc's
 to signal 9"), those units join the pool -- its depth halved when they were in it already --
 and ninja runs again: it builds only what is left. Each run is appended to
 ``$SPARKBUILD_NINJA_RECORD`` (one JSON line: build directory, wall-clock start and end, exit
-status, the units retried).
+status, the units retried, and the lines this run added to ``.ninja_log``: the timeline reads
+a run's units from those alone, so a run with nothing to do has none).
 
 Anything but a build (``--version``, ``-t TOOL``, ``-n``) goes to ninja unchanged.
 """
@@ -33,9 +34,11 @@ from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.ninja_graph import (
     Edge,
     NinjaFile,
+    lines_added,
     logical_lines,
     manifest_files,
     read_graph,
+    read_log_lines,
     read_ninja_file,
 )
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
@@ -247,6 +250,15 @@ def _not_a_build(args: list[str]) -> bool:
                for a in args)
 
 
+def _run_logged(real: str, args: list[str], build_dir: Path
+                ) -> tuple[int, list[str], list[str]]:
+    """:func:`_run_ninja`, and the lines the run added to ``build_dir/.ninja_log``."""
+    log = build_dir / ".ninja_log"
+    before = read_log_lines(log)
+    returncode, output = _run_ninja(real, args)
+    return returncode, output, lines_added(before, read_log_lines(log))
+
+
 def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
     # Not proc.run: that starts ninja in a session of its own, out of the process group of
     # the build that sparkbuild's proc.run stops (and records for the cache lock), so a
@@ -285,12 +297,12 @@ def main(argv: list[str]) -> int:
     if not building or plan_path is None or not plan_path.is_file():
         if building and NINJA_RECORD.path() is not None:
             started = time.time()
-            returncode, _ = _run_ninja(real, argv)
+            returncode, _, log = _run_logged(real, argv, _build_dir(argv))
             manifest = _manifest(argv, _build_dir(argv))
             _record({"dir": str(_build_dir(argv)),
                      **({"manifest": str(manifest)} if manifest else {}),
                      "start": started, "end": time.time(),
-                     "rc": returncode, "attempt": 1, "heavy": [], "retried": []})
+                     "rc": returncode, "attempt": 1, "heavy": [], "retried": [], "log": log})
             return returncode
         os.execvp(real, [real, *argv])
     plan = json.loads(Path(plan_path).read_text(encoding="utf-8"))
@@ -302,13 +314,13 @@ def main(argv: list[str]) -> int:
         heavy = (assign_pool(build_dir, plan, manifest)
                  if (manifest or build_dir / "build.ninja").is_file() else [])
         started = time.time()
-        returncode, output = _run_ninja(real, argv)
+        returncode, output, log = _run_logged(real, argv, build_dir)
         failed = failed_units(output) if returncode else {}
         killed = [out for out, was_killed in failed.items() if was_killed]
         retry = bool(failed) and len(killed) == len(failed) and attempt < MAX_ATTEMPTS
         _record({"dir": str(build_dir), **named, "start": started, "end": time.time(),
                  "rc": returncode, "attempt": attempt, "heavy": heavy,
-                 "retried": killed if retry else [], "depth": plan["depth"]})
+                 "retried": killed if retry else [], "depth": plan["depth"], "log": log})
         if not retry:
             break
         edges, _ = read_graph(build_dir, manifest)

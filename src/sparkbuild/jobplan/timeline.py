@@ -1,12 +1,14 @@
 """The build's timeline: its phases, and every unit from ninja's own ``.ninja_log``.
 
 The ninja wrapper (:mod:`sparkbuild.jobplan.ninja_shim`) records each ninja run: the build
-directory and the wall-clock start and end.  Each unit's start and end are ninja's own
-(``.ninja_log``, relative to its run's start); the memory sampler's peak is joined by the
-unit's object file.  The phases of the build are cut at marks in pip's output and at the
-ninja runs: ``metadata`` (pip's metadata step, up to "Building wheel for"), ``configure``
-(up to the first ninja run), ``compile`` (each run up to its last compile unit's end),
-``link`` (the rest of each run), ``install and package`` (the rest of pip's time).
+directory, the wall-clock start and end, and the lines the run added to ``.ninja_log``.
+The units are this build's alone: those lines, never the log's older ones (a rebuild that
+compiled nothing has no unit).  Each unit's start and end are ninja's own (relative to its
+run's start); the memory sampler's peak is joined by the unit's object file.  The phases
+of the build are cut at marks in pip's output and at the ninja runs: ``metadata`` (pip's
+metadata step, up to "Building wheel for"), ``configure`` (up to the first ninja run),
+``compile`` (each run up to its last compile unit's end), ``link`` (the rest of each run),
+``install and package`` (the rest of pip's time).
 
 The critical path is the longest chain of dependent edges of ``build.ninja`` (explicit,
 implicit and order-only inputs), each weighed with its ``.ninja_log`` time: exact for
@@ -28,9 +30,9 @@ from sparkbuild.jobplan.ninja_graph import (
     Edge,
     LogEntry,
     last_run,
+    log_entries,
     object_target,
     read_graph,
-    read_ninja_log,
 )
 from sparkbuild.jobplan.ninja_shim import relative_source
 
@@ -61,6 +63,8 @@ class NinjaRun:
     heavy: tuple[str, ...] = ()
     manifest: Path | None = None
     """The ``-f`` file ninja ran (flashinfer's); None: ``dir/build.ninja``."""
+    log: tuple[str, ...] = ()
+    """The lines this run added to ``dir/.ninja_log``: one per edge it ran."""
 
 
 def read_runs(record: Path) -> list[NinjaRun]:
@@ -74,7 +78,8 @@ def read_runs(record: Path) -> list[NinjaRun]:
             runs.append(NinjaRun(Path(data["dir"]), float(data["start"]), float(data["end"]),
                                  int(data["rc"]), tuple(data.get("retried", ())),
                                  tuple(data.get("heavy", ())),
-                                 Path(manifest) if manifest else None))
+                                 Path(manifest) if manifest else None,
+                                 tuple(str(line) for line in data.get("log", ()))))
         except (ValueError, KeyError, TypeError):
             continue
     return runs
@@ -202,14 +207,6 @@ def critical_path(edges: list[Edge], seconds: Mapping[str, float]) -> list[tuple
     return chain[::-1]
 
 
-def _entries_of(build_dir: Path, runs: int) -> list[LogEntry]:
-    entries = read_ninja_log(build_dir / ".ninja_log")
-    if not entries:
-        return []
-    first = max(0, entries[-1].run - runs + 1)
-    return [e for e in entries if e.run >= first]
-
-
 def build_timeline(runs: list[NinjaRun], marks: BuildMarks, tree: Path,
                    peaks: Mapping[str, int] | None = None,
                    cores: int | None = None) -> BuildTimeline:
@@ -229,18 +226,17 @@ def build_timeline(runs: list[NinjaRun], marks: BuildMarks, tree: Path,
         edges, _pools = read_graph(build_dir, dir_runs[-1].manifest)
         all_edges += edges
         by_output = {e.outputs[0]: e for e in edges if e.outputs}
-        entries = _entries_of(build_dir, len(dir_runs))
-        run_ids = sorted({e.run for e in entries})
+        entries: list[LogEntry] = []
         for index, run in enumerate(dir_runs):
-            own = [e for e in entries if run_ids and e.run == run_ids[min(index, len(run_ids) - 1)]]
+            own = log_entries(list(run.log), run=index)
+            entries += own
             compile_end = max((e.end_ms for e in own
                                if (edge := by_output.get(e.output)) and edge.is_compile),
                               default=0) / 1000.0
             span = max(0.0, run.end - run.start)
             compile_seconds += min(span, compile_end)
             link_seconds += max(0.0, span - compile_end)
-        offsets = {rid: dir_runs[min(i, len(dir_runs) - 1)].start - first_start
-                   for i, rid in enumerate(run_ids)}
+        offsets = {index: run.start - first_start for index, run in enumerate(dir_runs)}
         for entry in last_run(entries):
             durations[entry.output] = entry.seconds
             busy_seconds += entry.seconds

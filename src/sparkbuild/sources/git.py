@@ -7,7 +7,8 @@ so ``git gc`` never drops a locked commit.
 
 Every git that runs goes through :func:`run_git` (``proc.run``: its echo, timeout, log
 tail and process-group handling) in the one git environment, :func:`git_environment`; its
-failures are classified once, by :func:`git_error`.  GitPython only reads repositories
+failures are classified once, by :func:`git_error`; a remote the network cannot reach
+gets :data:`UNREACHABLE_GIT_HINT`, wherever git fetches.  GitPython only reads repositories
 (commits, refs, status), each opened by :func:`open_repo`, whose git runs in the same
 environment.  :mod:`sparkbuild.vendoring.fetch` and :mod:`sparkbuild.patches.engine` (``git
 apply``) use the same helpers.
@@ -39,7 +40,6 @@ from sparkbuild.errors import (
 )
 from sparkbuild.proc import ProcResult, run
 from sparkbuild.store.hashing import sha256_bytes
-from sparkbuild.store.url_reader import OFFLINE_HINT
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -48,6 +48,16 @@ if TYPE_CHECKING:
 
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.context import RunContext
+
+UNREACHABLE_GIT_HINT = (
+    "check the network, or fetch through a mirror that this machine reaches (--mirror "
+    "BASE=REPLACEMENT, or [vendor] mirrors in the recipe; e.g. "
+    "--mirror https://github.com/=file:///srv/git/); a machine that never reaches the "
+    "remote builds from a bundle written on one that does (`sparkbuild bundle --out FILE` "
+    "there, `sparkbuild wheel --bundle FILE` here)"
+)
+"""The hint of every git fetch that failed for want of the network (a source, a vendored
+dependency, a sparse fetch): the ways to build without reaching the remote."""
 
 GIT_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GCM_INTERACTIVE": "never"}
 """Never let git stop and ask for a password (no prompt; an askpass that answers nothing):
@@ -214,7 +224,8 @@ def git_error(failure: str | BaseException, url: str, ref: str | None) -> Sparkb
     if unreadable_here or any(marker in lower for marker in _NO_REPO):
         return SourceError(f"no git repository at {url}: {message}", where=url)
     if network_trouble(output, url):
-        return NetworkError(f"cannot reach git remote: {message}", where=url, hint=OFFLINE_HINT)
+        return NetworkError(f"cannot reach git remote: {message}", where=url,
+                            hint=UNREACHABLE_GIT_HINT)
     return SourceError(f"git failed: {message}", where=url)
 
 

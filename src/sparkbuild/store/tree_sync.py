@@ -20,6 +20,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkbuild.console import shown
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 
@@ -38,8 +39,9 @@ class TreeSync:
     def describe(self) -> str:
         if self.whole:
             return f"copied whole ({len(self.copied)} files)"
-        shown = ", ".join(self.copied[:3]) + (" ..." if len(self.copied) > 3 else "")
-        return (f"{len(self.copied)} file(s) changed{f' ({shown})' if shown else ''}, "
+        names = ", ".join(map(shown, self.copied[:3])) + (" ..." if len(self.copied) > 3
+                                                            else "")
+        return (f"{len(self.copied)} file(s) changed{f' ({names})' if names else ''}, "
                 f"{len(self.removed)} removed, {self.unchanged} unchanged (their mtimes "
                 "kept, and the build directory inside the tree)")
 

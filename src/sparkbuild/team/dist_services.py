@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.console import console, info, shown, step, warn
+from sparkbuild.console import info, say, shown, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
 from sparkbuild.proc import run
 from sparkbuild.team.dist_client import scheduler_url, write_private
@@ -212,7 +212,7 @@ class TeamService:
 
 
 def _printer(line: str) -> None:
-    console.print(_LEAK.sub(r"\1***", line), markup=False, highlight=False, soft_wrap=True)
+    say(_LEAK.sub(r"\1***", line))
 
 
 def _foreground(service: TeamService, env: dict[str, str],

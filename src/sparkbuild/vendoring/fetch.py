@@ -37,7 +37,12 @@ from sparkbuild.errors import (
     SourceError,
 )
 from sparkbuild.proc import run
-from sparkbuild.sources.git import git_message, network_trouble, run_git
+from sparkbuild.sources.git import (
+    UNREACHABLE_GIT_HINT,
+    git_message,
+    network_trouble,
+    run_git,
+)
 from sparkbuild.sources.mirrors import NO_MIRRORS, Mirrors
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.download import fetch_to_cache
@@ -152,8 +157,7 @@ def _fetch_ref(repo: Path, source: SourcePlan, mirrors: Mirrors = NO_MIRRORS) ->
         raise NetworkError(
             f"cannot reach the git remote of {source.name}{through}: "
             f"{git_message(shallow.output)}", where=source.url,
-            hint="check the network or the mirror (--mirror BASE=REPLACEMENT); filling the "
-            "cache needs it once, the build never",
+            hint=UNREACHABLE_GIT_HINT,
         )
     # Servers that refuse a shallow fetch of a commit: fetch everything, then resolve.
     _git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"], repo,

@@ -425,7 +425,8 @@ class VendorResult:
             if source.stand_in is not None:
                 lines.append(f"    stand-in: built from {source.stand_in.used}, not the pin "
                              f"({source.stand_in.reason})")
-        lines.append(f"wheels: {len(plan.wheels)} requirements, torch pin: {plan.torch}")
+        torch = plan.torch or "none in the build requirements"
+        lines.append(f"wheels: {len(plan.wheels)} requirements, torch pin: {torch}")
         lines += [f"  {wheel.requirement}  ({wheel.origin})" for wheel in plan.wheels]
         lines.append(f"crates: {plan.crate_count}")
         if plan.unreached:

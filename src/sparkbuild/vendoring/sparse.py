@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from sparkbuild.errors import CommandFailed, NetworkError, SourceError
 from sparkbuild.sources.git import (
+    UNREACHABLE_GIT_HINT,
     git_error,
     git_message,
     is_local_url,
@@ -97,7 +98,7 @@ def _fetch(repo: Path, source: SourcePlan, ref: str, mirrors: Mirrors) -> str:
         if network_trouble(output, mirrors.rewrite(source.url)):
             raise NetworkError(f"cannot reach the git remote of {source.name}: "
                                f"{git_message(output)}",
-                               where=source.url, hint="check the network or the --mirror rules")
+                               where=source.url, hint=UNREACHABLE_GIT_HINT)
         code, output = _git(["fetch", "-q", "--filter=blob:none", "--tags", "origin",
                              "+refs/heads/*:refs/remotes/origin/*"], repo, mirrors, check=False)
         if code != 0:

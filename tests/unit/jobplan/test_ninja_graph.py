@@ -6,12 +6,14 @@ from pathlib import Path
 
 from sparkbuild.jobplan.ninja_graph import (
     last_run,
+    lines_added,
+    log_entries,
     logical_lines,
     object_target,
     parse_build_line,
     read_graph,
+    read_log_lines,
     read_ninja_file,
-    read_ninja_log,
 )
 from support.ninja_build import DATA, OBJ, recorded_build
 
@@ -59,22 +61,32 @@ def test_flags_key_follows_flags_and_defines(tmp_path: Path) -> None:
 
 
 def test_recorded_ninja_log_one_run_in_finish_order() -> None:
-    entries = read_ninja_log(DATA / "ninja_log")
+    entries = log_entries(read_log_lines(DATA / "ninja_log"))
     assert len(entries) == 7 and {e.run for e in entries} == {0}
     bindings = next(e for e in entries if e.output.endswith("bindings.cpp.o"))
     assert (bindings.start_ms, bindings.end_ms, bindings.seconds) == (1, 23310, 23.309)
     assert entries[-1].output == "_C.cpython-311-x86_64-linux-gnu.so"
 
 
-def test_a_second_run_restarts_the_clock_and_last_run_keeps_the_latest(tmp_path: Path) -> None:
-    log = tmp_path / ".ninja_log"
-    log.write_text("# ninja log v5\n0\t900\t1\ta.o\th\n10\t5000\t1\tb.o\th\n"
-                   "0\t700\t2\tb.o\th\n700\t800\t2\tlib.so\th\nnot a line\n", encoding="utf-8")
-    entries = read_ninja_log(log)
-    assert [e.run for e in entries] == [0, 0, 1, 1]
+def test_last_run_keeps_each_output_s_latest_entry(tmp_path: Path) -> None:
+    lines = ["# ninja log v5", "0\t900\t1\ta.o\th", "10\t5000\t1\tb.o\th", "not a line"]
+    entries = log_entries(lines) + log_entries(["0\t700\t2\tb.o\th"], run=1)
+    assert [e.run for e in entries] == [0, 0, 1]
     latest = {e.output: e for e in last_run(entries)}
     assert latest["b.o"].seconds == 0.7 and latest["a.o"].run == 0
-    assert read_ninja_log(tmp_path / "missing") == []
+    assert read_log_lines(tmp_path / "missing") == []
+
+
+def test_the_lines_a_run_added_whether_ninja_appended_or_recompacted() -> None:
+    old = ["# ninja log v7", "0\t9\t1\ta.o\th", "0\t8\t1\tb.o\th", "0\t7\t2\ta.o\th"]
+    appended = [*old, "0\t6\t3\tb.o\th"]
+    assert lines_added(old, appended) == ["0\t6\t3\tb.o\th"]
+    assert lines_added(old, old) == []  # nothing to do: no line of its own
+    # recompacted first (each output's latest line), then this run's line after them
+    recompacted = ["# ninja log v7", "0\t8\t1\tb.o\th", "0\t7\t2\ta.o\th",
+                   "0\t6\t3\tb.o\th"]
+    assert lines_added(old, recompacted) == ["0\t6\t3\tb.o\th"]
+    assert lines_added([], old) == old  # the first run
 
 
 def test_object_target() -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild.jobplan import ninja_shim
 from sparkbuild.jobplan.ninja_graph import Edge, read_graph
 from sparkbuild.jobplan.ninja_shim import (
     _not_a_build,
@@ -17,6 +18,7 @@ from sparkbuild.jobplan.ninja_shim import (
     relative_source,
 )
 from sparkbuild.jobplan.pools import HEAVY_PATTERNS, HEAVY_POOL
+from sparkbuild.jobplan.timeline import read_runs
 from support.ninja_build import DATA, OBJ
 
 
@@ -181,3 +183,28 @@ def test_assign_pool_keeps_cmakes_order_when_nothing_is_timed(tmp_path: Path) ->
     before = _edges_as_written(build)
     assign_pool(build, _plan(depth=2))
     assert _edges_as_written(build) == before
+
+
+def test_each_run_records_the_log_lines_it_added_and_none_when_it_had_nothing_to_do(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    build = tmp_path / "build"
+    build.mkdir()
+    log = build / ".ninja_log"
+    log.write_text("# ninja log v7\n0\t900\t1\tCMakeFiles/k.dir/a.cpp.o\th\n")
+    written = ["0\t500\t2\tCMakeFiles/k.dir/b.cpp.o\th\n", ""]  # then: no work to do
+
+    def ninja(_real: str, _args: list[str]) -> tuple[int, list[str]]:
+        with log.open("a", encoding="utf-8") as lines:
+            lines.write(written.pop(0))
+        return 0, []
+
+    record = tmp_path / "runs.jsonl"
+    monkeypatch.setattr(ninja_shim, "_run_ninja", ninja)
+    monkeypatch.setenv(ninja_shim.RECORD_VARIABLE, str(record))
+    monkeypatch.delenv(ninja_shim.PLAN_VARIABLE, raising=False)
+    assert ninja_shim.main(["-C", str(build)]) == 0
+    assert ninja_shim.main(["-C", str(build)]) == 0
+    runs = read_runs(record)
+    assert [run.log for run in runs] == [("0\t500\t2\tCMakeFiles/k.dir/b.cpp.o\th",), ()]
+    assert capsys.readouterr().out.count(ninja_shim.ANNOUNCE) == 2

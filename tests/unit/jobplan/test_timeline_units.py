@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkbuild.jobplan.ninja_graph import Edge
+from sparkbuild.jobplan.ninja_graph import Edge, lines_added, read_log_lines
 from sparkbuild.jobplan.timeline import (
     BuildMarks,
     NinjaRun,
@@ -27,7 +27,7 @@ LIB = "_C.cpython-311-x86_64-linux-gnu.so"
 def test_phases_units_and_critical_path_of_one_run(tmp_path: Path) -> None:
     build = recorded_build(tmp_path)
     marks = BuildMarks(started=990.0, wheel_started=995.0, ended=1050.0)
-    runs = [NinjaRun(build, 1000.0, 1046.0, 0)]
+    runs = [NinjaRun(build, 1000.0, 1046.0, 0, log=_logged(build))]
     timeline = build_timeline(runs, marks, Path("/TREE"),
                               peaks={OBJ + "bindings.cpp.o": 3 * GIB}, cores=4)
     assert timeline.phases == pytest.approx({
@@ -58,10 +58,12 @@ def test_phases_units_and_critical_path_of_one_run(tmp_path: Path) -> None:
 
 def test_a_retried_run_counts_the_units_once_with_their_last_try(tmp_path: Path) -> None:
     build = recorded_build(tmp_path)
+    first = _logged(build)
     with (build / ".ninja_log").open("a", encoding="utf-8") as log:
         log.write(f"0\t9000\t1\t{SCALED}\th\n9000\t20000\t1\t{LIB}\th\n")
-    runs = [NinjaRun(build, 1000.0, 1046.0, 1, retried=(SCALED,)),
-            NinjaRun(build, 1050.0, 1071.0, 0)]
+    runs = [NinjaRun(build, 1000.0, 1046.0, 1, retried=(SCALED,), log=first),
+            NinjaRun(build, 1050.0, 1071.0, 0,
+                     log=tuple(lines_added(list(first), read_log_lines(build / ".ninja_log"))))]
     timeline = build_timeline(runs, BuildMarks(started=1000.0, ended=1072.0), Path("/TREE"),
                               cores=2)
     assert timeline.phases["compile"] == pytest.approx(31.487 + 9.0)
@@ -73,12 +75,43 @@ def test_a_retried_run_counts_the_units_once_with_their_last_try(tmp_path: Path)
     assert timeline.killed_sources == ["csrc/quantization/scaled_mm/scaled_mm_sm120.cu"]
 
 
+def _logged(build: Path) -> tuple[str, ...]:
+    """The lines a run that wrote the whole recorded log added to it."""
+    return tuple(read_log_lines(build / ".ninja_log"))
+
+
+def test_a_rebuild_that_compiled_nothing_has_no_unit_of_the_build_before(tmp_path: Path
+                                                                         ) -> None:
+    # The log still holds the last build's lines; this run added none ("no work to do").
+    build = recorded_build(tmp_path)
+    runs = [NinjaRun(build, 1000.0, 1001.0, 0, log=())]
+    timeline = build_timeline(runs, BuildMarks(started=999.0, ended=1002.0), Path("/TREE"),
+                              cores=2)
+    assert timeline.units == [] and timeline.units_table() == []
+    assert timeline.phases["compile"] == 0.0 and timeline.critical_path == []
+    assert timeline.summary()[0].startswith("  0 units; compile wall 0 s")
+
+
+def test_a_rebuild_counts_only_the_units_it_compiled(tmp_path: Path) -> None:
+    build = recorded_build(tmp_path)
+    before = read_log_lines(build / ".ninja_log")
+    with (build / ".ninja_log").open("a", encoding="utf-8") as log:
+        log.write(f"0\t4000\t7\t{SCALED}\th2\n")
+    runs = [NinjaRun(build, 2000.0, 2005.0, 0,
+                     log=tuple(lines_added(before, read_log_lines(build / ".ninja_log"))))]
+    timeline = build_timeline(runs, BuildMarks(started=1999.0, ended=2006.0), Path("/TREE"),
+                              cores=2)
+    assert [(u.output, u.seconds) for u in timeline.units] == [(SCALED, 4.0)]
+
+
 def test_read_runs_skips_broken_lines(tmp_path: Path) -> None:
     record = tmp_path / "runs.jsonl"
     record.write_text(json.dumps({"dir": "/b", "start": 1, "end": 2.5, "rc": 0,
-                                  "retried": ["x.o"], "heavy": ["y.o"]}) + "\n{broken\n"
+                                  "retried": ["x.o"], "heavy": ["y.o"],
+                                  "log": ["0\t10\t1\tx.o\th"]}) + "\n{broken\n"
                       + json.dumps({"dir": "/b"}) + "\n", encoding="utf-8")
-    assert read_runs(record) == [NinjaRun(Path("/b"), 1.0, 2.5, 0, ("x.o",), ("y.o",))]
+    assert read_runs(record) == [NinjaRun(Path("/b"), 1.0, 2.5, 0, ("x.o",), ("y.o",),
+                                          log=("0\t10\t1\tx.o\th",))]
     assert read_runs(tmp_path / "none") == []
 
 
