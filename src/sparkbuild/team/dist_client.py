@@ -38,6 +38,7 @@ from typing import Any
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
+from sparkbuild.recipe import read_user_text
 
 TOKEN_ENV = "SPARKBUILD_DIST_TOKEN"
 STATUS_ROUTE = "api/v1/scheduler/status"
@@ -67,11 +68,16 @@ def scheduler_url(text: str) -> str:
     return f"{parts.scheme}://{netloc}{path}/"
 
 
+TOKEN_LIMIT = 64 << 10
+"""The largest token or key file read (sccache-dist's are under a hundred bytes)."""
+
+
 def read_client_token(token_file: Path | None) -> tuple[str, str]:
     """The client token and where it came from: ``token_file``, else ``$SPARKBUILD_DIST_TOKEN``."""
     if token_file is not None:
+        token = read_user_text(token_file, "the dist token file", TOKEN_LIMIT,
+                               error=UsageError).strip()
         try:
-            token = token_file.read_text(encoding="utf-8").strip()
             mode = token_file.stat().st_mode
         except OSError as exc:
             raise UsageError(f"cannot read the dist token file: {exc.strerror}",
