@@ -96,7 +96,7 @@ def open_regular(path: Path) -> IO[bytes]:
     followed); :class:`NotRegularFile` otherwise.  The type is checked before the open and
     again on the descriptor, which is opened without blocking, so a FIFO put in its place
     meanwhile is refused too instead of waiting for a writer."""
-    mode = os.stat(path).st_mode
+    mode = Path(path).stat().st_mode
     if not stat.S_ISREG(mode):
         raise NotRegularFile(0, file_kind(mode), str(path))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
