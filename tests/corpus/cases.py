@@ -56,6 +56,9 @@ class Invocation:
     """A command the CLI runs under (``unshare`` for a private tmpfs); the CLI follows it."""
     after: Callable[[], None] | None = None
     """Postconditions checked after the run (asserts)."""
+    program: list[str] | None = None
+    """Instead of ``python -m sparkbuild``: another command of the project that speaks the
+    same way (a bench script: its errors in the error family, ``--json`` too)."""
 
 
 @dataclass(frozen=True)
@@ -1329,9 +1332,10 @@ CLI = [sys.executable, "-m", "sparkbuild"]
 def _all_cases() -> list[Case]:
     """The base corpus and the issue-41 probe's cases: what runs on a node
     (:mod:`corpus.cases_node`) and what a build reads (:mod:`corpus.cases_inputs`)."""
-    from corpus import cases_inputs, cases_jitcache, cases_node
+    from corpus import cases_inputs, cases_inputs2, cases_jitcache, cases_node
 
-    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES, *cases_jitcache.CASES]
+    return [*BASE_CASES, *cases_node.CASES, *cases_inputs.CASES, *cases_jitcache.CASES,
+            *cases_inputs2.CASES]
 
 
 CASES: list[Case] = _all_cases()
