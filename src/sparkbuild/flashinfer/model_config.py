@@ -31,11 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import RecipeError
 from sparkbuild.recipe import (
-    BACKENDS,
-    DTYPES,
-    KV_DTYPES,
     MODEL_FIELDS,
-    QUANTIZATIONS,
     RECIPE_LIMIT,
     check_model_field,
     parse_json,
@@ -44,10 +40,6 @@ from sparkbuild.recipe import (
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import ModelSettings
-
-__all__ = ["BACKENDS", "DTYPES", "KV_DTYPES", "QUANTIZATIONS", "ModelFacts", "read_config",
-           "resolve_model"]
-
 
 @dataclass(frozen=True)
 class ModelFacts:
