@@ -37,21 +37,28 @@ bytes at the link speed and four round trips (STEP_LATENCY_S each); the servers 
 the client has packed and sent the toolchains.  The whole main job adds the measured
 seconds before and after the compile (BEFORE_S, AFTER_S).  ``--second-table``: another
 unit table compiled through the same client (flashinfer's model set), appended.
+
+A table that is not of this form (no list of units, an empty one, a unit without a path or
+its seconds, a number that is not one), a flag that gives none, is a named error (exit 2,
+``{"error": ...}`` with ``--json``), never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
 from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
 from sparkbuild.jobplan.unit_order import longest_first
+from sparkbuild.recipe import parse_json, read_user_text
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
@@ -106,11 +113,66 @@ def plans(units: list[dict[str, Any]], cores: int, total: int) -> dict[str, Any]
     return result
 
 
+TABLE_LIMIT = 256 << 20
+TABLE_HINT = ("a unit table is `wheel --json` output, {\"units\": [...]} or a list; each unit "
+              "has path, seconds and (optionally) peak_rss_gib and start")
+
+
+def read_json(path: Path, what: str) -> Any:
+    """The JSON of ``path`` (``what`` names it); a file that is no regular file, too big or
+    no JSON is a :class:`UsageError` naming it."""
+    text = read_user_text(path, what, TABLE_LIMIT, error=UsageError)
+    try:
+        return parse_json(text)
+    except ValueError as exc:
+        raise UsageError(f"{what} is not JSON: {exc}", where=str(path)) from exc
+
+
+def _number(unit: dict[str, Any], key: str, *, above_zero: bool = False) -> str | None:
+    """Why ``unit[key]`` is not a finite number of 0 or more (above 0); None when it is."""
+    value = unit[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
+            value) or value < 0 or (above_zero and value == 0):
+        must = "a number above 0" if above_zero else "a number of 0 or more"
+        return f"has {key} {str(value)[:40]!r}, not {must}"
+    return None
+
+
+def unit_problem(unit: object) -> str | None:
+    """Why ``unit`` is not a unit of a table (path, seconds, optional peak and start)."""
+    if not isinstance(unit, dict):
+        return f"is a JSON {type(unit).__name__}, not an object"
+    if not isinstance(unit.get("path"), str) or not unit["path"]:
+        return "has no path"
+    if unit.get("seconds") is None:
+        return f"({unit['path']}) has no seconds"
+    checks = [_number(unit, "seconds")]
+    checks += [_number(unit, "peak_rss_gib", above_zero=True)] if unit.get(
+        "peak_rss_gib") is not None else []
+    checks += [_number(unit, "start")] if unit.get("start") is not None else []
+    problem = next((c for c in checks if c is not None), None)
+    return f"({unit['path']}) {problem}" if problem else None
+
+
 def load(path: Path, today_order: Path | None = None) -> list[dict[str, Any]]:
-    data = json.loads(path.read_text(encoding="utf-8"))
-    units = list(data["units"] if isinstance(data, dict) else data)
-    for unit in units:
-        unit["peak_rss_gib"] = float(unit.get("peak_rss_gib") or 2.9)
+    """The units of the table at ``path`` (copies: a unit without a peak counts 2.9 GiB);
+    a table of another form, an empty one or a unit without its seconds is a named
+    :class:`UsageError`."""
+    data = read_json(path, f"the unit table {path.name}")
+    raw = data.get("units") if isinstance(data, dict) else data
+    if not isinstance(raw, list):
+        raise UsageError(f"{path.name}: units must be a list of units, not "
+                         f"{type(raw).__name__ if raw is not None else 'absent'}",
+                         where=str(path), hint=TABLE_HINT)
+    if not raw:
+        raise UsageError(f"{path.name} holds no unit: nothing to schedule", where=str(path),
+                         hint=TABLE_HINT)
+    for number, unit in enumerate(raw, start=1):
+        problem = unit_problem(unit)
+        if problem is not None:
+            raise UsageError(f"{path.name}: unit {number} {problem}", where=str(path),
+                             hint=TABLE_HINT)
+    units = [{**unit, "peak_rss_gib": float(unit.get("peak_rss_gib") or 2.9)} for unit in raw]
     if today_order is not None:
         started = sorted(load(today_order), key=lambda u: (float(u.get("start") or 0.0),
                                                            str(u["path"])))
@@ -129,14 +191,42 @@ def _describe(row: dict[str, Any]) -> str:
 def measured_share(path: Path) -> dict[str, float]:
     """The mean local share and bytes per unit of the real vLLM units in SHARE.json
     (bench/dist_local_share.py), weighted by their CPU-seconds."""
-    rows = [r for r in json.loads(path.read_text(encoding="utf-8"))["units"]
-            if r["unit"].startswith("vllm ") and not r["failed_steps"]]
-    if not rows:
-        raise SystemExit(f"{path}: no real vLLM unit measured without a failed step")
+    data = read_json(path, f"the share table {path.name}")
+    units = data.get("units") if isinstance(data, dict) else None
+    if not isinstance(units, list):
+        raise UsageError(f"{path.name}: no units list", where=str(path),
+                         hint="SHARE.json is bench/dist_local_share.py's output")
+    for number, row in enumerate(units, start=1):
+        problem = _share_problem(row)
+        if problem is not None:
+            raise UsageError(f"{path.name}: unit {number} {problem}", where=str(path),
+                             hint="SHARE.json is bench/dist_local_share.py's output")
+    rows = [r for r in units if r["unit"].startswith("vllm ") and not r["failed_steps"]]
+    if not rows or not sum(r["cpu_s"] for r in rows):
+        raise UsageError(f"{path.name}: no real vLLM unit measured without a failed step",
+                         where=str(path))
     cpu = sum(r["cpu_s"] for r in rows)
     return {"local_share": sum(r["local_share"] * r["cpu_s"] for r in rows) / cpu,
             "bytes": sum(r["up_bytes"] + r["down_bytes"] for r in rows) / len(rows),
             "units": len(rows)}
+
+
+def _share_problem(row: object) -> str | None:
+    """Why ``row`` is not a unit of SHARE.json (its name, failed steps, CPU-seconds, local
+    share and bytes each way)."""
+    if not isinstance(row, dict) or not isinstance(row.get("unit"), str):
+        return "is not an object with a unit name"
+    if not isinstance(row.get("failed_steps"), (list, int)):
+        return f"({row['unit']}) has no failed_steps"
+    if row["failed_steps"] or not row["unit"].startswith("vllm "):
+        return None  # not used
+    for key in ("cpu_s", "local_share", "up_bytes", "down_bytes"):
+        if row.get(key) is None:
+            return f"({row['unit']}) has no {key}"
+        problem = _number(row, key)
+        if problem is not None:
+            return f"({row['unit']}) {problem}"
+    return None
 
 
 def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
@@ -213,6 +303,45 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=float, default=BEFORE_S)
     parser.add_argument("--after", type=float, default=AFTER_S)
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except SparkbuildError as error:
+        if args.json:
+            print(json.dumps({"error": error.to_dict()}, indent=1))
+        print(error.render(), file=sys.stderr)
+        return error.exit_code
+
+
+def _counts(text: str, flag: str) -> list[int]:
+    """``1,2,4``: positive counts, or a named UsageError."""
+    try:
+        counts = [int(n) for n in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise UsageError(f"{flag} {text!r} is not a list of positive counts",
+                         hint=f"for example {flag} 1,2,4")
+    return counts
+
+
+def _machine(given: str) -> tuple[str, tuple[int, int]]:
+    """``NAME=CORES,GB``, or a named UsageError."""
+    name, _, spec = given.partition("=")
+    cores, _, gigabytes = spec.partition(",")
+    try:
+        count, size = int(cores), float(gigabytes)
+    except ValueError:
+        count, size = 0, 0.0
+    if not name or count < 1 or not math.isfinite(size) or size <= 0:
+        raise UsageError(f"--machine {given!r} is not NAME=CORES,GB",
+                         hint="for example --machine gh-arm=4,16")
+    return name, (count, int(size * 10**9))
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.cores < 1 or not math.isfinite(args.link_gbps) or args.link_gbps <= 0:
+        raise UsageError("--cores must be 1 or more and --link-gbps above 0",
+                         hint="for example --cores 20 --link-gbps 10")
     units = load(args.table, args.today_order)
     if args.team is not None:
         if args.second_table is not None:
@@ -220,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         share = measured_share(args.team)
         if args.local_share is not None:
             share["local_share"] = args.local_share
-        report = team_report(units, [int(n) for n in args.sparks.split(",")], args.cores,
+        report = team_report(units, _counts(args.sparks, "--sparks"), args.cores,
                              share, args.link_gbps, args.before, args.after)
         if args.json:
             print(json.dumps(report, indent=1))
@@ -241,11 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         units += load(args.second_table)
     machines = dict(MACHINES)
     if args.machine:
-        machines = {}
-        for given in args.machine:
-            name, _, spec = given.partition("=")
-            cores, _, gigabytes = spec.partition(",")
-            machines[name] = (int(cores), int(float(gigabytes) * 10**9))
+        machines = dict(_machine(given) for given in args.machine)
     report = {name: plans(units, cores, total) for name, (cores, total) in machines.items()}
     if args.json:
         print(json.dumps(report, indent=1))

@@ -19,11 +19,12 @@ import json
 import math
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
@@ -66,6 +67,92 @@ def parse_json(text: str, **options: Any) -> Any:
         return json.loads(text, **options)
     except RecursionError:
         raise json.JSONDecodeError(NESTED_TOO_DEEPLY, text[:64], 0) from None
+
+
+# -- the one reader of files users hand sparkbuild -----------------------------------------
+
+RECIPE_LIMIT = 4 << 20
+"""The largest recipe, series file or model config read (the shipped ones are a few KiB)."""
+PATCH_LIMIT = 64 << 20
+"""The largest patch file read."""
+LOCK_LIMIT = 16 << 20
+"""The largest lock file read (a commit and the tree's requirement lines)."""
+
+
+class NotRegularFile(OSError):
+    """A path that names a FIFO, a device, a directory or a socket: never opened for reading
+    (a FIFO blocks until a writer comes, ``/dev/zero`` never ends); ``strerror`` says which."""
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, for a message: ``a named pipe (FIFO)``, ``a directory``."""
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """``path`` opened for reading, only when it is a regular file (a symbolic link is
+    followed); :class:`NotRegularFile` otherwise.  The type is checked before the open and
+    again on the descriptor, which is opened without blocking, so a FIFO put in its place
+    meanwhile is refused too instead of waiting for a writer."""
+    mode = Path(path).stat().st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFile(0, file_kind(mode), str(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFile(0, file_kind(mode), str(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def size_text(limit: int) -> str:
+    """``4 MiB``, ``64 KiB``: a limit as a message says it."""
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if limit >= 1 << shift:
+            return f"{limit / (1 << shift):g} {unit}"
+    return f"{limit} bytes"
+
+
+def read_user_file(path: Path, what: str, limit: int, *,
+                   error: type[SparkbuildError] = RecipeError, hint: str | None = None) -> bytes:
+    """The bytes of ``path``, a file a user hands sparkbuild or a small file it keeps
+    (``what`` names it: "the recipe", "the dist token file").  Refused with ``error``, the
+    path as where: a path that cannot be opened, one that is no regular file (a FIFO, a
+    device, a directory: :func:`open_regular`) and a file over ``limit`` bytes, of which at
+    most ``limit + 1`` are read (the size ``stat`` gives is not trusted: a file grows).
+    The :class:`OSError` is the raised error's cause (``FileNotFoundError`` for a missing
+    file, which some callers say more about)."""
+    try:
+        with open_regular(path) as stream:
+            data = stream.read(limit + 1)
+    except NotRegularFile as exc:
+        raise error(f"{what} is {exc.strerror}, not a regular file", where=str(path),
+                    hint=hint or "give the path of a plain file") from exc
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path),
+                    hint=hint) from exc
+    if len(data) > limit:
+        raise error(f"{what} is over {size_text(limit)}: not read", where=str(path),
+                    hint=hint or f"{what} is far smaller: check the path")
+    return data
+
+
+def read_user_text(path: Path, what: str, limit: int, *,
+                   error: type[SparkbuildError] = RecipeError, hint: str | None = None) -> str:
+    """:func:`read_user_file` decoded as UTF-8; a file that is not is ``error`` too."""
+    data = read_user_file(path, what, limit, error=error, hint=hint)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(f"{what} is not UTF-8 text (byte {exc.start})", where=str(path),
+                    hint=hint) from exc
 
 
 @dataclass(frozen=True)
@@ -244,6 +331,150 @@ class ModelSettings:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
+# -- [model]: each field's type and bounds ----------------------------------------------
+
+DTYPES = ("bfloat16", "float16")
+KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
+QUANTIZATIONS = ("nvfp4", "fp8-block", "none")
+BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
+KV_PAGE_SIZES = (16, 32, 64)
+"""The block sizes vLLM's FLASHINFER backend pages the KV cache in: the XQA page sizes
+(sparkbuild.flashinfer.module_set)."""
+_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+
+
+@dataclass(frozen=True)
+class ModelField:
+    """One field of ``[model]`` (or what a ``config.json`` gives for it): its type (a bool
+    is never an integer), its bounds (a list's: how many entries) and its choices."""
+
+    kind: type
+    """``int``, ``float``, ``bool``, ``str`` or ``list``."""
+    low: float | None = None
+    high: float | None = None
+    choices: tuple[str | int, ...] = ()
+    """A string's (compared after ``case``), or each entry's of a list."""
+    item: type | None = None
+    """A list's entries: ``str`` or ``int``."""
+    case: str = ""
+    """``lower`` or ``upper``: how a string is compared with the choices, and kept."""
+    unique: bool = False
+    """A list names each entry once."""
+
+    @property
+    def schema_type(self) -> type | tuple[type, ...]:
+        """The TOML type the recipe's table check takes for it."""
+        return (int, float) if self.kind is float else self.kind
+
+    def describe(self) -> str:
+        """What a value must be: ``an integer from 1 to 1024``, ``one of nvfp4, none``."""
+        bounds = "" if self.low is None or self.high is None else (
+            f" from {_number(self.low)} to {_number(self.high)}")
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is int:
+            return "an integer" + bounds
+        if self.kind is float:
+            return "a finite number" + bounds
+        if self.kind is str:
+            return ("one of " + ", ".join(map(str, self.choices)) if self.choices
+                    else "a name of letters, digits and _")
+        entries = ", ".join(map(str, self.choices)) if self.choices else (
+            "strings" if self.item is str else "integers")
+        count = (f" ({_number(self.low or 0)} to {_number(self.high)} entries)"
+                 if self.high is not None else "")
+        return f"a list of {entries}{', each once' if self.unique else ''}{count}"
+
+    def checked(self, value: Any) -> Any | None:
+        """``value`` as the field holds it (a string in its case), or None when it breaks
+        the field's type, bounds or choices."""
+        if self.kind is list:
+            return self._checked_list(value)
+        if self.kind is bool:
+            return value if isinstance(value, bool) else None
+        if self.kind is str:
+            if not isinstance(value, str) or unsafe_characters(value):
+                return None
+            text = value.upper() if self.case == "upper" else (
+                value.lower() if self.case == "lower" else value)
+            fits = text in self.choices if self.choices else bool(_CLASS_NAME.fullmatch(text))
+            return text if fits else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        if self.kind is int and not isinstance(value, int):
+            return None
+        number = float(value)
+        if not math.isfinite(number) or not self._within(number):
+            return None
+        return value if self.kind is int else number
+
+    def _within(self, number: float) -> bool:
+        return ((self.low is None or number >= self.low)
+                and (self.high is None or number <= self.high))
+
+    def _checked_list(self, value: Any) -> list[Any] | None:
+        if not isinstance(value, list) or not self._within(len(value)):
+            return None
+        for entry in value:
+            if isinstance(entry, bool) or not isinstance(entry, self.item or str):
+                return None
+            if self.choices and entry not in self.choices:
+                return None
+            if isinstance(entry, str) and unsafe_characters(entry):
+                return None
+        if self.unique and len(set(value)) != len(value):
+            return None
+        return list(value)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+MODEL_FIELDS: dict[str, ModelField] = {
+    "architecture": ModelField(str),
+    "dtype": ModelField(str, choices=DTYPES, case="lower"),
+    "kv_cache_dtype": ModelField(str, choices=KV_DTYPES, case="lower"),
+    "head_dim": ModelField(int, 1, 1024),
+    "head_dim_vo": ModelField(int, 1, 1024),
+    "num_attention_heads": ModelField(int, 1, 1024),
+    "num_key_value_heads": ModelField(int, 1, 1024),
+    "quantization": ModelField(str, choices=QUANTIZATIONS, case="lower"),
+    "quantization_ignore": ModelField(list, 0, 4096, item=str),
+    "experts": ModelField(int, 0, 65536),
+    "experts_per_token": ModelField(int, 0, 1024),
+    "moe_intermediate_size": ModelField(int, 0, 1 << 20),
+    "sliding_window": ModelField(int, 0, 1 << 30),
+    "logits_soft_cap": ModelField(float, 0, 1e6),
+    "tensor_parallel_size": ModelField(int, 1, 1024),
+    "expert_parallel": ModelField(bool),
+    "attention_backend": ModelField(str, choices=BACKENDS, case="upper"),
+    "speculative_tokens": ModelField(int, 0, 16),
+    "kv_page_sizes": ModelField(list, 1, len(KV_PAGE_SIZES), choices=KV_PAGE_SIZES, item=int,
+                                unique=True),
+    "flashinfer_sampler": ModelField(bool),
+    "mtp_layers": ModelField(int, 0, 64),
+    "shared_experts": ModelField(bool),
+    "hybrid": ModelField(bool),
+}
+"""Every ``[model]`` field but ``config`` (docs/recipes.md lists them); a recipe's value and a
+``config.json``'s are both checked by it (:func:`check_model_field`)."""
+
+
+def check_model_field(name: str, value: Any, label: str, where: str | None) -> Any:
+    """``value`` of the ``[model]`` field ``name`` as :data:`MODEL_FIELDS` holds it, or a
+    :class:`RecipeError` that names ``label`` (``model.head_dim``, or a ``config.json``'s
+    key) and ``where`` (the recipe's line, or the config's path)."""
+    rule = MODEL_FIELDS[name]
+    checked = rule.checked(value)
+    if checked is None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise RecipeError(f"{label} must be {rule.describe()}, not {shown}", where=where,
+                          hint="docs/recipes.md lists each [model] field and what it takes")
+    return checked
+
+
 @dataclass(frozen=True)
 class NodeSettings:
     """``[node]``: the node profile's entries the recipe adds (``env``) or drops (``drop``),
@@ -330,13 +561,15 @@ class Recipe:
         """The lock file's data for this recipe's source spec; {} when none is recorded."""
         if not self.lock_path.is_file():
             return {}
+        hint = "delete it to record the commit again"
+        text = read_user_text(self.lock_path, "the recipe's lock file", LOCK_LIMIT, hint=hint)
         try:
-            data = parse_json(self.lock_path.read_text(encoding="utf-8"))
+            data = parse_json(text)
         except json.JSONDecodeError as exc:
             raise RecipeError(
                 f"the recipe's lock file is not valid JSON: {exc.msg}",
                 where=str(self.lock_path),
-                hint="delete it to record the commit again",
+                hint=hint,
             ) from exc
         return data if isinstance(data, dict) and data.get("spec") == self.source.spec else {}
 
@@ -405,14 +638,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
                "crates": bool, "stand_in": list},
     "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
-    "model": {"config": str, "architecture": str, "dtype": str, "kv_cache_dtype": str,
-              "head_dim": int, "head_dim_vo": int, "num_attention_heads": int,
-              "num_key_value_heads": int, "quantization": str, "quantization_ignore": list,
-              "experts": int, "experts_per_token": int, "moe_intermediate_size": int,
-              "sliding_window": int, "logits_soft_cap": (int, float),
-              "tensor_parallel_size": int, "expert_parallel": bool,
-              "attention_backend": str, "speculative_tokens": int, "kv_page_sizes": list,
-              "flashinfer_sampler": bool},
+    "model": {"config": str, **{name: rule.schema_type for name, rule in MODEL_FIELDS.items()}},
     "node": {"env": dict, "drop": list, "start_modules": list},
 }
 _REQUIRED = {"source": ("spec",), "series": ("path",)}
@@ -525,12 +751,13 @@ def known_bad_path() -> Path:
 
 def load_known_bad(path: Path) -> tuple[KnownBad, ...]:
     """Every entry of a known-bad list; each names its project, version, reason and source."""
+    hint = "reinstall sparkbuild, or fix the file"
+    text = read_user_text(path, "the known-bad list", RECIPE_LIMIT, hint=hint)
     try:
-        text = path.read_text(encoding="utf-8")
         data = parse_toml(text)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"cannot read the known-bad list: {exc}", where=str(path),
-                          hint="reinstall sparkbuild, or fix the file") from exc
+                          hint=hint) from exc
     unknown = set(data) - {"known_bad"}
     if unknown:
         raise RecipeError(f"unknown key `{sorted(unknown)[0]}` in the known-bad list",
@@ -650,12 +877,20 @@ def _parse_jit_cache(path: Path, text: str, table: Any) -> JitCacheInput | None:
                          bool(checked.get("cut_to_model", False)))
 
 
-def _parse_model(path: Path, table: Any) -> ModelSettings | None:
+def _parse_model(path: Path, text: str, table: Any) -> ModelSettings | None:
+    """``[model]``: each field through :func:`check_model_field`, naming its line."""
     if table is None:
         return None
     fields = dict(table)
     config = fields.pop("config", None)
-    return ModelSettings((path.parent / config).resolve() if config else None, fields)
+    if config is not None and (not config.strip() or unsafe_characters(config)):
+        raise RecipeError("model.config must name a config.json",
+                          where=_where(path, text, "model", "config"),
+                          hint='config = "config.json" (relative to the recipe)')
+    checked = {key: check_model_field(key, value, f"model.{key}",
+                                      _where(path, text, "model", key))
+               for key, value in fields.items()}
+    return ModelSettings((path.parent / config).resolve() if config else None, checked)
 
 
 def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
@@ -762,8 +997,8 @@ def check_source_date_epoch(raw: str | None, *, where: str = "SOURCE_DATE_EPOCH"
 def pin_where(path: Path, name: str) -> str:
     """``RECIPE:LINE`` of the ``name = "NAME"`` line of the pin ``name``."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError:
+        text = read_user_text(path, "recipe", RECIPE_LIMIT)
+    except RecipeError:
         return str(path)
     for number, line in enumerate(text.splitlines(), start=1):
         if re.match(rf"""\s*name\s*=\s*["']{re.escape(name)}["']""", line):
@@ -811,11 +1046,11 @@ def load_recipe(path: Path) -> Recipe:
     """Read and validate a recipe file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        hint = shipped_recipes_hint() if isinstance(exc, FileNotFoundError) else None
-        raise RecipeError(f"cannot read recipe: {exc.strerror}", where=str(path),
-                          hint=hint) from exc
+        text = read_user_text(path, "recipe", RECIPE_LIMIT)
+    except RecipeError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            exc.hint = shipped_recipes_hint()
+        raise
     try:
         data = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
@@ -876,7 +1111,7 @@ def load_recipe(path: Path) -> Recipe:
             aot_args=_strings(path, text, "aot_args", tables["flashinfer"].get("aot_args", []),
                               table="flashinfer"),
             jit_cache=_parse_jit_cache(path, text, tables["flashinfer"].get("jit_cache"))),
-        model=_parse_model(path, data.get("model")),
+        model=_parse_model(path, text, data.get("model")),
         node=NodeSettings(
             env=_env_table(path, text, "node.env", tables["node"].get("env", {})),
             drop=_strings(path, text, "drop", tables["node"].get("drop", []), table="node"),
@@ -896,8 +1131,8 @@ def require_spark_target(recipe: Recipe) -> None:
     if not plain or recipe.target.allow_plain_sm121:
         return
     try:
-        text = recipe.path.read_text(encoding="utf-8")
-    except OSError:
+        text = read_user_text(recipe.path, "recipe", RECIPE_LIMIT)
+    except RecipeError:
         text = ""
     raise RecipeError(
         f"the recipe targets plain {plain[0]}: plain sm_121 compiles CUTLASS's FP4 kernels to "

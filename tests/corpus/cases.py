@@ -58,6 +58,9 @@ class Invocation:
     """Postconditions checked after the run (asserts)."""
     secrets: tuple[str, ...] = ()
     """Texts no output of the run may hold (a token the case hands the command)."""
+    program: list[str] | None = None
+    """Instead of ``python -m sparkbuild``: another command of the project that speaks the
+    same way (a bench script: its errors in the error family, ``--json`` too)."""
 
 
 @dataclass(frozen=True)
@@ -1338,6 +1341,7 @@ def _all_cases() -> list[Case]:
     from corpus import (
         cases_dist,
         cases_inputs,
+        cases_inputs2,
         cases_jitcache,
         cases_node,
         cases_settings,
@@ -1346,7 +1350,7 @@ def _all_cases() -> list[Case]:
         cases_ux,
     )
 
-    groups = [cases_node, cases_inputs, cases_jitcache, cases_standin, cases_dist,
+    groups = [cases_node, cases_inputs, cases_inputs2, cases_jitcache, cases_standin, cases_dist,
               cases_settings, cases_trustnode, cases_ux]
     return [*BASE_CASES, *(case for group in groups for case in group.CASES)]
 

@@ -58,7 +58,7 @@ def run_cli(inv: Invocation, *, as_json: bool) -> subprocess.CompletedProcess[st
     env = {**os.environ, "SPARKBUILD_QUIET": "", "COLUMNS": "200", **inv.env}
     for name in inv.unset:
         env.pop(name, None)
-    argv = [*inv.wrap, *CLI, *inv.args, *(["--json"] if as_json else [])]
+    argv = [*inv.wrap, *(inv.program or CLI), *inv.args, *(["--json"] if as_json else [])]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=TIMEOUT)
 
 

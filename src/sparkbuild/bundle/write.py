@@ -58,6 +58,7 @@ from sparkbuild.bundle.archive import TOP, sweep_partials, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, RecipeError, SparkbuildError, VerifyError
+from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT, read_user_text
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.context import RunContext
@@ -210,13 +211,14 @@ def _bundled_recipe(recipe: Recipe, dest: Path) -> None:
             shutil.copy2(path, series_dir / path.name)
     # Files a structured edit names beside the series (``header = "../csrc/e2m1.cuh"``).
     for patch in sorted(recipe.series.parent.glob("*.toml")):
-        for value in re.findall(r'=\s*"(\.\./[^"]+)"', patch.read_text(encoding="utf-8")):
+        edit = read_user_text(patch, f"structured edit {patch.name}", PATCH_LIMIT)
+        for value in re.findall(r'=\s*"(\.\./[^"]+)"', edit):
             source = (recipe.series.parent / value).resolve()
             if source.is_file():
                 target = series_dir / value
                 target.resolve().parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, target.resolve())
-    text = recipe.path.read_text(encoding="utf-8")
+    text = read_user_text(recipe.path, "recipe", RECIPE_LIMIT)
     table = None
     lines = []
     for line in text.splitlines():

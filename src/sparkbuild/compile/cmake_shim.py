@@ -137,6 +137,8 @@ def why_configure(build_dir: Path, key: dict[str, Any]) -> str | None:
         last = json.loads((build_dir / STAMP).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "no record of the earlier configure"
+    if not isinstance(last, dict) or not isinstance(last.get("env", {}), dict):
+        return "no record of the earlier configure"
     for part in ("cmake", "cwd", "args", "tree"):
         if last.get(part) != key[part]:
             return {"tree": "a file of the source tree that is not compiled code changed"

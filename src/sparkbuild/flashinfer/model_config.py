@@ -16,6 +16,11 @@ only the table's.  What is read from a config (the names vLLM's own configs read
   ``weight_block_size`` (fp8-block), and its ``ignore`` / ``exclude_modules`` patterns;
 * MTP: ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers`` (that the model has
   MTP layers; how many tokens it speculates is the deployment's ``speculative_tokens``).
+
+Every value, the config's and the table's, is checked by the recipe's ``MODEL_FIELDS`` (its
+type, a bool never an integer, its bounds and choices), and the whole for consistency (the
+heads over the KV heads and the ranks, the experts a token is routed to): a wrong one is a
+:class:`~sparkbuild.errors.RecipeError` naming the config's key and file, or the field.
 """
 
 from __future__ import annotations
@@ -25,16 +30,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import parse_json
+from sparkbuild.recipe import (
+    MODEL_FIELDS,
+    RECIPE_LIMIT,
+    check_model_field,
+    parse_json,
+    read_user_text,
+)
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import ModelSettings
-
-QUANTIZATIONS = ("nvfp4", "fp8-block", "none")
-DTYPES = ("bfloat16", "float16")
-KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
-BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
-
 
 @dataclass(frozen=True)
 class ModelFacts:
@@ -97,139 +102,253 @@ class ModelFacts:
         return data
 
 
-def _text_config(config: dict[str, Any]) -> dict[str, Any]:
-    text = config.get("text_config")
-    return {**config, **text} if isinstance(text, dict) else config
+CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "dtype": ("torch_dtype", "dtype"),
+    "head_dim": ("head_dim",),
+    "num_attention_heads": ("num_attention_heads",),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "experts": ("num_experts", "n_routed_experts", "num_local_experts"),
+    "experts_per_token": ("num_experts_per_tok",),
+    "moe_intermediate_size": ("moe_intermediate_size",),
+    "logits_soft_cap": ("final_logit_softcapping", "attn_logit_softcapping"),
+    "mtp_layers": ("num_nextn_predict_layers", "mtp_num_hidden_layers"),
+}
+"""The ``[model]`` fields a config gives as they are: each from the first of its keys the
+config sets (not null).  Checked, as the recipe's fields are, by ``MODEL_FIELDS``."""
+
+HIDDEN_SIZE_LIMIT = 1 << 20
+CONFIG_HINT = ("[model] config names a Hugging Face config.json; a field of [model] "
+               "overrides what it says")
 
 
-def _first(config: dict[str, Any], *names: str) -> Any:
-    for name in names:
-        if config.get(name) is not None:
-            return config[name]
-    return None
+@dataclass(frozen=True)
+class ConfigValue:
+    """A value a config gives for a ``[model]`` field, and the config's key it came from."""
+
+    value: Any
+    key: str
 
 
-def _quantization(config: dict[str, Any]) -> tuple[str | None, tuple[str, ...]]:
-    quant = config.get("quantization_config")
-    if not isinstance(quant, dict):
-        return None, ()
-    algo = str(quant.get("quant_algo") or quant.get("quant_method") or "").lower()
-    ignore = quant.get("ignore") or quant.get("exclude_modules") or []
-    patterns = tuple(str(p) for p in ignore) if isinstance(ignore, list) else ()
-    if "nvfp4" in algo:
-        return "nvfp4", patterns
-    if "fp8" in algo and quant.get("weight_block_size"):
-        return "fp8-block", patterns
-    return algo or None, patterns
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
-def read_config(path: Path) -> dict[str, Any]:
-    """The fields a Hugging Face ``config.json`` gives (module docstring)."""
+@dataclass(frozen=True)
+class _ConfigReader:
+    """A config's object read key by key: a value of the wrong type or outside its bounds
+    is a :class:`RecipeError` naming the key and the file, never a Python error."""
+
+    path: Path
+    data: dict[str, Any]
+
+    def refuse(self, key: str, must: str, value: Any) -> RecipeError:
+        return RecipeError(f"{self.path.name}: {key} must be {must}, not {_shown(value)}",
+                           where=str(self.path), hint=CONFIG_HINT)
+
+    def integer(self, key: str, low: int, high: int) -> int | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.refuse(key, f"an integer from {low} to {high}", value)
+        return value
+
+    def flag(self, key: str) -> bool | None:
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, bool):
+            raise self.refuse(key, "true or false", value)
+        return value
+
+    def strings(self, key: str, what: str) -> list[str] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.refuse(key, f"a list of {what}", value)
+        return value
+
+    def table(self, key: str) -> dict[str, Any] | None:
+        value = self.data.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise self.refuse(key, "an object", value)
+        return value
+
+
+def _load(path: Path) -> dict[str, Any]:
+    text = read_user_text(path, "the model's config", RECIPE_LIMIT, hint=CONFIG_HINT)
     try:
-        raw = parse_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RecipeError(f"cannot read the model's config: {exc.strerror}", where=str(path),
-                          hint="[model] config names a Hugging Face config.json") from exc
+        raw = parse_json(text)
     except ValueError as exc:
         raise RecipeError(f"the model's config is not valid JSON: {exc}",
                           where=str(path)) from exc
     if not isinstance(raw, dict):
-        raise RecipeError("the model's config is not a JSON object", where=str(path))
-    config = _text_config(raw)
-    heads = _first(config, "num_attention_heads")
-    head_dim = _first(config, "head_dim")
-    if head_dim is None and heads and config.get("hidden_size"):
-        head_dim = int(config["hidden_size"]) // int(heads)
-    architectures = raw.get("architectures") or []
-    quantization, ignore = _quantization(raw)
-    swa = config.get("sliding_window") if config.get("use_sliding_window", True) else None
-    layer_types = config.get("layer_types") or []
-    out: dict[str, Any] = {
-        "architecture": architectures[0] if architectures else None,
-        "dtype": _first(config, "torch_dtype", "dtype"),
-        "head_dim": head_dim, "num_attention_heads": heads,
-        "num_key_value_heads": _first(config, "num_key_value_heads"),
-        "experts": _first(config, "num_experts", "n_routed_experts", "num_local_experts"),
-        "experts_per_token": _first(config, "num_experts_per_tok"),
-        "moe_intermediate_size": _first(config, "moe_intermediate_size"),
-        "sliding_window": swa,
-        "logits_soft_cap": _first(config, "final_logit_softcapping", "attn_logit_softcapping"),
-        "quantization": quantization, "quantization_ignore": list(ignore),
-        "mtp_layers": _first(config, "num_nextn_predict_layers", "mtp_num_hidden_layers"),
-        "shared_experts": bool(_first(config, "shared_expert_intermediate_size",
-                                      "n_shared_experts")),
-        "hybrid": any("linear" in str(t) or "mamba" in str(t) for t in layer_types)
-        or config.get("full_attention_interval") is not None,
-    }
-    return {k: v for k, v in out.items() if v is not None}
+        raise RecipeError("the model's config is not a JSON object", where=str(path),
+                          hint=CONFIG_HINT)
+    return raw
 
 
-def _int(value: Any, name: str, where: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise RecipeError(f"model.{name} must be an integer >= {minimum}, not {value!r}",
-                          where=where)
-    return value
+def _quantization(top: _ConfigReader) -> dict[str, ConfigValue]:
+    """``quantization_config``: the scheme (``quant_algo``, else ``quant_method``) and the
+    patterns of the modules left unquantized (``ignore``, else ``exclude_modules``)."""
+    quant = top.table("quantization_config")
+    if quant is None:
+        return {}
+    inner = _ConfigReader(top.path, {f"quantization_config.{k}": v for k, v in quant.items()})
+    algo_key = "quant_algo" if quant.get("quant_algo") else "quant_method"
+    algo = quant.get(algo_key)
+    if algo is not None and not isinstance(algo, str):
+        raise top.refuse(f"quantization_config.{algo_key}", "a string", algo)
+    ignore_key = "ignore" if quant.get("ignore") else "exclude_modules"
+    ignore = inner.strings(f"quantization_config.{ignore_key}", "module name patterns")
+    block = quant.get("weight_block_size")
+    if block is not None and (not isinstance(block, list) or not block or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in block)):
+        raise top.refuse("quantization_config.weight_block_size", "a list of positive integers",
+                         block)
+    scheme = (algo or "").lower()
+    if "nvfp4" in scheme:
+        scheme = "nvfp4"
+    elif "fp8" in scheme and block:
+        scheme = "fp8-block"
+    found = {"quantization_ignore": ConfigValue(
+        list(ignore or []), f"quantization_config.{ignore_key}")}
+    if scheme:
+        found["quantization"] = ConfigValue(scheme, f"quantization_config.{algo_key}")
+    return found
 
 
-def _choice(value: Any, name: str, choices: tuple[str, ...], where: str) -> str:
-    if value not in choices:
-        raise RecipeError(f"model.{name} = {value!r} is not one of {', '.join(choices)}",
-                          where=where)
-    return str(value)
+def _read_config(path: Path) -> dict[str, ConfigValue]:
+    """What the config at ``path`` gives for each ``[model]`` field (module docstring), with
+    the key each came from; the keys read only to derive a field are checked here."""
+    raw = _load(path)
+    top = _ConfigReader(path, raw)
+    text = top.table("text_config")
+    config = _ConfigReader(path, {**raw, **text} if text else raw)
+    found = {name: ConfigValue(config.data[key], key) for name, keys in CONFIG_KEYS.items()
+             for key in reversed(keys) if config.data.get(key) is not None}
+    architectures = top.strings("architectures", "model class names")
+    if architectures:
+        found["architecture"] = ConfigValue(architectures[0], "architectures[0]")
+    hidden = config.integer("hidden_size", 1, HIDDEN_SIZE_LIMIT)
+    heads = found.get("num_attention_heads")
+    if "head_dim" not in found and hidden is not None and heads is not None:
+        count = check_model_field("num_attention_heads", heads.value,
+                                  f"{path.name}: {heads.key}", str(path))
+        if hidden % count:
+            raise RecipeError(f"{path.name}: hidden_size {hidden} is not a multiple of "
+                              f"num_attention_heads {count}, and no head_dim is given",
+                              where=str(path), hint="give head_dim in [model]")
+        found["head_dim"] = ConfigValue(hidden // count, "hidden_size / num_attention_heads")
+    if config.flag("use_sliding_window") is not False and config.data.get(
+            "sliding_window") is not None:
+        found["sliding_window"] = ConfigValue(config.data["sliding_window"], "sliding_window")
+    found.update(_quantization(top))
+    shared = [config.integer(key, 0, HIDDEN_SIZE_LIMIT)
+              for key in ("shared_expert_intermediate_size", "n_shared_experts")]
+    found["shared_experts"] = ConfigValue(any(shared), "shared_expert_intermediate_size")
+    layer_types = config.strings("layer_types", "layer type names") or []
+    interval = config.integer("full_attention_interval", 1, HIDDEN_SIZE_LIMIT)
+    found["hybrid"] = ConfigValue(
+        any("linear" in t or "mamba" in t for t in layer_types) or interval is not None,
+        "layer_types" if layer_types else "full_attention_interval")
+    return found
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The fields a Hugging Face ``config.json`` gives (module docstring), as given: each is
+    checked when the model is resolved, where a field of ``[model]`` may override it."""
+    return {name: found.value for name, found in _read_config(path).items()}
+
+
+def _merged(settings: ModelSettings, where: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The config's fields, then the table's over them, each checked by its field's rule
+    (naming the config's key and file, or the recipe's field); and where each came from."""
+    given: dict[str, tuple[Any, str, str]] = {}
+    sources: dict[str, str] = {}
+    if settings.config is not None:
+        for name, found in _read_config(settings.config).items():
+            given[name] = (found.value, f"{settings.config.name}: {found.key}",
+                           str(settings.config))
+            sources[name] = "config.json"
+    for name, value in settings.fields.items():
+        if name not in MODEL_FIELDS:
+            raise RecipeError(f"unknown key model.{name}", where=where,
+                              hint=f"known keys of [model]: config, {', '.join(MODEL_FIELDS)}")
+        given[name], sources[name] = (value, f"model.{name}", where), "recipe"
+    merged = {name: check_model_field(name, value, label, place)
+              for name, (value, label, place) in given.items()}
+    return merged, sources
+
+
+def _inconsistency(facts: ModelFacts) -> str | None:
+    """Why the resolved fields cannot describe one model served one way; None when they can."""
+    heads, kv, tp = facts.num_attention_heads, facts.num_key_value_heads, \
+        facts.tensor_parallel_size
+    if heads % kv:
+        return (f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}: "
+                "each KV head serves a whole group of query heads")
+    if heads % tp:
+        return (f"num_attention_heads {heads} does not divide over tensor_parallel_size {tp}:"
+                " vLLM gives every rank the same number of query heads")
+    if kv % tp and tp % kv:
+        return (f"num_key_value_heads {kv} and tensor_parallel_size {tp}: vLLM splits the KV "
+                "heads over the ranks, or copies them to each, and neither divides the other")
+    if facts.experts_per_token and not facts.experts:
+        return f"experts_per_token {facts.experts_per_token} is given without experts"
+    if facts.experts_per_token > facts.experts:
+        return (f"experts_per_token {facts.experts_per_token} is more than the model's "
+                f"{facts.experts} experts")
+    return None
+
+
+FIELDS_OF = {"num_attention_heads", "num_key_value_heads", "tensor_parallel_size", "experts",
+             "experts_per_token"}
 
 
 def resolve_model(settings: ModelSettings, where: str) -> ModelFacts:
-    """``[model]`` resolved: its config's fields, then the table's over them."""
-    merged: dict[str, Any] = {}
-    sources: dict[str, str] = {}
-    if settings.config is not None:
-        for key, value in read_config(settings.config).items():
-            merged[key], sources[key] = value, "config.json"
-    for key, value in settings.fields.items():
-        merged[key], sources[key] = value, "recipe"
+    """``[model]`` resolved: its config's fields, then the table's over them; every value
+    checked by ``MODEL_FIELDS`` and the whole for consistency."""
+    merged, sources = _merged(settings, where)
     missing = [k for k in ("head_dim", "num_attention_heads", "num_key_value_heads")
                if k not in merged]
     if missing:
         raise RecipeError(f"[model] does not give {', '.join(missing)}", where=where,
                           hint="name a config.json (config = ...) or give the fields")
-    dtype = _choice(str(merged.get("dtype", "bfloat16")), "dtype", DTYPES, where)
-    kv = _choice(str(merged.get("kv_cache_dtype", "auto")), "kv_cache_dtype", KV_DTYPES, where)
+    dtype = merged.get("dtype", "bfloat16")
+    kv = merged.get("kv_cache_dtype", "auto")
     kv = dtype if kv == "auto" else ("fp8_e4m3" if kv == "fp8" else kv)
-    quant = str(merged.get("quantization") or "none").lower()
-    if quant not in QUANTIZATIONS:
-        raise RecipeError(f"model.quantization = {quant!r} is not one of "
-                          f"{', '.join(QUANTIZATIONS)}", where=where,
-                          hint="the mapping knows NVFP4, FP8 block-scale and unquantized")
-    head_dim = _int(merged["head_dim"], "head_dim", where, minimum=1)
-    tp = _int(merged.get("tensor_parallel_size", 1), "tensor_parallel_size", where, minimum=1)
-    pages = merged.get("kv_page_sizes", [])
-    if not isinstance(pages, list) or not all(isinstance(p, int) and p > 0 for p in pages):
-        raise RecipeError("model.kv_page_sizes must be a list of positive integers",
-                          where=where)
-    return ModelFacts(
-        architecture=str(merged.get("architecture", "unknown")), dtype=dtype,
-        kv_cache_dtype=kv, head_dim=head_dim,
-        head_dim_vo=_int(merged.get("head_dim_vo", head_dim), "head_dim_vo", where, minimum=1),
-        num_attention_heads=_int(merged["num_attention_heads"], "num_attention_heads", where,
-                                 minimum=1),
-        num_key_value_heads=_int(merged["num_key_value_heads"], "num_key_value_heads", where,
-                                 minimum=1),
-        quantization=quant,
-        quantization_ignore=tuple(str(p) for p in merged.get("quantization_ignore", [])),
-        experts=_int(merged.get("experts", 0), "experts", where),
-        experts_per_token=_int(merged.get("experts_per_token", 0), "experts_per_token", where),
-        moe_intermediate_size=_int(merged.get("moe_intermediate_size", 0),
-                                   "moe_intermediate_size", where),
-        sliding_window=_int(merged.get("sliding_window", 0) or 0, "sliding_window", where),
-        logits_soft_cap=float(merged.get("logits_soft_cap", 0.0) or 0.0),
-        tensor_parallel_size=tp, expert_parallel=bool(merged.get("expert_parallel", False)),
-        attention_backend=_choice(str(merged.get("attention_backend", "FLASHINFER")).upper(),
-                                  "attention_backend", BACKENDS, where),
-        speculative_tokens=_int(merged.get("speculative_tokens", 0), "speculative_tokens",
-                                where),
-        kv_page_sizes=tuple(pages),
-        flashinfer_sampler=bool(merged.get("flashinfer_sampler", True)),
-        mtp_layers=_int(merged.get("mtp_layers", 0) or 0, "mtp_layers", where),
-        shared_experts=bool(merged.get("shared_experts", False)),
-        hybrid=bool(merged.get("hybrid", False)),
+    head_dim = merged["head_dim"]
+    facts = ModelFacts(
+        architecture=merged.get("architecture", "unknown"), dtype=dtype,
+        kv_cache_dtype=kv, head_dim=head_dim, head_dim_vo=merged.get("head_dim_vo", head_dim),
+        num_attention_heads=merged["num_attention_heads"],
+        num_key_value_heads=merged["num_key_value_heads"],
+        quantization=merged.get("quantization", "none"),
+        quantization_ignore=tuple(merged.get("quantization_ignore", ())),
+        experts=merged.get("experts", 0), experts_per_token=merged.get("experts_per_token", 0),
+        moe_intermediate_size=merged.get("moe_intermediate_size", 0),
+        sliding_window=merged.get("sliding_window", 0),
+        logits_soft_cap=merged.get("logits_soft_cap", 0.0),
+        tensor_parallel_size=merged.get("tensor_parallel_size", 1),
+        expert_parallel=merged.get("expert_parallel", False),
+        attention_backend=merged.get("attention_backend", "FLASHINFER"),
+        speculative_tokens=merged.get("speculative_tokens", 0),
+        kv_page_sizes=tuple(merged.get("kv_page_sizes", ())),
+        flashinfer_sampler=merged.get("flashinfer_sampler", True),
+        mtp_layers=merged.get("mtp_layers", 0),
+        shared_experts=merged.get("shared_experts", False),
+        hybrid=merged.get("hybrid", False),
         config=str(settings.config) if settings.config else None, sources=sources)
+    problem = _inconsistency(facts)
+    if problem is not None:
+        named = [name for name in sorted(FIELDS_OF) if name in sources and name in problem]
+        given = ", ".join(f"{name} from "
+                          f"{'the recipe' if sources[name] == 'recipe' else sources[name]}"
+                          for name in named)
+        from_config = any(sources[name] == "config.json" for name in named)
+        raise RecipeError(f"[model] {problem}", where=where, hint=(
+            f"{given}: " + ("correct the config or override the field in [model]"
+                            if from_config else "correct the fields in [model]")
+            if given else "correct the fields in [model]"))
+    return facts

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.console import shown
 from sparkbuild.errors import RecipeError
 from sparkbuild.flashinfer.unreachable_stubs import rules_for
+from sparkbuild.recipe import KV_PAGE_SIZES
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -39,8 +40,9 @@ when a module's name differs (the generators' names are checked before anything 
 TAGS = {"bfloat16": "bf16", "float16": "f16", "fp8_e4m3": "e4m3", "int32": "i32"}
 TORCH = {"bfloat16": "bfloat16", "float16": "float16", "fp8_e4m3": "float8_e4m3fn",
          "int32": "int32"}
-XQA_PAGE_SIZES = (16, 32, 64)
-"""FLASHINFER's kernel block sizes (VL/vllm/v1/attention/backends/flashinfer.py:422-441)."""
+XQA_PAGE_SIZES = KV_PAGE_SIZES
+"""FLASHINFER's kernel block sizes (VL/vllm/v1/attention/backends/flashinfer.py:422-441):
+the recipe's ``kv_page_sizes`` choose among them."""
 XQA_HEAD_DIMS = (64, 128, 256)
 XQA_GROUP_RATIOS = (1, 2, 4, 8)
 """What flashinfer's own AOT set builds of XQA (FI/aot.py:411-472)."""

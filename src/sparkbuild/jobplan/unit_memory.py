@@ -17,12 +17,14 @@ most one interval per process); on a machine whose cores other work shares, they
 unit costs where its wall seconds do not. The peaks are stored in the cache
 (``CACHE/units/memory.json``) keyed by unit (its source, relative to the tree), flags
 (:meth:`~sparkbuild.jobplan.ninja_graph.Edge.flags_key`) and arch, and
-:mod:`sparkbuild.jobplan.pools` plans the next build from them.
+:mod:`sparkbuild.jobplan.pools` plans the next build from them; a table that does not parse
+or is not of that form is named and set aside (:func:`load`), never trusted.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import threading
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.schedule import KnownUnit
-from sparkbuild.store.files import write_text_atomic
+from sparkbuild.recipe import parse_json
+from sparkbuild.store.files import read_kept_file, set_aside, write_text_atomic
 
 if TYPE_CHECKING:
     from sparkbuild.jobplan.timeline import BuildTimeline
@@ -242,12 +245,51 @@ def unit_key(source: str, flags: str, arch: str) -> str:
     return f"{source}|{flags}|{arch}"
 
 
+TABLE_LIMIT = 64 << 20
+"""The largest unit table read (vLLM's few hundred units take a few hundred KiB)."""
+_NUMBERS = ("seconds", "start", "peak_rss_bytes")
+
+
+def _entry_problem(key: str, entry: object) -> str | None:
+    """Why ``entry`` is not a unit as :func:`remember` writes one; None when it is."""
+    if key.count("|") < 2:
+        return f"its key {key[:80]!r} is not SOURCE|FLAGS|ARCH"
+    if not isinstance(entry, dict):
+        return f"{key[:80]!r} is {type(entry).__name__}, not an object"
+    for name in _NUMBERS:
+        value = entry.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                math.isfinite(value) and value >= 0):
+            return f"{key[:80]!r} has {name} {str(value)[:40]!r}, not a number of 0 or more"
+    if not isinstance(entry.get("killed", False), bool):
+        return f"{key[:80]!r} has killed {str(entry['killed'])[:40]!r}, not true or false"
+    return None
+
+
 def load(cache_root: Path) -> dict[str, dict[str, Any]]:
-    try:
-        data = json.loads(store_path(cache_root).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The unit table kept in the cache; {} when there is none.  A table that does not
+    parse or holds an entry :func:`remember` would not write is named (a warning) and set
+    aside: never trusted, never a crash (the plan is then the first build's rule)."""
+    path = store_path(cache_root)
+    raw = read_kept_file(path, "the unit table", TABLE_LIMIT)
+    if raw is None:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = parse_json(raw.decode("utf-8"))
+    except ValueError as exc:
+        set_aside(path, "the unit table", f"is not JSON ({str(exc)[:120]})")
+        return {}
+    if not isinstance(data, dict):
+        set_aside(path, "the unit table", f"is a JSON {type(data).__name__}, not an object")
+        return {}
+    problem = next((p for key, entry in data.items()
+                    if (p := _entry_problem(key, entry)) is not None), None)
+    if problem is not None:
+        set_aside(path, "the unit table", f"is not one sparkbuild wrote ({problem})")
+        return {}
+    return data
 
 
 def measured_for(cache_root: Path, arch: str) -> tuple[dict[str, int], tuple[str, ...]]:

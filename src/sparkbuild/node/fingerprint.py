@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
-from sparkbuild.recipe import parse_json
-from sparkbuild.store.files import read_at_most, write_text_atomic
+from sparkbuild.recipe import parse_json, read_user_file
+from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT
 
@@ -114,17 +114,20 @@ def record_installation(venv: Path, manifest: bytes, origin: str,
 def read_installation(venv: Path) -> Installation:
     """What ``install`` recorded in ``venv``; :class:`VerifyError` naming what is wrong."""
     path = venv / RECORD_NAME
+    reinstall = "reinstall: `sparkbuild install WHEELHOUSE --venv VENV`"
     try:
-        raw = read_at_most(path, RECORD_LIMIT)
-        if len(raw) > RECORD_LIMIT:
-            raise ValueError(f"it is over {RECORD_LIMIT >> 20} MiB")
+        raw = read_user_file(path, RECORD_NAME, RECORD_LIMIT, error=VerifyError,
+                             hint=reinstall)
+    except VerifyError as exc:
+        if isinstance(exc.__cause__, FileNotFoundError):
+            raise VerifyError(f"the venv has no {RECORD_NAME}: it was not installed by "
+                              "`sparkbuild install`", where=str(venv),
+                              hint="install it with `sparkbuild install WHEELHOUSE --venv "
+                              "VENV`") from exc
+        raise
+    try:
         data = parse_json(raw.decode("utf-8"))
-    except FileNotFoundError as exc:
-        raise VerifyError(f"the venv has no {RECORD_NAME}: it was not installed by "
-                          "`sparkbuild install`", where=str(venv),
-                          hint="install it with `sparkbuild install WHEELHOUSE --venv VENV`"
-                          ) from exc
-    except (OSError, ValueError) as exc:
+    except ValueError as exc:
         raise VerifyError(f"{RECORD_NAME} cannot be read: {exc}", where=str(path)) from exc
     try:
         return _parsed(data)

@@ -21,7 +21,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import parse_json
+from sparkbuild.recipe import parse_json, read_user_text
 from sparkbuild.store.hashing import record_form, sha256_stream
 
 INSTALLING_MARK = "sparkbuild-install.incomplete"
@@ -95,6 +95,11 @@ def layout_problems(venv: Path) -> list[tuple[Path, str]]:
     return found
 
 
+METADATA_LIMIT = 16 << 20
+RECORD_FILE_LIMIT = 256 << 20
+"""The largest METADATA and RECORD read of an installed distribution."""
+
+
 def site_packages_dirs(venv: Path) -> list[Path]:
     """``VENV/lib*/python*/site-packages``: each real directory reached through no symbolic
     link (:func:`layout_problems` names those)."""
@@ -110,8 +115,9 @@ def distributions(venv: Path) -> list[Distribution]:
         for info in sorted(site.glob("*.dist-info")):
             metadata = info / "METADATA"
             try:
-                headers = HeaderParser().parsestr(metadata.read_text(encoding="utf-8"))
-            except (OSError, UnicodeDecodeError):
+                headers = HeaderParser().parsestr(read_user_text(
+                    metadata, f"{info.name}/METADATA", METADATA_LIMIT, error=VerifyError))
+            except VerifyError:
                 stem = info.name.removesuffix(".dist-info")
                 name, _, version = stem.partition("-")
                 dists.append(Distribution(name, version, info, site))
@@ -136,9 +142,10 @@ def parse_record(text: str, where: str) -> list[RecordRow]:
 
 def read_record(dist: Distribution) -> list[RecordRow]:
     try:
-        text = dist.record.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise VerifyError(f"{dist.name} has no readable RECORD: {exc.strerror}",
+        text = read_user_text(dist.record, f"{dist.name}'s RECORD", RECORD_FILE_LIMIT,
+                              error=VerifyError)
+    except VerifyError as exc:
+        raise VerifyError(f"{dist.name} has no readable RECORD: {exc.what}",
                           where=str(dist.record)) from exc
     return parse_record(text, str(dist.record))
 

@@ -45,7 +45,8 @@ from sparkbuild.node.profile import (
     probe_ptxas,
 )
 from sparkbuild.proc import run
-from sparkbuild.store.files import read_at_most, usable_path
+from sparkbuild.recipe import read_user_file
+from sparkbuild.store.files import usable_path
 
 MIN_NOFILE = 65536
 """Below this, loading a large checkpoint overflows the open-file limit."""
@@ -135,10 +136,11 @@ def read_built(venv: Path) -> Built:
     be read (a record missing, unreadable or of the wrong shape)."""
     profile = {}
     env_file = venv / PROFILE_DIR / ENV_FILE
-    if env_file.is_file():
-        profile = parse_env_file(read_at_most(env_file, PROFILE_LIMIT)[:PROFILE_LIMIT]
-                                 .decode("utf-8", "replace"))
     try:
+        if env_file.exists() or env_file.is_symlink():
+            profile = parse_env_file(read_user_file(
+                env_file, f"the venv's {PROFILE_DIR}/{ENV_FILE}", PROFILE_LIMIT,
+                error=VerifyError).decode("utf-8", "replace"))
         manifest = read_installation(venv).manifest()
         build = _mapping(manifest, "build")
         nvcc = _mapping(manifest, "toolchain").get("nvcc") or ""

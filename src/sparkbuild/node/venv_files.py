@@ -30,6 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.errors import RecipeError
 from sparkbuild.node.installed import site_packages_dirs
 from sparkbuild.node.profile import (
     ENV_FILE,
@@ -45,7 +46,11 @@ from sparkbuild.node.profile import (
     render_profile_sh,
     workspace_of,
 )
+from sparkbuild.recipe import NotRegularFile, read_user_text
 from sparkbuild.store.hashing import sha256_file
+
+SMALL_FILE_LIMIT = 1 << 20
+"""The largest ``pyvenv.cfg`` or profile file read (install writes a few KiB)."""
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -95,8 +100,9 @@ def read_pyvenv_cfg(venv: Path) -> dict[str, str]:
     """``pyvenv.cfg``'s ``key = value`` lines (keys lower-cased, as ``site`` reads them)."""
     parser = configparser.ConfigParser(interpolation=None)
     try:
-        parser.read_string("[cfg]\n" + (venv / PYVENV_CFG).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, configparser.Error):
+        parser.read_string("[cfg]\n" + read_user_text(venv / PYVENV_CFG, PYVENV_CFG,
+                                                        SMALL_FILE_LIMIT))
+    except (RecipeError, configparser.Error):
         return {}
     return dict(parser["cfg"])
 
@@ -145,12 +151,16 @@ def _profile_findings(venv: Path, recorded: Sequence[Mapping[str, str]],
     profile = NodeProfile(entries, [])
     for name, render in ((PROFILE_SH, render_profile_sh), (ENV_FILE, render_env_file)):
         path = venv / PROFILE_DIR / name
+        why = "not the profile the install wrote"
         try:
-            same = not path.is_symlink() and path.read_text(encoding="utf-8") == render(profile)
-        except (OSError, UnicodeDecodeError):
+            same = not path.is_symlink() and read_user_text(
+                path, name, SMALL_FILE_LIMIT) == render(profile)
+        except RecipeError as exc:
             same = False
+            if isinstance(exc.__cause__, NotRegularFile):
+                why = f"{exc.__cause__.strerror}, not the profile the install wrote"
         if not same:
-            found.append((f"{PROFILE_DIR}/{name}", "not the profile the install wrote"))
+            found.append((f"{PROFILE_DIR}/{name}", why))
     return found
 
 

@@ -31,7 +31,13 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
 from sparkbuild.patches.edits import Edit, EditContext, applied_check_names, make_edit
-from sparkbuild.recipe import parse_toml
+from sparkbuild.recipe import (
+    PATCH_LIMIT,
+    RECIPE_LIMIT,
+    parse_toml,
+    read_user_file,
+    read_user_text,
+)
 from sparkbuild.store.hashing import is_sha256, sha256_bytes
 
 DIFF_SUFFIXES = (".diff", ".patch")
@@ -275,7 +281,7 @@ def _preamble_check(text: str, origin: str) -> str | None:
 
 def load_diff_patch(path: Path, data: bytes | None = None) -> DiffPatch:
     """A diff patch from ``path``; ``data`` are its bytes when the caller already read them."""
-    data = path.read_bytes() if data is None else data
+    data = _patch_bytes(path) if data is None else data
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -293,7 +299,7 @@ def load_edit_patch(path: Path, data: bytes | None = None,
                     context: EditContext | None = None) -> EditPatch:
     """A structured edit from ``path``; ``data`` are its bytes when already read;
     ``context``: the recipe's target and toolchain the edit judges the tree for."""
-    data = path.read_bytes() if data is None else data
+    data = _patch_bytes(path) if data is None else data
     try:
         table = parse_toml(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
@@ -377,9 +383,14 @@ def check_pin(file: Path, data: bytes, entry: SeriesEntry) -> None:
         )
 
 
+def _patch_bytes(path: Path) -> bytes:
+    """A patch file's bytes (a FIFO, a device or one over PATCH_LIMIT refused, naming it)."""
+    return read_user_file(path, f"patch file {path.name}", PATCH_LIMIT)
+
+
 def _load_entry(directory: Path, entry: SeriesEntry, context: EditContext | None) -> Patch:
     file = directory / entry.file
-    if not file.is_file():
+    if not file.exists():
         raise RecipeError(f"series names a missing patch file: {entry.file}", where=entry.where)
     if file.suffix not in (*DIFF_SUFFIXES, EDIT_SUFFIX):
         raise RecipeError(
@@ -387,7 +398,7 @@ def _load_entry(directory: Path, entry: SeriesEntry, context: EditContext | None
             where=entry.where,
             hint=f"use {', '.join(DIFF_SUFFIXES)} for diffs or {EDIT_SUFFIX} for structured edits",
         )
-    data = file.read_bytes()
+    data = _patch_bytes(file)
     check_pin(file, data, entry)
     if file.suffix in DIFF_SUFFIXES:
         return load_diff_patch(file, data)
@@ -399,10 +410,7 @@ def load_series(path: Path, context: EditContext | None = None) -> Series:
 
     ``context`` tells structured edits the recipe's target (the Spark's 12.1a when None)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise RecipeError(f"cannot read the series file: {exc.strerror}", where=str(path)) from exc
+    text = read_user_text(path, "the series file", RECIPE_LIMIT)
     patches: list[Patch] = []
     names: set[str] = set()
     for entry in _series_entries(path, text):

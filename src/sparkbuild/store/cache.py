@@ -30,10 +30,13 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
+from sparkbuild.recipe import parse_json
 from sparkbuild.settings import CACHE
 from sparkbuild.store.files import (
     discarded,
     fsync_dir,
+    read_kept_file,
+    set_aside,
     write_atomic,
     write_synced,
     writer_gone,
@@ -52,6 +55,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 PARTIAL_PREFIX = ".partial-"
+INDEX_ENTRY_LIMIT = 16 << 20
+"""The largest index entry read back (each is a small JSON object)."""
 _NAMESPACE = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_STEM = 180
 
@@ -274,15 +279,22 @@ class Cache:
         return entry
 
     def lookup(self, namespace: str, key: str) -> dict[str, Any] | None:
-        """The object stored by :meth:`record`, or None (also for an unreadable entry)."""
+        """The object stored by :meth:`record`, or None.  An entry that cannot be read, is
+        no regular file, or holds no JSON object is named and set aside (never trusted,
+        never a crash): the next run records it again."""
         path = self._index_path(namespace, key)
+        what = f"the cache's {namespace} entry"
+        raw = read_kept_file(path, what, INDEX_ENTRY_LIMIT)
+        if raw is None:
+            return None
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+            data = parse_json(raw.decode("utf-8"))
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            set_aside(path, what, "holds no JSON object")
             return None
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return data
 
     # -- partial files --------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ Each stage must survive being killed at any moment (``kill -9``, the OOM killer,
 timeout) without leaving a half-written file under its final name, and the next run must
 recognise what a dead run left.  The same few moves do that everywhere, so they live here
 once: write beside the target and rename; name leftovers with the writer's pid and remove
-them only once that pid is gone; wait for another run's ``flock`` and say so.  Also the
-tree walk and venv layout that several modules need.
+them only once that pid is gone; wait for another run's ``flock`` and say so.  A small file
+the cache keeps for later runs is read back with :func:`read_kept_file`: one that cannot be
+read, or (its reader judges) does not parse, is named and set aside, never trusted and never
+a crash.  Also the tree walk and venv layout that several modules need.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sparkbuild.console import info, shown
+from sparkbuild.console import info, shown, warn
 from sparkbuild.errors import LockTimeoutError, UsageError
+from sparkbuild.recipe import NotRegularFile, open_regular, size_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -83,9 +86,50 @@ def usable_path(path: Path, what: str) -> Path:
 
 def read_at_most(path: Path, limit: int) -> bytes:
     """At most ``limit + 1`` bytes of ``path``: a caller refuses a file longer than
-    ``limit`` without holding it (the size ``stat`` gives is not trusted: a file grows)."""
-    with path.open("rb") as stream:
+    ``limit`` without holding it (the size ``stat`` gives is not trusted: a file grows).
+    A path that is no regular file raises :class:`~sparkbuild.recipe.NotRegularFile` (an
+    OSError) rather than blocking on a FIFO or reading a device without end."""
+    with open_regular(path) as stream:
         return stream.read(limit + 1)
+
+
+# -- what the cache keeps for later runs -------------------------------------------------
+
+
+def set_aside(path: Path, what: str, why: str) -> None:
+    """Say (a warning) that ``what`` at ``path`` is ``why`` and is not used, and move it to
+    ``NAME.set-aside`` beside it, so the next run neither trusts it nor says it again (it
+    stays there for a look; a later one replaces it)."""
+    aside = path.with_name(path.name + ".set-aside")
+    try:
+        if aside.is_dir() and not aside.is_symlink():
+            shutil.rmtree(aside)
+        path.replace(aside)
+        done = f"set aside as {aside.name}"
+    except OSError as exc:
+        done = f"ignored (it could not be moved aside: {exc.strerror or exc})"
+    warn(f"{what} {path} {why}: {done}; this run goes on without it")
+
+
+def read_kept_file(path: Path, what: str, limit: int) -> bytes | None:
+    """The bytes of a small file the cache keeps for later runs (``what`` names it: "the
+    unit table"); None when there is none.  One that is no regular file (a FIFO, a device,
+    a directory), holds over ``limit`` bytes or cannot be read is never trusted and never a
+    crash: it is :func:`set_aside`, and None returned."""
+    try:
+        data = read_at_most(path, limit)
+    except FileNotFoundError:
+        return None
+    except NotRegularFile as exc:
+        set_aside(path, what, f"is {exc.strerror}, not a regular file")
+        return None
+    except OSError as exc:
+        set_aside(path, what, f"cannot be read ({exc.strerror or exc})")
+        return None
+    if len(data) > limit:
+        set_aside(path, what, f"is over {size_text(limit)}")
+        return None
+    return data
 
 
 def venv_python(venv: Path) -> Path:

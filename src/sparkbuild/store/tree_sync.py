@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild.console import shown
-from sparkbuild.store.files import write_text_atomic
+from sparkbuild.recipe import parse_json
+from sparkbuild.store.files import read_kept_file, set_aside, write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 
 _LINK = "link:"
@@ -78,14 +79,32 @@ def _place(source: Path, target: Path, digest: str) -> None:
         shutil.copymode(source, target)
 
 
+LISTING_LIMIT = 256 << 20
+"""The largest listing read back (a path and a digest per file of the tree)."""
+
+
+def _listed(listing: Path) -> dict[str, str]:
+    """The kept record of what was placed: path -> digest; {} (a whole copy follows) when
+    there is none or it is not of that form (set aside, named)."""
+    raw = read_kept_file(listing, "the record of a copied tree", LISTING_LIMIT)
+    if raw is None:
+        return {}
+    try:
+        data = parse_json(raw.decode("utf-8"))
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                             for k, v in data.items()):
+        set_aside(listing, "the record of a copied tree", "is not a map of paths to digests")
+        return {}
+    return data
+
+
 def sync_tree(source: Path, dest: Path, listing: Path) -> TreeSync:
     """Make ``dest`` hold ``source``'s files (see the module's text); ``listing``: where
     the record of what was placed is kept (next to ``dest``, outside it)."""
     new = tree_listing(source)
-    try:
-        old: dict[str, str] = json.loads(listing.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        old = {}
+    old = _listed(listing)
     result = TreeSync()
     if not dest.is_dir() or not old:
         listing.unlink(missing_ok=True)

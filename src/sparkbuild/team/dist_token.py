@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
+from sparkbuild.recipe import read_user_file
 from sparkbuild.settings import DIST_TOKEN
 from sparkbuild.store.url_reader import TOKEN_FORM
 
@@ -55,10 +56,14 @@ def checked_secret(text: str, *, what: str, where: str) -> str:
     return secret
 
 
+SECRET_FILE_LIMIT = 64 << 10
+"""The largest token or key file read (sccache-dist's are under a hundred bytes)."""
+
+
 def read_secret_file(path: Path, *, what: str) -> str:
     """The secret in ``path``, checked; a warning when others may read the file."""
+    raw = read_user_file(path, what, SECRET_FILE_LIMIT, error=UsageError)
     try:
-        raw = path.read_bytes()
         mode = path.stat().st_mode
     except OSError as exc:
         raise UsageError(f"cannot read {what}: {exc.strerror}", where=str(path)) from exc

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild.console import warn
 from sparkbuild.errors import CacheMissError, SourceError, VerifyError
 from sparkbuild.sources.archive import extract_archive
+from sparkbuild.store.files import read_kept_file
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendoring.index import crates_entry, source_entry, wheelset_entry
 from sparkbuild.vendoring.placeholders import write_placeholder
@@ -157,10 +158,13 @@ def _differences(recorded: dict[str, str], now: dict[str, str]) -> list[str]:
 def _intact(dest: Path, what: str) -> str | None:
     """The root name of a complete unpacked copy whose files are still the ones unpacked;
     None (with a warning naming what changed) when it must be unpacked again."""
+    raw = read_kept_file(dest / COMPLETE_MARKER, "the record of an unpacked copy", 256 << 20)
+    if raw is None:
+        return None  # no marker: unpack again
     try:
-        record = json.loads((dest / COMPLETE_MARKER).read_text(encoding="utf-8"))
+        record = json.loads(raw.decode("utf-8"))
         root_name, files = str(record["root"]), dict(record["files"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None  # no marker, or one from before the listing: unpack again
     differences = _differences(files, tree_listing(dest))
     if not differences:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,33 @@ def test_a_team_keeps_the_heavy_pool() -> None:
     run = simulate_team([10, 10], [8, 8], host_cores=2, servers=[4], local_share=0.0,
                         pool={0, 1}, depth=1)
     assert run.makespan == 20.0 and run.server_peak == 8.0
+
+
+def _bench() -> object:
+    path = REPO / "bench" / "schedule_sim.py"
+    spec = importlib.util.spec_from_file_location("schedule_sim", path)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.parametrize(("table", "says"), [
+    ('{"units": [{"path": "a.cu"}]}', "unit 1 (a.cu) has no seconds"),
+    ('{"units": {"a.cu": 3}}', "units must be a list of units, not dict"),
+    ("[]", "holds no unit"),
+    ('[{"path": "a.cu", "seconds": true}]', "has seconds 'True', not a number of 0 or more"),
+    ('[{"path": "a.cu", "seconds": 3, "peak_rss_gib": 0}]', "not a number above 0"),
+    ('[{"seconds": 3}]', "unit 1 has no path"),
+    ('[3]', "unit 1 is a JSON int, not an object"),
+    ("{", "is not JSON"),
+])
+def test_bench_schedule_sim_names_a_bad_table(tmp_path: Path, table: str, says: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    bench: Any = _bench()
+    path = tmp_path / "units.json"
+    path.write_text(table)
+    assert bench.main([str(path), "--json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["error"] == "UsageError" and says in error["what"]
+    assert error["where"] == str(path)

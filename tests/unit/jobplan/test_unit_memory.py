@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from sparkbuild.jobplan.schedule import KnownUnit
 from sparkbuild.jobplan.unit_memory import (
     MemorySampler,
@@ -143,3 +145,29 @@ def test_the_launchers_servers_are_found_by_their_port(tmp_path: Path) -> None:
         (tmp_path / str(pid) / "environ").write_bytes(b"A=1\0SCCACHE_SERVER_PORT=" + port + b"\0")
     assert launcher_servers("4226", tmp_path) == [11]
     assert launcher_servers(None, tmp_path) == []
+
+
+@pytest.mark.parametrize("table", [
+    '{"csrc/a.cu|f1|12.1a": []}',
+    '{"csrc/a.cu|f1|12.1a": {"seconds": 3, "peak_rss_bytes": "lots"}}',
+    '{"csrc/a.cu|f1|12.1a": {"seconds": 3, "start": "soon"}}',
+    '{"csrc/a.cu|f1|12.1a": {"seconds": -3}}',
+    '{"csrc/a.cu|f1|12.1a": {"peak_rss_bytes": 1e999}}',
+    '{"csrc/a.cu|f1|12.1a": {"killed": "yes"}}',
+    '{"no-bars": {"seconds": 3}}',
+    '["csrc/a.cu"]',
+    '{"csrc/a.cu|f1|12.1a": ',
+])
+def test_a_corrupted_table_is_set_aside_not_trusted(tmp_path: Path, table: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "units" / "memory.json"
+    path.parent.mkdir()
+    path.write_text(table)
+    assert measured_for(tmp_path, "12.1a") == ({}, ())
+    assert "the unit table" in capsys.readouterr().err
+    assert (path.parent / "memory.json.set-aside").read_text() == table
+    assert known_units(tmp_path, "12.1a") == []  # set aside: said once
+    assert not capsys.readouterr().err
+    remember(tmp_path, "12.1a", [{"source": "csrc/a.cu", "flags": "f1", "seconds": 2.0,
+                                  "start": 0.0}])
+    assert known_units(tmp_path, "12.1a") == [KnownUnit("csrc/a.cu", "f1", 2.0, None, 0.0)]
