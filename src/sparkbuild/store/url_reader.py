@@ -143,6 +143,8 @@ def _response_class(clock: _Clock) -> type[http.client.HTTPResponse]:
 
 
 class _TimedHTTPConnection(http.client.HTTPConnection):
+    """A connection whose connect and every read wait at most what the clock has left."""
+
     def __init__(self, host: str, *, clock: _Clock, **kwargs: Any) -> None:
         super().__init__(host, **kwargs)
         self._clock = clock
@@ -153,15 +155,8 @@ class _TimedHTTPConnection(http.client.HTTPConnection):
         super().connect()
 
 
-class _TimedHTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, host: str, *, clock: _Clock, **kwargs: Any) -> None:
-        super().__init__(host, **kwargs)
-        self._clock = clock
-        self.response_class = _response_class(clock)
-
-    def connect(self) -> None:
-        self.timeout = self._clock.wait()
-        super().connect()
+class _TimedHTTPSConnection(_TimedHTTPConnection, http.client.HTTPSConnection):
+    """:class:`_TimedHTTPConnection` over TLS (``HTTPSConnection.connect`` wraps the socket)."""
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
