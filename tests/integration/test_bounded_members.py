@@ -35,15 +35,14 @@ def _peak(*args: str) -> tuple[int, int]:
     return int(peak), int(code)
 
 
-@pytest.mark.parametrize(("member", "refused"), [
-    (f"{PACKAGE}-{VERSION}.dist-info/METADATA", True),
-    (f"{PACKAGE}/zeros.so", False),
-])
-def test_a_big_member_is_read_in_bounded_memory(tmp_path: Path, member: str,
-                                                refused: bool) -> None:
+# Both are refused (exit 12): METADATA for its size; the .so after it is read and hashed
+# whole, because a library of zeros holds no GPU code for the manifest's 12.1a target.
+@pytest.mark.parametrize("member", [f"{PACKAGE}-{VERSION}.dist-info/METADATA",
+                                    f"{PACKAGE}/zeros.so"])
+def test_a_big_member_is_read_in_bounded_memory(tmp_path: Path, member: str) -> None:
     wheelhouse = big_member_wheelhouse(tmp_path / "wheelhouse", member, SIZE)
     (wheel,) = wheelhouse.glob("*.whl")
     assert wheel.stat().st_size < 4 << 20  # a small wheel ...
     peak, code = _peak("verify", str(wheelhouse))
-    assert code == (12 if refused else 0)
+    assert code == 12
     assert peak < 200, f"verify peaked at {peak} MiB for a {SIZE >> 20} MiB member"
