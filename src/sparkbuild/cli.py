@@ -100,6 +100,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         allow_unstartable=args.allow_unstartable,
         dist=args.dist,
         dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
+        dist_server_memory_gib=args.dist_server_memory,
     )
     return build_wheel(options)
 
@@ -126,6 +127,7 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 
 def _doctor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.compile.doctor import run_doctor
+    from sparkbuild.team.dist_client import DistAsk
 
     if args.node:
         from sparkbuild.node.preflight import run_preflight
@@ -136,8 +138,9 @@ def _doctor(args: argparse.Namespace) -> StageResult:
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
         recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
-        existing_torch=args.use_existing_torch, dist=args.dist,
-        dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
+        existing_torch=args.use_existing_torch,
+        dist=DistAsk(args.dist, Path(args.dist_token_file) if args.dist_token_file else None,
+                     args.dist_server_memory) if args.dist else None,
         build_server=Path(args.build_server) if args.build_server else None,
     )
 
@@ -258,6 +261,10 @@ def _add_dist(parser: argparse.ArgumentParser, text: str) -> None:
     parser.add_argument("--dist", metavar="URL", help=f"{text}: http://HOST:PORT")
     parser.add_argument("--dist-token-file", metavar="FILE", help="the scheduler's client "
                         f"token (default: ${TOKEN_ENV}; never on the command line)")
+    parser.add_argument("--dist-server-memory", type=float, metavar="GIB", help="each build "
+                        "server's memory (its `doctor --build-server` prints it; default: the "
+                        "recipe's [build] dist_server_memory_gib, else like this machine): "
+                        "the heavy pool's depth with dist")
 
 
 VERBOSE_HELP = ("echo every command run and the environment it changes (without it, and "

@@ -38,6 +38,7 @@ from sparkbuild.flashinfer.alongside import (
 from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
 from sparkbuild.jobplan.machine import BuildPlan
 from sparkbuild.jobplan.pools import write_plan_file
+from sparkbuild.jobplan.team_pool import server_memory
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
 from sparkbuild.recipe import check_jobs, check_source_date_epoch, require_spark_target
@@ -103,6 +104,8 @@ class WheelOptions:
     """A sccache-dist scheduler URL overriding the recipe's ``[build] dist``."""
     dist_token_file: Path | None = None
     """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
+    dist_server_memory_gib: float | None = None
+    """Each build server's memory (``--dist-server-memory``), over the recipe's."""
 
 
 @dataclass
@@ -463,7 +466,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             require_complete(vendored.plan, cache)
         with phase("doctor"):
             plan = _build_plan(options, tree, cache)
-            plan = team_plan(plan, link, plan.requested_jobs)
+            plan = team_plan(plan, link, plan.requested_jobs, server_memory(
+                options.dist_server_memory_gib, recipe.build.dist_server_memory_gib))
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:

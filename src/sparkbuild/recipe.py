@@ -232,6 +232,10 @@ class BuildSettings:
     """A team's sccache-dist scheduler, ``http://HOST:PORT``: the build's compiles are
     spread over its build servers (sparkbuild.team.dist_client); ``wheel --dist`` overrides
     it.  The client token never goes in a recipe."""
+    dist_server_memory_gib: float | None = None
+    """Each build server's memory in GiB (what its ``doctor --build-server`` reports): the
+    heavy pool's depth with dist (sparkbuild.jobplan.team_pool); None: servers taken to be
+    like the build host.  ``--dist-server-memory`` overrides it."""
 
 
 @dataclass(frozen=True)
@@ -634,7 +638,7 @@ _SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
     "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
                "allow_jit": bool},
     "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
-              "compile_cache": str, "dist": str},
+              "compile_cache": str, "dist": str, "dist_server_memory_gib": (int, float)},
     "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
                "crates": bool, "stand_in": list},
     "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
@@ -949,15 +953,22 @@ def _env_table(path: Path, text: str, name: str, raw: dict[str, Any]) -> dict[st
     return env
 
 
+SERVER_MEMORY_HINT = ("give each build server's memory in GiB, as its `doctor --dist URL "
+                      "--build-server DIR` prints it, such as 119.2")
+
+
 def check_job_memory_gib(value: object, *, where: str | None,
                          error: type[SparkbuildError] = RecipeError,
-                         name: str = "build.job_memory_gib") -> float:
-    """A memory budget per compile job: a finite number of GiB above 0."""
+                         name: str = "build.job_memory_gib",
+                         hint: str = "give the memory one nvcc job may take, such as 6 (the "
+                         "default)") -> float:
+    """A memory budget per compile job (or another size named ``name``): a finite number
+    of GiB above 0."""
     number = float(value) if isinstance(value, (int, float)) and not isinstance(
         value, bool) else math.nan
     if not math.isfinite(number) or number <= 0:
         raise error(f"{name} must be a number of GiB above 0, not {value!r}", where=where,
-                    hint="give the memory one nvcc job may take, such as 6 (the default)")
+                    hint=hint)
     return number
 
 
@@ -1103,6 +1114,10 @@ def load_recipe(path: Path) -> Recipe:
             env=_build_env(path, text, build.get("env", {})),
             compile_cache=build.get("compile_cache"),
             dist=build.get("dist"),
+            dist_server_memory_gib=None if build.get("dist_server_memory_gib") is None
+            else check_job_memory_gib(build["dist_server_memory_gib"], where=_where(
+                path, text, "build", "dist_server_memory_gib"),
+                name="build.dist_server_memory_gib", hint=SERVER_MEMORY_HINT),
         ),
         pins=_parse_pins(path, text, data.get("pins", [])),
         vendor=_parse_vendor(path, text, tables["vendor"]),

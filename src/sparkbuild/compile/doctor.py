@@ -61,6 +61,8 @@ from sparkbuild.toolchain.tools import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sparkbuild.team.dist_client import DistAsk
+
 MIN_FREE_DISK_GIB = 30.0
 """A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
 
@@ -288,17 +290,22 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
                  "archs and series")
 
 
-def _team_checks(dist: str, token_file: Path | None, plan: BuildPlan, usable: float
+def _team_checks(dist: DistAsk, recipe: Recipe | None, plan: BuildPlan, usable: float
                  ) -> tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None]:
-    """``--dist``: the scheduler and the client token; the plan counts the team's cores."""
+    """``--dist``: the scheduler and the client token; the plan counts the team's cores and
+    sizes the heavy pool by the servers' memory (``--dist-server-memory``, else the
+    recipe's), as ``wheel --dist`` does."""
+    from sparkbuild.jobplan.team_pool import server_memory
     from sparkbuild.team.dist_checks import client_checks
 
-    team = client_checks(dist, token_file)
+    team = client_checks(dist.url, dist.token_file)
     link = team.link
     if link is not None and link.connected and link.status:
+        memory = server_memory(dist.server_memory_gib,
+                               recipe.build.dist_server_memory_gib if recipe else None)
         plan = with_team_cores(plan, team_cpus=link.status.cpus, servers=link.status.servers,
                                scheduler=link.scheduler, usable_bytes=usable,
-                               requested_jobs=plan.requested_jobs)
+                               requested_jobs=plan.requested_jobs, server_memory=memory)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     return checks, plan, team.to_dict(), team.error
 
@@ -318,7 +325,9 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     checks += [Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
                      "sccache-dist has no memory limit: a server takes cpus + 1 + cpus/8 "
-                     "jobs at once (--cpus caps it)"),
+                     "jobs at once (--cpus caps it); the build host sizes its heavy pool by "
+                     f"it: --dist-server-memory {available / GIB:.1f} (or [build] "
+                     f"dist_server_memory_gib = {available / GIB:.1f})"),
                Check("cores", True, str(cores), "what the server offers the scheduler")]
     return DoctorReport(checks, plan, team.error, {}, team.to_dict())
 
@@ -352,8 +361,7 @@ def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib:
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
                compile_cache: str | None = None, recipe: Recipe | None = None,
-               existing_torch: bool = False, dist: str | None = None,
-               dist_token_file: Path | None = None,
+               existing_torch: bool = False, dist: DistAsk | None = None,
                build_server: Path | None = None,
                cache_root: Path | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
@@ -365,7 +373,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     recipe's (its budget, jobs and archs) over the unit table of ``cache_root`` (else the
     default cache)."""
     if build_server is not None:
-        return _build_server_doctor(dist, build_server)
+        return _build_server_doctor(dist.url if dist else None, build_server)
     if job_memory_gib is not None:
         check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
                              name="--job-memory-gib")
@@ -386,7 +394,7 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
                        cache_root=cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
-        team = _team_checks(dist, dist_token_file, plan, usable_memory(total, available))
+        team = _team_checks(dist, recipe, plan, usable_memory(total, available))
         plan = team[1]
     checks = [
         nvcc_check,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
+from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, ServerMemory, team_depth
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -187,15 +188,15 @@ at 0.23 GB here) and sccache's buffers of the inputs it ships (tens of MB), with
 
 
 def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler: str,
-                    usable_bytes: float, requested_jobs: int | None = None) -> BuildPlan:
+                    usable_bytes: float, requested_jobs: int | None = None,
+                    server_memory: ServerMemory | None = None) -> BuildPlan:
     """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
     servers' cpus (their status at the start), as far as the build host's memory holds
-    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool still holds what only
-    this machine's memory can hold: every unit in flight keeps its local share here
-    (preprocessing, the fatbinary), and a pooled unit whose steps fall back (every server
-    busy, or one dead) compiles here at its full peak -- so the depth is what the memory
-    left beside ``jobs`` local shares holds of pooled units at their peak, never below the
-    local plan's."""
+    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool takes the depth the
+    servers' memory holds (:func:`sparkbuild.jobplan.team_pool.team_depth`: their cicc and
+    ptxas run there), ``server_memory`` each (None: the build host's usable memory counts
+    as a server's); the local plan's depth stays the build host's slots for the steps that
+    fall back (``local_depth``, which sparkbuild.team.heavy_gate enforces)."""
     if team_cpus <= 0:
         return plan
     if requested_jobs:
@@ -211,16 +212,18 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
     pool = plan.pool
     if pool is not None:
-        spare = usable_bytes - jobs * DIST_LOCAL_GIB * GIB
-        fits = math.floor(spare / pool.heavy_budget_bytes) if pool.heavy_budget_bytes else jobs
-        depth = max(pool.depth, min(jobs, fits))
-        pool = dataclasses.replace(pool, jobs=jobs, depth=depth, reasons=(
-            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores; pool depth {depth}: "
-            f"{gib_text(max(0.0, spare))} beside {jobs} local shares of {DIST_LOCAL_GIB:g} GiB "
-            f"hold {max(0, fits)} pooled unit(s) at their peak {gib_text(pool.heavy_budget_bytes)}"
-            f" (a pooled unit whose steps fall back compiles here; the local plan's depth was "
-            f"{pool.depth})"))
+        memory = server_memory or ServerMemory(usable_bytes, SERVERS_ALIKE, usable=True)
+        depth, why = team_depth(pool, servers=max(1, servers), team_cpus=team_cpus,
+                                memory=memory, jobs=jobs)
+        pool = dataclasses.replace(pool, jobs=jobs, depth=depth, local_depth=pool.depth,
+                                   local_jobs=pool.jobs, reasons=(
+            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores", why,
+            f"local slots: a pooled unit whose steps fall back compiles here in one of "
+            f"{pool.depth} slot(s) of the heavy units' sccache server, at most "
+            f"{pool.depth} at once (its jobserver: {pool.depth} cpu(s)); the others' "
+            f"server has the other {max(1, pool.jobs - pool.depth)}"))
     return BuildPlan(jobs, plan.nvcc_threads, plan.launcher, (
         *reasons, f"MAX_JOBS={jobs}: this machine's {plan.max_jobs} + the team's {team_cpus} "
         f"cpus ({servers} build server(s) at {scheduler}){bound}"), pool,
         requested_jobs=plan.requested_jobs)
+

@@ -91,6 +91,12 @@ class PoolPlan:
     """... and of the single plan, on the same unit table."""
     seconds: Mapping[str, float] = field(default_factory=dict)
     """``source|flags`` -> measured seconds: the ninja wrapper starts units longest first."""
+    local_depth: int | None = None
+    """With dist: the heavy units the build host's own memory holds (the local plan's
+    depth), its slots for steps that fall back (sparkbuild.team.heavy_gate); None: no
+    dist, ``depth`` is the local one."""
+    local_jobs: int | None = None
+    """With dist: the local plan's MAX_JOBS (the build host's compile slots)."""
 
     @property
     def peak_threshold(self) -> float:
@@ -115,7 +121,8 @@ class PoolPlan:
                 "predicted_makespan_s": _round(self.predicted_seconds),
                 "single_plan_makespan_s": _round(self.single_plan_seconds),
                 OLD_MAKESPAN_KEY: _round(self.single_plan_seconds),
-                "timed_units": len(self.seconds)}
+                "timed_units": len(self.seconds),
+                "local_depth": self.depth if self.local_depth is None else self.local_depth}
 
 
 def _round(value: float | None) -> float | None:

@@ -40,6 +40,7 @@ from typing import Any
 from sparkbuild.console import shown, warn
 from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
+from sparkbuild.jobplan.team_pool import ServerMemory
 from sparkbuild.store.url_reader import deadline_seconds, open_url
 from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
@@ -144,6 +145,16 @@ def token_refusal(url: str, token: str) -> tuple[bool | None, str]:
     if code in (401, 403):
         return False, f"HTTP {code}" + (f": {said}" if said else "")
     return None, f"the token probe got HTTP {code}" + (f": {said}" if said else "")
+
+
+@dataclass(frozen=True)
+class DistAsk:
+    """What ``doctor --dist`` was asked: the scheduler, the token's file, each server's
+    memory (``--dist-server-memory GIB``)."""
+
+    url: str
+    token_file: Path | None = None
+    server_memory_gib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -256,12 +267,14 @@ def connect_for(option: str | None, recipe_dist: str | None,
     return connect(url, token_file)
 
 
-def team_plan(plan: BuildPlan, link: DistLink | None, requested_jobs: int | None
-              ) -> BuildPlan:
-    """The job plan with the team's cores (sparkbuild.jobplan.machine.with_team_cores)."""
+def team_plan(plan: BuildPlan, link: DistLink | None, requested_jobs: int | None,
+              server_memory: ServerMemory | None = None) -> BuildPlan:
+    """The job plan with the team's cores and the heavy pool the servers' memory holds
+    (sparkbuild.jobplan.machine.with_team_cores; ``server_memory``: each server's, from
+    :func:`sparkbuild.jobplan.team_pool.server_memory`)."""
     if link is None or not link.connected or link.status is None:
         return plan
     total, available = read_memory()
     return with_team_cores(plan, team_cpus=link.status.cpus, servers=link.status.servers,
                            scheduler=link.scheduler, usable_bytes=usable_memory(total, available),
-                           requested_jobs=requested_jobs)
+                           requested_jobs=requested_jobs, server_memory=server_memory)

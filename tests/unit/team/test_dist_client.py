@@ -271,24 +271,35 @@ def test_dist_status_as_sccache_prints_it() -> None:
     assert parse_dist_status("") == (None, "no answer")
 
 
-def test_max_jobs_counts_the_teams_cores_and_keeps_the_pool() -> None:
+def test_max_jobs_counts_the_teams_cores_and_the_pool_the_servers_memory() -> None:
     from sparkbuild.jobplan.pools import plan_pools
+    from sparkbuild.jobplan.team_pool import ServerMemory
 
     pool = plan_pools(cores=20, usable_bytes=115 * GIB, job_memory_gib=8.7)
+    assert pool.depth == 13  # the rule: never fewer heavy slots than the single plan's 13
     plan = BuildPlan(20, 1, "sccache", ("MAX_JOBS=20: every core",), pool)
     team = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
                            usable_bytes=115 * GIB)
-    assert team.max_jobs == 80 and team.pool is not None
-    assert team.pool.depth == pool.depth and team.pool.jobs == 80
+    assert team.max_jobs == 80 and team.pool is not None and team.pool.jobs == 80
+    # three servers like this host: 345 GiB hold 28 units at 8.7 GiB beside 32 at 3 GiB
+    assert (team.pool.depth, team.pool.local_depth, team.pool.local_jobs) == (28, 13, 20)
+    assert team.pool.to_dict()["local_depth"] == 13 and pool.to_dict()["local_depth"] == 13
     assert any("the team's 60 cpus" in r for r in team.reasons)
+    assert any("servers taken as alike" in r for r in team.pool.reasons)
+    assert any("one of 13 slot(s)" in r for r in team.pool.reasons)
     small = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
                             usable_bytes=20 * GIB)
     assert small.max_jobs == 40 and "bounded by memory" in small.reasons[-1]
     tight = dataclasses.replace(pool, depth=1, heavy_budget_bytes=10 * GIB)
     held = with_team_cores(BuildPlan(20, 1, "sccache", (), tight), team_cpus=60, servers=3,
                            scheduler="http://s:1/", usable_bytes=115 * GIB)
-    # 115 GiB less 80 local shares of 0.5 GiB: 75 GiB hold 7 pooled units at 10 GiB
-    assert held.pool is not None and held.pool.depth == 7
+    # 345 GiB: 23 x 10 GiB beside 37 x 3 GiB; the build host keeps its one slot
+    assert held.pool is not None and (held.pool.depth, held.pool.local_depth) == (23, 1)
+    little = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
+                             usable_bytes=115 * GIB,
+                             server_memory=ServerMemory(16 * GIB, "--dist-server-memory"))
+    # 3 x 14.4 GiB do not hold 60 light units: the local plan's depth is the floor
+    assert little.pool is not None and little.pool.depth == 13
     asked = with_team_cores(plan, team_cpus=60, servers=3, scheduler="http://s:1/",
                             usable_bytes=115 * GIB, requested_jobs=20)
     assert asked.max_jobs == 20

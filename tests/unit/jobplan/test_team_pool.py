@@ -1,0 +1,75 @@
+"""The heavy pool with dist: its depth from the build servers' memory and cores."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from sparkbuild.errors import RecipeError, UsageError
+from sparkbuild.jobplan.pools import GIB, HEADROOM, PoolPlan, plan_pools
+from sparkbuild.jobplan.schedule import KnownUnit
+from sparkbuild.jobplan.team_pool import ServerMemory, server_memory, split_peaks, team_depth
+from sparkbuild.recipe import load_recipe
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _measured_pool() -> PoolPlan:
+    """20 cores, 115 GiB: 24 units of 10 GiB (a fused_moe_120 GEMM's size) and 200 of 3."""
+    units = [KnownUnit(f"moe/gemm_{i}.cu", "", 150.0, 10 * GIB) for i in range(24)]
+    units += [KnownUnit(f"csrc/light_{i}.cu", "", 60.0, 3 * GIB) for i in range(200)]
+    return plan_pools(cores=20, usable_bytes=115 * GIB, job_memory_gib=8.7, known=units,
+                      measured={f"{u.source}|": int(u.peak_bytes or 0) for u in units})
+
+
+def test_the_depth_is_what_the_servers_memory_holds_by_the_local_rule() -> None:
+    pool = _measured_pool()
+    heavy, light = split_peaks(pool)
+    assert len(heavy) == 24 and heavy[0] == pytest.approx(10 * GIB * HEADROOM)
+    assert len(light) == 200
+    local = pool.depth
+    assert 1 <= local < 24  # the build host alone holds a few
+    alike = ServerMemory(115 * GIB, "test", usable=True)
+    # one server like the build host holds what the build host holds: the same rule
+    one, _ = team_depth(pool, servers=1, team_cpus=20, memory=alike, jobs=40)
+    assert one == local
+    # three: 345 GiB, 60 cpus; d heavy at 11.5 GiB beside 60 - d light at 3.45 GiB
+    three, why = team_depth(pool, servers=3, team_cpus=60, memory=alike, jobs=80)
+    assert three == int((345 - 60 * 3 * HEADROOM) / ((10 - 3) * HEADROOM))
+    assert three > local and "3 server(s), 60 cpus" in why
+    assert f"local plan's depth {local}" in why
+    # never deeper than MAX_JOBS, never below the local plan
+    assert team_depth(pool, servers=3, team_cpus=60, memory=alike, jobs=12)[0] == 12
+    tiny = ServerMemory(8 * GIB, "--dist-server-memory")
+    assert team_depth(pool, servers=3, team_cpus=60, memory=tiny, jobs=80)[0] == local
+
+
+def test_each_servers_memory_comes_from_the_flag_then_the_recipe() -> None:
+    flag = server_memory(119.2, 64.0)
+    assert flag is not None and flag.by == "--dist-server-memory"
+    assert flag.usable_bytes == pytest.approx(119.2 * GIB - 4 * GIB)  # the system's 4 GiB
+    recipe = server_memory(None, 16.0)
+    assert recipe is not None and "dist_server_memory_gib" in recipe.by
+    assert recipe.usable_bytes == pytest.approx(16 * GIB * 0.9)
+    assert server_memory(None, None) is None
+    for bad in (0.0, -3.0, float("nan"), float("inf")):
+        with pytest.raises(UsageError, match="--dist-server-memory must be a number of GiB"):
+            server_memory(bad, None)
+
+
+def test_the_recipe_names_each_servers_memory(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.toml"
+    body = '[source]\nspec = "."\n[series]\npath = "series"\n[build]\n'
+    recipe.write_text(body + "dist_server_memory_gib = 119.2\n")
+    assert load_recipe(recipe).build.dist_server_memory_gib == 119.2
+    recipe.write_text(body)
+    assert load_recipe(recipe).build.dist_server_memory_gib is None
+    for bad in ('"lots"', "0", "-1"):
+        recipe.write_text(body + f"dist_server_memory_gib = {bad}\n")
+        with pytest.raises(RecipeError) as caught:
+            load_recipe(recipe)
+        assert "build.dist_server_memory_gib" in caught.value.what
+        if bad != '"lots"':  # a string is refused by the schema's type check first
+            assert "doctor --dist URL --build-server DIR" in (caught.value.hint or "")
