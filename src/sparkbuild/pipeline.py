@@ -53,6 +53,7 @@ from sparkbuild.team.compile_cache import (
 )
 from sparkbuild.team.dist_client import connect_for, team_plan
 from sparkbuild.team.dist_record import DistResult, write_build_trace
+from sparkbuild.team.gate_server import gate_slots
 from sparkbuild.team.sccache_server import dist_outcome, open_shared_cache
 from sparkbuild.vendoring.fetch import vendor_for_recipe
 from sparkbuild.vendoring.fetch_log import vendor_unplanned
@@ -482,7 +483,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
             with open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch.version, work=work,
-                    cache_root=cache.root, dist=link) as shared, aot_alongside(builder_for(
+                    cache_root=cache.root, dist=link,
+                    gate=gate_slots(plan.pool)) as shared, aot_alongside(builder_for(
                         recipe, python=python, torch=torch.version, cache=cache, work=work,
                         offline=options.offline, compile_jobs=plan.max_jobs,
                         shared=shared)) as aot_run:

@@ -193,12 +193,19 @@ NINJA_RECORD = Setting("SPARKBUILD_NINJA_RECORD", "path", "none",
 HEAVY_POOL_DEPTH = Setting("SPARKBUILD_HEAVY_POOL_DEPTH", "count", "no pool",
                            "The depth of the heavy units' ninja pool the top-level CMake "
                            "include declares.", set_by="sparkbuild")
+HEAVY_GATE = Setting("SPARKBUILD_HEAVY_GATE", "path", "none",
+                     "With dist: the file the compiler launcher reads to send a heavy unit to "
+                     "the sccache server of the build host's heavy slots.",
+                     set_by="sparkbuild")
+HEAVY_OUTPUTS = Setting("SPARKBUILD_HEAVY_OUTPUTS", "path", "none",
+                        "With dist: where sparkbuild's ninja lists the outputs it put into "
+                        "the heavy pool, for the compiler launcher.", set_by="sparkbuild")
 
 SETTINGS: tuple[Setting, ...] = (
     CACHE, LOCK_TIMEOUT, NET_TIMEOUT, NET_DEADLINE, QUIET, CUOBJDUMP, NVDISASM, CSRC,
     JOB_PLAN, FLASHINFER_LAUNCHER, BUILD_ROOT, DIST_TOKEN, MAX_JOBS, NVCC_THREADS,
     EXT_TARGETS, REAL_CMAKE, FETCH_LOG, OFFLINE, REAL_NINJA, POOL_PLAN, NINJA_RECORD,
-    HEAVY_POOL_DEPTH,
+    HEAVY_POOL_DEPTH, HEAVY_GATE, HEAVY_OUTPUTS,
 )
 BY_NAME = {setting.name: setting for setting in SETTINGS}
 

@@ -16,11 +16,16 @@ and ninja runs again: it builds only what is left. Each run is appended to
 status, the units retried, and the lines this run added to ``.ninja_log``: the timeline reads
 a run's units from those alone, so a run with nothing to do has none).
 
+With dist (``$SPARKBUILD_HEAVY_OUTPUTS``), the heavy edges' outputs are listed for the
+compiler launcher, which sends those units to the build host's heavy slots when their
+steps fall back (:mod:`sparkbuild.team.heavy_gate`).
+
 Anything but a build (``--version``, ``-t TOOL``, ``-n``) goes to ninja unchanged.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -30,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
+from sparkbuild.jobplan.heavy_units import is_heavy, rule_match, write_heavy_outputs
 from sparkbuild.jobplan.ninja_graph import (
     Edge,
     NinjaFile,
@@ -42,7 +47,13 @@ from sparkbuild.jobplan.ninja_graph import (
     read_ninja_file,
 )
 from sparkbuild.jobplan.unit_order import expected_seconds, longest_first, plan_measure
-from sparkbuild.settings import HEAVY_POOL_DEPTH, NINJA_RECORD, POOL_PLAN, REAL_NINJA
+from sparkbuild.settings import (
+    HEAVY_OUTPUTS,
+    HEAVY_POOL_DEPTH,
+    NINJA_RECORD,
+    POOL_PLAN,
+    REAL_NINJA,
+)
 
 REAL_VARIABLE = REAL_NINJA.name
 RECORD_VARIABLE = NINJA_RECORD.name
@@ -275,6 +286,16 @@ def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
     return child.returncode, lines
 
 
+def _list_heavy(build_dir: Path, manifest: Path | None, heavy: list[str]) -> None:
+    """With dist: the heavy pool's outputs for the compiler launcher in front of sccache,
+    which sends them to the heavy units' server (sparkbuild.team.heavy_gate)."""
+    directory = HEAVY_OUTPUTS.path()
+    if directory is None:
+        return
+    name = hashlib.sha256(f"{build_dir}\n{manifest or ''}".encode()).hexdigest()[:16]
+    write_heavy_outputs(directory, build_dir, name, heavy)
+
+
 def _record(entry: dict[str, Any]) -> None:
     path = NINJA_RECORD.path()
     if path is not None:
@@ -313,6 +334,7 @@ def main(argv: list[str]) -> int:
     for attempt in range(1, MAX_ATTEMPTS + 1):
         heavy = (assign_pool(build_dir, plan, manifest)
                  if (manifest or build_dir / "build.ninja").is_file() else [])
+        _list_heavy(build_dir, manifest, heavy)
         started = time.time()
         returncode, output, log = _run_logged(real, argv, build_dir)
         failed = failed_units(output) if returncode else {}

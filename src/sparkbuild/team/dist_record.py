@@ -166,6 +166,9 @@ class DistResult:
     """The build's share of the server's stats (after minus before)."""
     steps: list[DistStep] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    local_slots: dict[str, Any] | None = None
+    """The heavy units' server of the build host's slots (sparkbuild.team.gate_server):
+    its port and cpus, and the others' cpus; None: one server."""
 
     @property
     def capacity_fallbacks(self) -> int:
@@ -194,6 +197,7 @@ class DistResult:
             "compile_fails": stats.compile_fails if stats else 0,
             "compilations": stats.compilations if stats else 0,
             "steps_read_from_log": len(self.steps),
+            "local_slots": self.local_slots,
             "warnings": self.warnings,
         }
 

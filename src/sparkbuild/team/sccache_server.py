@@ -45,6 +45,14 @@ from sparkbuild.team.compile_cache import (
 )
 from sparkbuild.team.dist_client import write_client_config
 from sparkbuild.team.dist_record import LOG_MODULES, DistResult, read_steps
+from sparkbuild.team.gate_server import (
+    HEAVY_LOG,
+    GatePlan,
+    GateSlots,
+    heavy_environment,
+    plan_gate,
+)
+from sparkbuild.team.heavy_gate import cpu_list
 from sparkbuild.team.scheduler_status import parse_dist_status
 from sparkbuild.toolchain.tools import describe_toolchain, find_sccache
 
@@ -92,6 +100,8 @@ class SccacheServer:
     port: int
     server_env: dict[str, str]
     client_env: dict[str, str]
+    cpus: str | None = None
+    """``taskset --cpu-list`` of the server (sparkbuild.team.gate_server); None: every cpu."""
 
     def _command(self, *args: str, env: dict[str, str]) -> tuple[int, str]:
         # Variables sccache would read that sparkbuild did not set are unset (`env -u`), so
@@ -99,7 +109,8 @@ class SccacheServer:
         dropped = sorted(k for k in os.environ if k.startswith("SCCACHE_")
                          and k not in PASSTHROUGH and k not in env)
         unset = [part for key in dropped for part in ("-u", key)]
-        result = run(["env", *unset, str(self.sccache), *args], env=env, echo=False,
+        pinned = ["taskset", "--cpu-list", self.cpus] if self.cpus else []
+        result = run([*pinned, "env", *unset, str(self.sccache), *args], env=env, echo=False,
                      check=False, timeout=START_TIMEOUT_S)
         return result.returncode, result.output
 
@@ -142,6 +153,8 @@ class Watchdog:
 
     server: SccacheServer
     spec: CacheSpec
+    others: tuple[SccacheServer, ...] = ()
+    """The heavy units' server of a dist build: stopped with it."""
     failed: str | None = None
     snapshot: SccacheStats | None = None
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -186,6 +199,8 @@ class Watchdog:
                  f"{why}; stopping its sccache server, the build goes on uncached")
             self.snapshot = self.server.stats()
             self.server.stop()
+            for other in self.others:
+                other.stop()
             return
 
 
@@ -255,6 +270,9 @@ class DistClient:
 
     link: DistLink
     toolchains: Path
+    gate: GateSlots | None = None
+    """The local plan's slots when the dist pool is deeper than the build host holds
+    (sparkbuild.team.gate_server): the heavy units get a server of their own."""
 
 
 def _dist_start(server: SccacheServer, dist: DistResult) -> None:
@@ -287,6 +305,12 @@ def _dist_finish(dist: DistResult, result: CompileCacheResult, log: Path, offset
             dist.steps = read_steps(lines, result.after)
     except OSError:
         dist.steps = []
+    if dist.local_slots is not None:  # the heavy units' server's log: this build's alone
+        try:
+            with log.with_name(HEAVY_LOG).open(encoding="utf-8", errors="replace") as lines:
+                dist.steps += read_steps(lines, None)
+        except OSError:
+            pass
     stats = dist.stats
     faults = stats.dist_errors - dist.capacity_fallbacks
     if faults > 0:
@@ -323,7 +347,10 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
     conf = (write_client_config(work / "sccache-dist.toml", dist.link, dist.toolchains)
             if dist and dist.link.connected else None)
     server_env, client_env = _environments(spec, namespace, port, work, basedirs, conf)
-    server = SccacheServer(sccache, port, server_env, client_env)
+    gate = (plan_gate(dist.gate, sccache=sccache, heavy_port=free_port(), work=work)
+            if conf is not None and dist is not None else None)
+    server = SccacheServer(sccache, port, server_env, client_env,
+                           cpu_list(gate.cpus.light) if gate else None)
     log = Path(client_env["SCCACHE_ERROR_LOG"])
     offset = _log_size(log)
     step(f"starting sccache on 127.0.0.1:{port}: {spec.backend} {spec.location}"
@@ -344,15 +371,16 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
         return
     shared.launcher = str(sccache)
     shared.build_env = client_env
+    heavy = _start_heavy(gate, server, shared) if gate is not None else None
     if conf is not None and shared.dist is not None:
         _dist_start(server, shared.dist)
-    watchdog = Watchdog(server, spec)
+    watchdog = Watchdog(server, spec, (heavy,) if heavy else ())
     watchdog.start()
     try:
         yield shared
     finally:
         watchdog.finish()
-        _finish(result, server, watchdog)
+        _finish(result, server, watchdog, heavy)
         if conf is not None and shared.dist is not None:
             _dist_finish(shared.dist, result, log, offset)
             conf.unlink(missing_ok=True)
@@ -361,10 +389,41 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
             shutil.rmtree(spec.location, ignore_errors=True)
 
 
-def _finish(result: CompileCacheResult, server: SccacheServer, watchdog: Watchdog) -> None:
-    """Read the last numbers, stop whatever server holds the port, say what went wrong."""
+def _start_heavy(gate: GatePlan, server: SccacheServer, shared: SharedCache
+                 ) -> SccacheServer | None:
+    """The heavy units' server (sparkbuild.team.gate_server) beside the build's own, and
+    the launcher in front of both; None, with a warning, when it does not start."""
+    logs = Path(server.client_env["SCCACHE_ERROR_LOG"]).parent
+    heavy = SccacheServer(server.sccache, gate.heavy_port,
+                          heavy_environment(server.server_env, gate, logs),
+                          {**server.client_env, "SCCACHE_SERVER_PORT": str(gate.heavy_port)},
+                          cpu_list(gate.cpus.heavy))
+    why = heavy.start()
+    if why is not None:
+        warn(f"dist: the heavy units' sccache server did not start ({why}): units that "
+             f"fall back share the build's own server's {len(gate.cpus.light)} cpu(s)")
+        return None
+    shared.launcher = str(gate.launcher)
+    shared.build_env = {**server.client_env, **gate.client_env()}
+    if shared.dist is not None:
+        shared.dist.local_slots = {"heavy_port": gate.heavy_port,
+                                   "heavy_cpus": list(gate.cpus.heavy),
+                                   "light_cpus": list(gate.cpus.light)}
+    info(f"dist: {gate.describe()}")
+    return heavy
+
+
+def _finish(result: CompileCacheResult, server: SccacheServer, watchdog: Watchdog,
+            heavy: SccacheServer | None = None) -> None:
+    """Read the last numbers (the heavy units' server's added), stop whatever server holds
+    the port, say what went wrong."""
     last = server.stats()
     server.stop()
+    if heavy is not None:
+        heavy_last = heavy.stats()
+        heavy.stop()
+        if last is not None and heavy_last is not None:
+            last = last.plus(heavy_last)
     already = len(result.warnings)
     if watchdog.failed is None:
         result.status = "used" if last is not None else "degraded"
@@ -407,8 +466,8 @@ def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
 
 @contextlib.contextmanager
 def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, work: Path,
-                      cache_root: Path, dist: DistLink | None = None
-                      ) -> Iterator[SharedCache | None]:
+                      cache_root: Path, dist: DistLink | None = None,
+                      gate: GateSlots | None = None) -> Iterator[SharedCache | None]:
     """The pipeline's entry: ``None`` without a shared cache and without ``--dist``; else
     one build's session, its keys scoped by CUDA, ``torch`` (the one installed in the build
     environment), archs and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``.
@@ -426,7 +485,7 @@ def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, 
     space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch, label=label)
     sccache = find_sccache()
     root = work.parent.parent
-    client = DistClient(dist, cache_root / "team" / "dist-toolchains") if dist else None
+    client = DistClient(dist, cache_root / "team" / "dist-toolchains", gate) if dist else None
     with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
                               work=work, build_root=root, basedirs=[str(root), str(cache_root)],
                               dist=client, private=private) as shared:
