@@ -2,6 +2,7 @@
 
     python bench/dist_local_share.py OUT.json [--vllm VERSION=CUTLASS_DIR] [--unit PATH]...
                                               [--example] [--heavy CU_FILE]
+                                              [--flashinfer SITE --flashinfer-unit NAME]...
 
 Each unit's nvcc line is the one the real build runs (sparkbuild.checks.check_plan, as
 ``check`` compiles it: the example's CMake, or a vLLM release's with the series at 12.1a).
@@ -21,6 +22,14 @@ sccache ships them (tar and TLS framing not counted), up; its outputs (cudafe++'
 ``.cudafe1.*`` and module id, the ptx, the cubin, the host object), zlib level 6, down.
 The prototype's proxy measured 10.59 MB up / 4.09 MB down for one heavy unit
 (issue 43's prototype): compare with ``--heavy``.
+
+``--flashinfer SITE``: flashinfer's ``fused_moe_120`` module, as flashinfer 0.6.18's own
+generator writes it (``gen_cutlass_fused_moe_sm120_module``, ``FLASHINFER_CUDA_ARCH_LIST=
+12.1a``: the generated CUTLASS grouped-GEMM sources and the module's ``build.ninja``), in
+this interpreter with SITE on its path (flashinfer-python 0.6.18 and the packages it imports,
+unpacked there; torch is this interpreter's).  ``--flashinfer-unit NAME``: a source of the
+module (its file name); its nvcc line is the one ``ninja -t commands`` gives, run in the
+module's directory.  Its rows are named ``flashinfer 0.6.18 fused_moe_120 NAME``.
 """
 
 from __future__ import annotations
@@ -208,6 +217,48 @@ def _check_all() -> Any:
     return module
 
 
+FLASHINFER_GENERATE = """
+import os, sys
+from pathlib import Path
+build = Path(sys.argv[1])
+import flashinfer.jit.env as jit_env
+jit_env.FLASHINFER_WORKSPACE_DIR = build
+jit_env.FLASHINFER_JIT_DIR = build / "cached_ops"
+jit_env.FLASHINFER_GEN_SRC_DIR = build / "generated"
+jit_env.FLASHINFER_JIT_DIR.mkdir(parents=True, exist_ok=True)
+jit_env.FLASHINFER_GEN_SRC_DIR.mkdir(parents=True, exist_ok=True)
+from flashinfer.jit.fused_moe import gen_cutlass_fused_moe_sm120_module
+spec = gen_cutlass_fused_moe_sm120_module()
+spec.write_ninja()
+print(spec.ninja_path)
+"""
+"""flashinfer's own generator for fused_moe_120, its work directories under argv[1] (as
+sparkbuild's driver sets them)."""
+
+
+def flashinfer_units(site: Path, names: list[str], scratch: Path
+                     ) -> list[tuple[str, list[str], Path]]:
+    """(label, nvcc argv, cwd) of each ``fused_moe_120`` source named in ``names``."""
+    env = {**os.environ, "PYTHONPATH": str(site.resolve()),
+           "FLASHINFER_CUDA_ARCH_LIST": "12.1a",
+           "CUDA_HOME": os.environ.get("CUDA_HOME", "/usr/local/cuda")}
+    done = subprocess.run([sys.executable, "-c", FLASHINFER_GENERATE, str(scratch / "fi")],
+                          env=env, capture_output=True, text=True, check=True)
+    ninja = Path(done.stdout.strip().splitlines()[-1])
+    text = ninja.read_text(encoding="utf-8")
+    found = []
+    for name in names:
+        match = re.search(rf"^build (\S+): \S+ \S*/{re.escape(name)}$", text, re.MULTILINE)
+        if match is None:
+            raise SystemExit(f"fused_moe_120 has no source {name}")
+        listed = subprocess.run(["ninja", "-f", str(ninja), "-t", "commands", match.group(1)],
+                                cwd=ninja.parent, capture_output=True, text=True,
+                                check=True).stdout.strip().splitlines()
+        found.append((f"flashinfer 0.6.18 fused_moe_120 {name}", shlex.split(listed[-1]),
+                      ninja.parent))
+    return found
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
@@ -217,11 +268,18 @@ def main(argv: list[str]) -> int:
                         help="a unit of examples/mini-vllm")
     parser.add_argument("--heavy", type=Path, metavar="CU",
                         help="the prototype's heavy unit (torch + cub, -std=c++20 -O3)")
+    parser.add_argument("--flashinfer", type=Path, metavar="SITE",
+                        help="flashinfer-python 0.6.18 and its imports unpacked here")
+    parser.add_argument("--flashinfer-unit", action="append", default=[], metavar="NAME",
+                        help="a source of fused_moe_120 (its file name)")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the rows OUT.json holds and add these")
     args = parser.parse_args(argv)
     from sparkbuild.patches.prepare import prepare_tree
     from sparkbuild.recipe import REPO_ROOT, load_recipe
 
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = (json.loads(args.out.read_text(encoding="utf-8"))["units"]
+                                  if args.append and args.out.is_file() else [])
 
     def save(found: list[dict[str, Any]]) -> None:  # after each unit: nothing measured is lost
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +312,11 @@ def main(argv: list[str]) -> int:
                      "--expt-relaxed-constexpr", "-gencode", "arch=compute_121a,code=sm_121a",
                      "-c", str(args.heavy.resolve()), "-o", str(Path(scratch) / "heavy.o")]
             rows.append(measure(f"prototype heavy unit {args.heavy.name}", heavy, Path(scratch)))
+        if args.flashinfer:
+            for label, command, cwd in flashinfer_units(args.flashinfer, args.flashinfer_unit,
+                                                        Path(scratch)):
+                rows.append(measure(label, command, cwd))
+                save(rows)
     save(rows)
     for row in rows:
         print(f"{row['unit']}: {row['cpu_s']} CPU-s, local share {row['local_share']} "

@@ -56,9 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
-from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
+from sparkbuild.jobplan.schedule import KnownUnit, TeamShape, simulate, simulate_team
+from sparkbuild.jobplan.team_pool import ServerMemory
 from sparkbuild.jobplan.unit_order import longest_first
 from sparkbuild.recipe import parse_json, read_user_text
+from sparkbuild.team.gate_server import gate_slots
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
@@ -188,22 +190,24 @@ def _describe(row: dict[str, Any]) -> str:
             f"(peak {row['peak_gib']} GiB)")
 
 
-def measured_share(path: Path) -> dict[str, float]:
-    """The mean local share and bytes per unit of the real vLLM units in SHARE.json
-    (bench/dist_local_share.py), weighted by their CPU-seconds."""
+def measured_share(path: Path, prefix: str = "vllm ") -> dict[str, float]:
+    """The mean local share and bytes per unit of the measured units in SHARE.json
+    (bench/dist_local_share.py) whose name starts with ``prefix`` (the real vLLM units;
+    ``flashinfer `` for flashinfer's), weighted by their CPU-seconds."""
     data = read_json(path, f"the share table {path.name}")
     units = data.get("units") if isinstance(data, dict) else None
     if not isinstance(units, list):
         raise UsageError(f"{path.name}: no units list", where=str(path),
                          hint="SHARE.json is bench/dist_local_share.py's output")
     for number, row in enumerate(units, start=1):
-        problem = _share_problem(row)
+        problem = _share_problem(row, prefix)
         if problem is not None:
             raise UsageError(f"{path.name}: unit {number} {problem}", where=str(path),
                              hint="SHARE.json is bench/dist_local_share.py's output")
-    rows = [r for r in units if r["unit"].startswith("vllm ") and not r["failed_steps"]]
+    rows = [r for r in units if r["unit"].startswith(prefix) and not r["failed_steps"]]
     if not rows or not sum(r["cpu_s"] for r in rows):
-        raise UsageError(f"{path.name}: no real vLLM unit measured without a failed step",
+        what = "real vLLM" if prefix == "vllm " else prefix.strip()
+        raise UsageError(f"{path.name}: no {what} unit measured without a failed step",
                          where=str(path))
     cpu = sum(r["cpu_s"] for r in rows)
     return {"local_share": sum(r["local_share"] * r["cpu_s"] for r in rows) / cpu,
@@ -211,14 +215,14 @@ def measured_share(path: Path) -> dict[str, float]:
             "units": len(rows)}
 
 
-def _share_problem(row: object) -> str | None:
+def _share_problem(row: object, prefix: str = "vllm ") -> str | None:
     """Why ``row`` is not a unit of SHARE.json (its name, failed steps, CPU-seconds, local
     share and bytes each way)."""
     if not isinstance(row, dict) or not isinstance(row.get("unit"), str):
         return "is not an object with a unit name"
     if not isinstance(row.get("failed_steps"), (list, int)):
         return f"({row['unit']}) has no failed_steps"
-    if row["failed_steps"] or not row["unit"].startswith("vllm "):
+    if row["failed_steps"] or not row["unit"].startswith(prefix):
         return None  # not used
     for key in ("cpu_s", "local_share", "up_bytes", "down_bytes"):
         if row.get(key) is None:
@@ -230,8 +234,9 @@ def _share_problem(row: object) -> str | None:
 
 
 def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
-         share: dict[str, float], link_gbps: float) -> dict[str, Any]:
-    """The compile of ``units`` on ``sparks`` Sparks of ``cores`` cores (see --team)."""
+         shares: list[dict[str, float]], link_gbps: float) -> dict[str, Any]:
+    """The compile of ``units`` on ``sparks`` Sparks of ``cores`` cores and ``total`` bytes
+    each (see --team); ``shares``: each unit's measured share and bytes."""
     one = plans(units, cores, total)
     if sparks == 1:
         return {"sparks": 1, "compile_s": one["pools"]["makespan_s"], "max_jobs": cores,
@@ -242,45 +247,62 @@ def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
     table = [KnownUnit(str(u["path"]), "", s, int(p * GIB), float(i))
              for i, (u, s, p) in enumerate(zip(units, seconds, peaks, strict=True))]
     local = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,
-                       known=table)
+                       known=table, measured={f"{u.source}|": int(u.peak_bytes or 0)
+                                              for u in table})
     plan = with_team_cores(BuildPlan(cores, 1, "sccache", (), local),
                            team_cpus=cores * (sparks - 1), servers=sparks - 1,
-                           scheduler="projected", usable_bytes=usable).pool
+                           scheduler="projected", usable_bytes=usable,
+                           server_memory=ServerMemory(total, "a Spark's")).pool
     assert plan is not None
     order = longest_first(seconds)
     pooled = heavy_indices(plan, [table[i] for i in order])
     link = link_gbps * 1e9 / 8
-    moves = [share["bytes"] / link + 4 * STEP_LATENCY_S] * len(order)
-    run = simulate_team([seconds[i] for i in order], [peaks[i] for i in order],
-                        host_cores=cores, servers=[cores] * (sparks - 1),
-                        local_share=share["local_share"], transfer=moves, pool=pooled,
-                        depth=plan.depth, start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
+    moves = [shares[i]["bytes"] / link + 4 * STEP_LATENCY_S for i in order]
+    slots = gate_slots(plan)
+    shape = TeamShape(cores, [cores] * (sparks - 1), slots.slots if slots else None,
+                      start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
+    run = simulate_team([seconds[i] for i in order], [peaks[i] for i in order], shape,
+                        local_share=[shares[i]["local_share"] for i in order], transfer=moves,
+                        jobs=plan.jobs, pool=pooled, depth=plan.depth)
     return {"sparks": sparks, "compile_s": round(run.makespan, 1),
-            "max_jobs": cores * sparks, "pool_depth": plan.depth,
-            "local_pool_depth": local.depth, "pooled": len(pooled),
+            "max_jobs": plan.jobs, "pool_depth": plan.depth,
+            "local_pool_depth": local.depth, "local_slots": slots.slots if slots else None,
+            "pooled": len(pooled),
             "host_busy": round(run.host_busy / (run.makespan * cores), 3),
             "remote_busy": round(run.remote_busy / (run.makespan * cores * (sparks - 1)), 3),
             "fallback_s": round(run.fallback_seconds, 1),
             "server_peak_gib": round(run.server_peak, 1), "usable_gib": round(usable / GIB, 1),
-            "bytes_shipped_gb": round(share["bytes"] * len(units) / 1e9, 2)}
+            "bytes_shipped_gb": round(sum(share["bytes"] for share in shares) / 1e9, 2)}
 
 
 def team_report(units: list[dict[str, Any]], sparks: list[int], cores: int,
-                share: dict[str, float], link_gbps: float, before: float, after: float
+                shares: list[dict[str, float]], link_gbps: float, before: float, after: float
                 ) -> dict[str, Any]:
     total = 128 * 10**9
-    rows = [team(units, n, cores, total, share, link_gbps) for n in sparks]
+    rows = [team(units, n, cores, total, shares, link_gbps) for n in sparks]
     for row in rows:
         row["whole_job_s"] = round(before + row["compile_s"] + after, 1)
         row["whole_job_min"] = round(row["whole_job_s"] / 60, 1)
-    longest = max(float(u["seconds"]) for u in units)
+        # the floor's two terms on this many Sparks: every core busy, or the longest unit
+        row["floor_cores_s"] = round(before + sum(float(u["seconds"]) for u in units)
+                                     / (cores * row["sparks"]) + after, 1)
+    if rows and rows[0]["sparks"] == 1:
+        for row in rows:
+            row["of_one_spark"] = round(row["whole_job_s"] / rows[0]["whole_job_s"], 3)
+    longest = max(units, key=lambda u: float(u["seconds"]))
+    seen = {id(s): s for s in shares}
     return {"units": len(units), "unit_seconds": round(sum(float(u["seconds"])
                                                            for u in units)),
-            "longest_unit_s": longest, "cores": cores, "link_gbps": link_gbps,
-            "local_share": round(share["local_share"], 4),
-            "bytes_per_unit": round(share["bytes"]), "share_units": share["units"],
+            "longest_unit_s": float(longest["seconds"]), "longest_unit": longest["path"],
+            "cores": cores, "link_gbps": link_gbps,
+            "local_share": round(sum(s["local_share"] * float(u["seconds"])
+                                     for s, u in zip(shares, units, strict=True))
+                                 / max(1e-9, sum(float(u["seconds"]) for u in units)), 4),
+            "shares": [{k: round(v, 4) for k, v in s.items()} for s in seen.values()],
+            "bytes_per_unit": round(sum(s["bytes"] for s in shares) / len(shares)),
+            "share_units": sum(s["units"] for s in seen.values()),
             "before_s": before, "after_s": after,
-            "floor_s": round(before + longest + after, 1), "rows": rows}
+            "floor_s": round(before + float(longest["seconds"]) + after, 1), "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -298,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="another unit table through the same client (flashinfer's)")
     parser.add_argument("--local-share", type=float, default=None,
                         help="instead of the measured one (a sensitivity run)")
+    parser.add_argument("--second-share", type=Path, default=None, metavar="SHARE.json",
+                        help="the --second-table's units' measured share (flashinfer's rows "
+                        "of bench/dist_local_share.py); default: the --team table's")
     parser.add_argument("--machine", action="append", default=[], metavar="NAME=CORES,GB",
                         help="simulate this machine instead of the Spark and the device")
     parser.add_argument("--before", type=float, default=BEFORE_S)
@@ -344,27 +369,38 @@ def _run(args: argparse.Namespace) -> int:
                          hint="for example --cores 20 --link-gbps 10")
     units = load(args.table, args.today_order)
     if args.team is not None:
-        if args.second_table is not None:
-            units += load(args.second_table)
         share = measured_share(args.team)
         if args.local_share is not None:
             share["local_share"] = args.local_share
+        shares = [share] * len(units)
+        if args.second_table is not None:
+            second = load(args.second_table)
+            other = (measured_share(args.second_share, "flashinfer ")
+                     if args.second_share is not None else share)
+            if args.local_share is not None:
+                other["local_share"] = args.local_share
+            units += second
+            shares += [other] * len(second)
         report = team_report(units, _counts(args.sparks, "--sparks"), args.cores,
-                             share, args.link_gbps, args.before, args.after)
+                             shares, args.link_gbps, args.before, args.after)
         if args.json:
             print(json.dumps(report, indent=1))
             return 0
         print(f"{report['units']} units, {report['unit_seconds']} unit-seconds, longest "
-              f"{report['longest_unit_s']:.0f} s; local share {report['local_share']}, "
+              f"{report['longest_unit_s']:.0f} s ({report['longest_unit']}); local share "
+              f"{report['local_share']} (CPU-weighted over the units), "
               f"{report['bytes_per_unit'] / 1e6:.1f} MB per unit at {args.link_gbps:g} Gb/s; "
               f"whole job at least {report['floor_s']:.0f} s (before + longest + after)")
         for row in report["rows"]:
-            extra = (f", host cores busy {row['host_busy']}, servers {row['remote_busy']}, "
-                     f"fallback {row['fallback_s']} s, server peak {row['server_peak_gib']} "
-                     f"GiB" if row["sparks"] > 1 else "")
+            extra = (f", pool depth {row['pool_depth']} (local {row['local_pool_depth']}, "
+                     f"slots {row['local_slots']}), host cores busy {row['host_busy']}, "
+                     f"servers {row['remote_busy']}, fallback {row['fallback_s']} s, server "
+                     f"peak {row['server_peak_gib']} GiB" if row["sparks"] > 1 else "")
+            ratio = f", {row['of_one_spark']} of one Spark" if "of_one_spark" in row else ""
             print(f"{row['sparks']} Spark(s): compile {row['compile_s']:.0f} s, whole job "
-                  f"{row['whole_job_s']:.0f} s ({row['whole_job_min']} min), MAX_JOBS "
-                  f"{row['max_jobs']}{extra}")
+                  f"{row['whole_job_s']:.0f} s ({row['whole_job_min']} min{ratio}), "
+                  f"MAX_JOBS {row['max_jobs']}; floor: every core {row['floor_cores_s']:.0f} "
+                  f"s, the longest unit {report['floor_s']:.0f} s{extra}")
         return 0
     if args.second_table is not None:
         units += load(args.second_table)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
-from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, ServerMemory, team_depth
+from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, ServerMemory, plan_team
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -192,11 +192,12 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
                     server_memory: ServerMemory | None = None) -> BuildPlan:
     """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
     servers' cpus (their status at the start), as far as the build host's memory holds
-    :data:`DIST_LOCAL_GIB` per unit in flight.  The heavy units' pool takes the depth the
-    servers' memory holds (:func:`sparkbuild.jobplan.team_pool.team_depth`: their cicc and
-    ptxas run there), ``server_memory`` each (None: the build host's usable memory counts
-    as a server's); the local plan's depth stays the build host's slots for the steps that
-    fall back (``local_depth``, which sparkbuild.team.heavy_gate enforces)."""
+    :data:`DIST_LOCAL_GIB` per unit in flight, and with a measured unit table the team
+    plan's choice (:func:`sparkbuild.jobplan.team_pool.plan_team`).  The heavy units' pool
+    takes the depth the servers' memory holds (their cicc and ptxas run there),
+    ``server_memory`` each (None: the build host's usable memory counts as a server's);
+    the local plan's depth stays the build host's slots for the steps that fall back
+    (``local_depth``, which sparkbuild.team.heavy_gate enforces)."""
     if team_cpus <= 0:
         return plan
     if requested_jobs:
@@ -205,19 +206,22 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
             f"{scheduler}; MAX_JOBS={plan.max_jobs} as requested"), plan.pool,
             requested_jobs=plan.requested_jobs)
     by_memory = max(1, math.floor(usable_bytes / (DIST_LOCAL_GIB * GIB)))
-    jobs = max(plan.max_jobs, min(plan.max_jobs + team_cpus, by_memory))
-    bound = "" if jobs == plan.max_jobs + team_cpus else (
+    most = max(plan.max_jobs, min(plan.max_jobs + team_cpus, by_memory))
+    bound = "" if most == plan.max_jobs + team_cpus else (
         f", bounded by memory ({gib_text(usable_bytes)} usable, {DIST_LOCAL_GIB:g} GiB per "
         "unit in flight)")
     reasons = tuple(r for r in plan.reasons if not r.startswith("MAX_JOBS="))
-    pool = plan.pool
+    pool, jobs = plan.pool, most
     if pool is not None:
         memory = server_memory or ServerMemory(usable_bytes, SERVERS_ALIKE, usable=True)
-        depth, why = team_depth(pool, servers=max(1, servers), team_cpus=team_cpus,
-                                memory=memory, jobs=jobs)
-        pool = dataclasses.replace(pool, jobs=jobs, depth=depth, local_depth=pool.depth,
+        choice = plan_team(pool, servers=max(1, servers), team_cpus=team_cpus, memory=memory,
+                           most_jobs=most)
+        jobs = choice.jobs
+        if jobs != most:
+            bound = f"; the team plan chose {jobs} of up to {most}"
+        pool = dataclasses.replace(pool, jobs=jobs, depth=choice.depth, local_depth=pool.depth,
                                    local_jobs=pool.jobs, reasons=(
-            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores", why,
+            *pool.reasons, f"dist: MAX_JOBS={jobs} with the team's cores", choice.reason,
             f"local slots: a pooled unit whose steps fall back compiles here in one of "
             f"{pool.depth} slot(s) of the heavy units' sccache server, at most "
             f"{pool.depth} at once (its jobserver: {pool.depth} cpu(s)); the others' "

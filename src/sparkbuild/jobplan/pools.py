@@ -97,6 +97,9 @@ class PoolPlan:
     dist, ``depth`` is the local one."""
     local_jobs: int | None = None
     """With dist: the local plan's MAX_JOBS (the build host's compile slots)."""
+    table: tuple[KnownUnit, ...] = field(default=(), repr=False)
+    """The unit table the plan was simulated on (with dist, the team's candidates are
+    simulated on it too: sparkbuild.jobplan.team_pool); () for the first build."""
 
     @property
     def peak_threshold(self) -> float:
@@ -374,7 +377,7 @@ def plan_pools(
                     HEAVY_PATTERNS if rule_heavy else (), killed, (*reasons, _RETRY),
                     single_plan_jobs=single, predicted_seconds=best.makespan,
                     single_plan_seconds=baseline.makespan,
-                    seconds=unit_seconds if starts_longest else {})
+                    seconds=unit_seconds if starts_longest else {}, table=tuple(known))
 
 
 _RETRY = "a unit killed for memory (SIGKILL, exit 137) is retried in the pool"

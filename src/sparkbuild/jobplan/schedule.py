@@ -81,45 +81,81 @@ class TeamSchedule:
     """The highest sum of the peaks of the steps in flight on one server."""
 
 
-def simulate_team(seconds: Sequence[float], peaks: Sequence[float], *, host_cores: int,
-                  servers: Sequence[int], local_share: float,
+@dataclass(frozen=True)
+class TeamShape:
+    """The machines of a team build: the build host's cores, each build server's."""
+
+    host_cores: int
+    servers: Sequence[int]
+    host_slots: int | None = None
+    """The gate (sparkbuild.team.heavy_gate): the pooled units' work on the build host --
+    their local share and their fallbacks -- on this many of its cores, the others' on the
+    rest; None: every unit's on every core."""
+    start_delay: float = 0.0
+    """When the servers start work (the client packaging its toolchains)."""
+
+
+class _Host:
+    """The build host's cores: one queue, or the gate's two (pooled units / the others)."""
+
+    def __init__(self, shape: TeamShape, pooled: set[int]) -> None:
+        cores = max(1, shape.host_cores)
+        slots = shape.host_slots
+        self.split = slots is not None and 0 < slots < cores
+        self.pooled = pooled
+        heavy = slots if self.split and slots is not None else 0
+        self.free = [max(1, cores - heavy), heavy]
+        self.queue: list[deque[tuple[int, float]]] = [deque(), deque()]
+
+    def side(self, unit: int) -> int:
+        return 1 if self.split and unit in self.pooled else 0
+
+
+def _per_unit(value: float | Sequence[float], count: int) -> list[float]:
+    return [float(value)] * count if isinstance(value, (int, float)) else list(value)
+
+
+def simulate_team(seconds: Sequence[float], peaks: Sequence[float], shape: TeamShape, *,
+                  local_share: float | Sequence[float],
                   transfer: Sequence[float] | None = None, jobs: int | None = None,
-                  pool: Collection[int] = (), depth: int = 0,
-                  start_delay: float = 0.0) -> TeamSchedule:
+                  pool: Collection[int] = (), depth: int = 0) -> TeamSchedule:
     """Units ``0..n-1`` in order, as sccache-dist runs them: each first holds a core of the
-    build host for its ``local_share`` (preprocessing, fatbinary, what sccache adds), then
-    its remote part (plus ``transfer`` seconds) on the least-loaded server with a free core
-    (``servers``: each one's cores), or -- every server full -- on the build host (sccache's
-    local fallback).  At most ``jobs`` units in flight (default: every core of the team), the
-    ``pool`` units at most ``depth`` at once; the servers start work at ``start_delay``
-    (the client packaging its toolchains).  Dependencies are not modelled, as in
+    build host for its ``local_share`` (one share, or each unit's: preprocessing,
+    fatbinary, what sccache adds), then its remote part (plus ``transfer`` seconds) on the
+    least-loaded server with a free core (``shape.servers``: each one's cores), or -- every
+    server full -- on the build host (sccache's local fallback; with ``shape.host_slots``,
+    a pooled unit's only on the gate's slots).  At most ``jobs`` units in flight (default:
+    every core of the team), the ``pool`` units at most ``depth`` at once; the servers
+    start work at ``shape.start_delay``.  Dependencies are not modelled, as in
     :func:`simulate`."""
     count = len(seconds)
     if len(peaks) != count:
         raise ValueError("seconds and peaks differ in length")
+    servers = list(shape.servers)
+    shares = _per_unit(local_share, count)
     moves = transfer or [0.0] * count
-    limit = max(1, jobs or host_cores + sum(servers))
+    limit = max(1, jobs or shape.host_cores + sum(servers))
     depth = max(1, depth)
     waiting = deque(range(count))
     pooled = set(pool)
+    host = _Host(shape, pooled)
     events: list[tuple[float, int, int, int]] = []  # (time, order, kind, unit): kind 0 local
-    host_free = max(1, host_cores)                   # done, 1 remote done on server / host
-    host_queue: deque[tuple[int, float]] = deque()
-    running = [0] * len(servers)
+    running = [0] * len(servers)                     # done, 1 remote done on server / host
     memory = [0.0] * len(servers)
     where: dict[int, int] = {}
     now = host_busy = remote_busy = fallback = server_peak = 0.0
     in_flight = in_pool = order = 0
 
     def on_host(unit: int, work: float) -> None:
-        nonlocal host_free, host_busy, order
-        if host_free:
-            host_free -= 1
+        nonlocal host_busy, order
+        side = host.side(unit)
+        if host.free[side]:
+            host.free[side] -= 1
             host_busy += work
             order += 1
             heapq.heappush(events, (now + work, order, 0, unit))
         else:
-            host_queue.append((unit, work))
+            host.queue[side].append((unit, work))
 
     def start_units() -> None:
         nonlocal in_flight, in_pool
@@ -130,19 +166,20 @@ def simulate_team(seconds: Sequence[float], peaks: Sequence[float], *, host_core
             waiting.remove(unit)
             in_flight += 1
             in_pool += unit in pooled
-            on_host(unit, seconds[unit] * local_share)
+            on_host(unit, seconds[unit] * shares[unit])
 
     start_units()
     remote_phase: set[int] = set()
     while events:
         now, _, kind, unit = heapq.heappop(events)
         if kind == 0:  # a host core is free again
-            host_free += 1
-            if host_queue:
-                on_host(*host_queue.popleft())
+            side = host.side(unit)
+            host.free[side] += 1
+            if host.queue[side]:
+                on_host(*host.queue[side].popleft())
         if kind == 0 and unit not in remote_phase:  # the local part ended: out it goes
             remote_phase.add(unit)
-            work = seconds[unit] * (1.0 - local_share)
+            work = seconds[unit] * (1.0 - shares[unit])
             free = [i for i, cores in enumerate(servers) if running[i] < cores]
             if free:
                 chosen = min(free, key=lambda i: (running[i] / servers[i], i))
@@ -152,7 +189,7 @@ def simulate_team(seconds: Sequence[float], peaks: Sequence[float], *, host_core
                 where[unit] = chosen
                 remote_busy += work
                 order += 1
-                begins = max(now, start_delay)
+                begins = max(now, shape.start_delay)
                 heapq.heappush(events, (begins + work + moves[unit], order, 1, unit))
             else:
                 fallback += work

@@ -24,7 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkbuild.errors import UsageError
-from sparkbuild.jobplan.pools import GIB, HEADROOM, PoolPlan, fitting_depth, pool_depth
+from sparkbuild.jobplan.pools import (
+    GIB,
+    HEADROOM,
+    PoolPlan,
+    fitting_depth,
+    heavy_indices,
+    pool_depth,
+)
+from sparkbuild.jobplan.schedule import TeamShape, simulate_team
+from sparkbuild.jobplan.unit_order import longest_first
 from sparkbuild.recipe import SERVER_MEMORY_HINT, check_job_memory_gib
 
 SERVERS_ALIKE = ("the build host's own: servers taken as alike (--dist-server-memory GIB "
@@ -92,3 +101,89 @@ def team_depth(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMe
         f"{usable / GIB:.1f} GiB in all hold {fit or 0} at once ({basis}; the "
         f"local plan's depth {pool.depth} is the floor and stays the build host's local "
         "slots for steps that fall back)")
+
+
+DIST_LOCAL_SHARE = 0.074
+"""What a unit keeps on the build host with dist, of its CPU-seconds: 7.4 % of a real vLLM
+unit's (CPU-weighted over four, bench/team/2026-12-05-local-share.json)."""
+STEP_ROUND_TRIPS_S = 2.0
+"""Four remote steps a unit, 0.5 s of allocation and transfer each (measured 0.2 to 1 s on
+loopback under load)."""
+TOOLCHAINS_S = 10.0
+"""Before a server's first step: the client packs cudafe++, cicc, ptxas and gcc (about
+10 s measured) and sends them (85 MB)."""
+MOST_DEPTHS = 24
+
+
+@dataclass(frozen=True)
+class TeamChoice:
+    """The team plan: MAX_JOBS, the heavy pool's depth, and why."""
+
+    jobs: int
+    depth: int
+    reason: str
+    seconds: float | None = None
+    """The simulated compile (None: nothing measured to simulate)."""
+
+
+def _shape_of(pool: PoolPlan, servers: int, team_cpus: int) -> TeamShape:
+    host = pool.jobs
+    slots = pool.depth if pool.depth < host else None
+    each = max(1, team_cpus // max(1, servers))
+    return TeamShape(host, [each] * max(1, servers), slots, start_delay=TOOLCHAINS_S)
+
+
+def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMemory,
+              most_jobs: int) -> TeamChoice:
+    """MAX_JOBS and the heavy pool's depth for a build over ``servers`` build servers.
+
+    With a measured unit table (``pool.table``): every depth from the local plan's up to
+    what the team's cores could take (:data:`MOST_DEPTHS` at most), each with MAX_JOBS from
+    the servers' cpus alone up to ``most_jobs`` (the build host's jobs besides), is
+    simulated as sccache-dist runs it (:func:`sparkbuild.jobplan.schedule.simulate_team`:
+    units longest first, :data:`DIST_LOCAL_SHARE` of each kept here, a remote part that
+    finds every server core taken falling back here, a pooled one only into the local
+    slots); the fastest whose simulated peak on a server fits its usable memory wins --
+    the local planner's rule, with each server's simulated peak in place of one machine's
+    worst case, which for a Spark holds two 10 GiB units beside its other cores' largest
+    light ones and leaves the team's cores idle.  Without a table (a first build), or
+    when no candidate fits: the servers' worst case (:func:`team_depth`) and
+    ``most_jobs``."""
+    fit_depth, fit_reason = team_depth(pool, servers=servers, team_cpus=team_cpus,
+                                       memory=memory, jobs=most_jobs)
+    table = [u for u in pool.table if u.seconds >= 0]
+    if not table:
+        return TeamChoice(most_jobs, fit_depth, fit_reason)
+    seconds = [u.seconds for u in table]
+    order = longest_first(seconds)
+    ordered = [table[i] for i in order]
+    pooled = heavy_indices(pool, ordered)
+    peaks = [float(u.peak_bytes or pool.light_budget_bytes) * HEADROOM for u in ordered]
+    shape = _shape_of(pool, servers, team_cpus)
+    host = pool.jobs
+    jobs_options = sorted({min(most_jobs, max(1, team_cpus + host * k // 4))
+                           for k in range(5)})
+    top = min(most_jobs, max(pool.depth, len(pooled)))
+    depths = range(pool.depth, min(top, pool.depth + MOST_DEPTHS - 1) + 1)
+    found: list[tuple[bool, float, int, int, float]] = []
+    for depth in depths:
+        for jobs in jobs_options:
+            run = simulate_team([seconds[i] for i in order], peaks, shape,
+                                local_share=DIST_LOCAL_SHARE,
+                                transfer=[STEP_ROUND_TRIPS_S] * len(order), jobs=jobs,
+                                pool=pooled, depth=depth)
+            found.append((run.server_peak <= memory.usable_bytes, run.makespan, depth, jobs,
+                          run.server_peak))
+    fitting = [c for c in found if c[0]]
+    if not fitting:
+        return TeamChoice(most_jobs, fit_depth, fit_reason + "; no simulated candidate fits "
+                          "a server's memory")
+    _, makespan, depth, jobs, peak = min(fitting, key=lambda c: (c[1], c[2], c[3]))
+    return TeamChoice(jobs, depth, (
+        f"dist: MAX_JOBS={jobs}, pool depth {depth}: the fastest of {len(found)} simulated "
+        f"candidates (depth {depths.start} to {depths.stop - 1}, MAX_JOBS "
+        f"{jobs_options[0]} to {jobs_options[-1]}; {len(pooled)} pooled unit(s), units "
+        f"longest first, {DIST_LOCAL_SHARE:.1%} of each here) whose peak on a server fits "
+        f"its {memory.usable_bytes / GIB:.1f} GiB ({memory.by}): compile {makespan:.0f} s, "
+        f"a server's peak {peak / GIB:.1f} GiB; the worst case of one server alone would "
+        f"give depth {fit_depth}"), makespan)

@@ -6,10 +6,10 @@ starts on it, watches, reads and stops (:mod:`.sccache_server`).  The team's cor
 sccache-dist: that same server as the dist client of a scheduler probed before the build
 (:mod:`.dist_client`; its status read typed and bounded, :mod:`.scheduler_status`; the
 client token and the servers' key read and checked, never shown, :mod:`.dist_token`), what
-it did -- compiles per build server, local fallbacks, each
-step's server read from its log, and the build's picture (:mod:`.dist_record`) --, the heavy units' own server on the build
-host's local slots, so that a step falling back never overcommits it (:mod:`.gate_server`),
-with the compiler launcher that routes to it (:mod:`.heavy_gate`), the
+it did -- compiles per build server, local fallbacks, each step's server read from its
+log, and the build's picture (:mod:`.dist_record`) --, the heavy units' own server on the
+build host's local slots, so that a step falling back never overcommits it
+(:mod:`.gate_server`), with the compiler launcher that routes to it (:mod:`.heavy_gate`), the
 scheduler and build servers started from sccache-dist's own binary (:mod:`.dist_services`)
 and ``doctor``'s checks of both ends (:mod:`.dist_checks`).  It hands
 :mod:`sparkbuild.compile` and :mod:`sparkbuild.flashinfer` the compiler launcher (and its
