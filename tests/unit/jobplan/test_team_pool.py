@@ -73,3 +73,41 @@ def test_the_recipe_names_each_servers_memory(tmp_path: Path) -> None:
         assert "build.dist_server_memory_gib" in caught.value.what
         if bad != '"lots"':  # a string is refused by the schema's type check first
             assert "doctor --dist URL --build-server DIR" in (caught.value.hint or "")
+
+
+def test_the_team_plan_is_the_fastest_simulated_candidate_that_fits_a_server() -> None:
+    from sparkbuild.jobplan.team_pool import plan_team
+
+    pool = _measured_pool()
+    assert len(pool.table) == 224
+    alike = ServerMemory(115 * GIB, "test", usable=True)
+    choice = plan_team(pool, servers=3, team_cpus=60, memory=alike, most_jobs=80)
+    assert choice.seconds is not None and "simulated candidates" in choice.reason
+    assert pool.depth <= choice.depth <= 24 and 60 <= choice.jobs <= 80
+    # faster than the local plan's depth with every core, which it also simulated
+    from sparkbuild.jobplan.schedule import simulate_team
+    from sparkbuild.jobplan.team_pool import (
+        DIST_LOCAL_SHARE,
+        STEP_ROUND_TRIPS_S,
+        _shape_of,
+    )
+    from sparkbuild.jobplan.unit_order import longest_first
+
+    order = longest_first([u.seconds for u in pool.table])
+    ordered = [pool.table[i] for i in order]
+    pooled = {i for i, u in enumerate(ordered) if u.source.startswith("moe/")}
+    narrow = simulate_team([u.seconds for u in ordered],
+                           [float(u.peak_bytes or 0) * HEADROOM for u in ordered],
+                           _shape_of(pool, 3, 60), local_share=DIST_LOCAL_SHARE,
+                           transfer=[STEP_ROUND_TRIPS_S] * len(ordered), jobs=80,
+                           pool=pooled, depth=pool.depth)
+    assert choice.seconds <= narrow.makespan
+    # servers too small for any candidate: the servers' worst case, MAX_JOBS as given
+    tiny = plan_team(pool, servers=3, team_cpus=60, memory=ServerMemory(
+        8 * GIB, "test", usable=True), most_jobs=80)
+    assert (tiny.jobs, tiny.depth, tiny.seconds) == (80, pool.depth, None)
+    assert "no simulated candidate fits" in tiny.reason
+    # a first build (no table): the worst case, MAX_JOBS as given
+    rule = plan_pools(cores=20, usable_bytes=115 * GIB, job_memory_gib=8.7)
+    first = plan_team(rule, servers=3, team_cpus=60, memory=alike, most_jobs=80)
+    assert first.jobs == 80 and first.seconds is None and first.depth >= rule.depth
