@@ -467,8 +467,9 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             require_complete(vendored.plan, cache)
         with phase("doctor"):
             plan = _build_plan(options, tree, cache)
-            plan = team_plan(plan, link, plan.requested_jobs, server_memory(
-                options.dist_server_memory_gib, recipe.build.dist_server_memory_gib))
+            servers_memory = server_memory(options.dist_server_memory_gib,
+                                           recipe.build.dist_server_memory_gib)
+            plan = team_plan(plan, link, plan.requested_jobs, servers_memory)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
@@ -483,8 +484,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
             with open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch.version, work=work,
-                    cache_root=cache.root, dist=link,
-                    gate=gate_slots(plan.pool)) as shared, aot_alongside(builder_for(
+                    cache_root=cache.root, dist=link, gate=gate_slots(plan.pool),
+                    server_memory=servers_memory) as shared, aot_alongside(builder_for(
                         recipe, python=python, torch=torch.version, cache=cache, work=work,
                         offline=options.offline, compile_jobs=plan.max_jobs,
                         shared=shared)) as aot_run:

@@ -27,6 +27,7 @@ of its own, and the wheel waits for it once the compile is done.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.flashinfer.builder import AotResult
+    from sparkbuild.jobplan.team_pool import TeamFacts
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.team.sccache_server import SharedCache
@@ -86,9 +88,10 @@ def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache
         return functools.partial(_take, recipe, cache=cache, work=work, offline=offline)
     if not recipe.flashinfer.aot:
         return None
+    team = shared.dist.team() if shared is not None and shared.dist is not None else None
     return functools.partial(_build, recipe, python=python, torch=torch, cache=cache,
                              work=work, offline=offline, jobs=alongside_jobs(compile_jobs),
-                             launcher_env=launcher_environment(shared))
+                             launcher_env=launcher_environment(shared), team=team)
 
 
 def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResult:
@@ -100,16 +103,17 @@ def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResu
 
 
 def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
-           offline: bool, jobs: int, launcher_env: dict[str, str]) -> AotResult:
+           offline: bool, jobs: int, launcher_env: dict[str, str],
+           team: TeamFacts | None = None) -> AotResult:
     from sparkbuild.flashinfer.builder import request_for_recipe
     from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
-    request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
-                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs,
-                                 launcher_env=launcher_env,
-                                 usable_bytes=reserved_bytes(os.cpu_count() or 1))
+    request = dataclasses.replace(request_for_recipe(
+        recipe, out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
+        offline=offline, jobs=jobs, launcher_env=launcher_env,
+        usable_bytes=reserved_bytes(os.cpu_count() or 1)), team=team)
     return reusing_jit_cache(cache, request, torch)
 
 

@@ -29,6 +29,7 @@ the driver :mod:`sparkbuild.flashinfer.driver`:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -94,6 +95,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from sparkbuild.flashinfer.module_set import ModuleSpec
+    from sparkbuild.jobplan.team_pool import TeamFacts
     from sparkbuild.recipe import Recipe
 
 
@@ -135,6 +137,9 @@ class AotRequest:
     system's share); the heavy pool's depth is what it holds."""
     job_memory_gib: float = 8.7
     offline: bool = True
+    team: TeamFacts | None = None
+    """A dist build's team (the build's scheduler): the heavy pool takes the depth the
+    servers' memory holds, as the compile's does (sparkbuild.jobplan.team_pool)."""
     """Whether a missing header wheel may be downloaded (never offline)."""
 
     @property
@@ -267,8 +272,20 @@ def _pool_plan(request: AotRequest, jobs: int) -> PoolPlan:
     if request.cache_root is not None:
         measured, killed = measured_for(request.cache_root, request.unit_arch)
         known = known_units(request.cache_root, request.unit_arch)
-    return plan_pools(cores=jobs, usable_bytes=usable, job_memory_gib=request.job_memory_gib,
+    plan = plan_pools(cores=jobs, usable_bytes=usable, job_memory_gib=request.job_memory_gib,
                       measured=measured, killed=killed, known=known)
+    team = request.team
+    if team is None:
+        return plan
+    from sparkbuild.jobplan.machine import BuildPlan, with_team_cores
+
+    teamed = with_team_cores(BuildPlan(plan.jobs, 1, None, (), plan), team_cpus=team.cpus,
+                             servers=team.servers, scheduler="the build's scheduler",
+                             usable_bytes=usable, server_memory=team.memory).pool
+    if teamed is None:
+        return plan
+    # the builder's ninja keeps its own jobs: the pool no deeper than they are
+    return dataclasses.replace(teamed, jobs=jobs, depth=min(teamed.depth, jobs))
 
 
 def _ninja_environment(request: AotRequest, site: Path, plan: PoolPlan) -> dict[str, str]:

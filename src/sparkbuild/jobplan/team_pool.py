@@ -60,6 +60,16 @@ class ServerMemory:
         return max(0.0, self.size_bytes - min(4.0 * GIB, 0.1 * self.size_bytes))
 
 
+@dataclass(frozen=True)
+class TeamFacts:
+    """A dist build's team as a second builder plans with it (flashinfer's, alongside):
+    the scheduler's servers and cpus at the start, each server's memory."""
+
+    servers: int
+    cpus: int
+    memory: ServerMemory | None = None
+
+
 def server_memory(flag_gib: float | None, recipe_gib: float | None) -> ServerMemory | None:
     """``--dist-server-memory``, else the recipe's ``dist_server_memory_gib``; None: neither
     (the build host's own usable memory then counts as each server's)."""

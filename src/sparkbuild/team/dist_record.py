@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.build_trace import Span, Track, host_track, trace_document, write_trace
+from sparkbuild.jobplan.team_pool import ServerMemory, TeamFacts
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -169,6 +170,15 @@ class DistResult:
     local_slots: dict[str, Any] | None = None
     """The heavy units' server of the build host's slots (sparkbuild.team.gate_server):
     its port and cpus, and the others' cpus; None: one server."""
+    server_memory: ServerMemory | None = None
+    """Each server's memory as the build planned with it (not reported: the plan says it)."""
+
+    def team(self) -> TeamFacts | None:
+        """The team a builder alongside plans with; None: not connected."""
+        status = self.at_start or self.link.status
+        if not self.link.connected or status is None or status.cpus <= 0:
+            return None
+        return TeamFacts(status.servers, status.cpus, self.server_memory)
 
     @property
     def capacity_fallbacks(self) -> int:

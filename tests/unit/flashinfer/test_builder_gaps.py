@@ -182,3 +182,25 @@ def test_offline_a_toolkit_without_the_headers_names_the_pinned_wheels(
     assert gaps[0].startswith("nvidia-cublas==") and "cublasLt.h" in gaps[0]
     assert gaps[1].startswith("nvidia-curand==") and "curand_kernel.h" in gaps[1]
     assert all(str(bare) in gap for gap in gaps)
+
+
+def test_with_dist_the_builders_pool_is_sized_by_the_servers_as_the_compiles_is(
+        tmp_path: Path) -> None:
+    import dataclasses
+
+    from sparkbuild.flashinfer.builder import AotRequest, _pool_plan
+    from sparkbuild.jobplan.pools import GIB
+    from sparkbuild.jobplan.team_pool import ServerMemory, TeamFacts
+
+    request = AotRequest(flashinfer_wheel=tmp_path / "w.whl", wheel_dir=tmp_path,
+                         python=Path("python"), archs=("12.1a",), out=tmp_path / "out",
+                         work=tmp_path / "work", cuda_home=tmp_path, cuda_version="13.0",
+                         usable_bytes=27 * GIB)  # the builder's share beside the compile
+    local = _pool_plan(request, 5)
+    assert local.local_depth is None and local.depth <= 3
+    team = TeamFacts(3, 60, ServerMemory(119.2 * GIB, "--dist-server-memory"))
+    teamed = _pool_plan(dataclasses.replace(request, team=team), 5)
+    # the servers hold more than the builder's share of this machine, within its 5 jobs
+    assert teamed.depth == 5 and teamed.jobs == 5
+    assert teamed.local_depth == local.depth  # this machine's slots for what falls back
+    assert any("from the build servers' memory" in r for r in teamed.reasons)
