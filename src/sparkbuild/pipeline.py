@@ -436,6 +436,8 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
 
     check_destination(options.out, before_build=True)  # refused now, not after hours
     check_jobs(options.jobs, where="wheel --jobs")
+    servers_memory = server_memory(options.dist_server_memory_gib,  # refused now, not later
+                                   options.recipe.build.dist_server_memory_gib)
     check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
@@ -467,8 +469,6 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             require_complete(vendored.plan, cache)
         with phase("doctor"):
             plan = _build_plan(options, tree, cache)
-            servers_memory = server_memory(options.dist_server_memory_gib,
-                                           recipe.build.dist_server_memory_gib)
             plan = team_plan(plan, link, plan.requested_jobs, servers_memory)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)

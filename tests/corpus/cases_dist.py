@@ -528,4 +528,39 @@ DEADLINE_CASES = [
          _scheduler_says(status(GOOD_STATUS), SPARKBUILD_NET_DEADLINE="soon"), DOCTOR),
 ]
 
-CASES = [*REDIRECT_CASES, *TOKEN_CASES, *LISTEN_CASES, *ANSWER_CASES, *DEADLINE_CASES]
+# -- 7. each build server's memory: a size, refused before anything is asked or prepared ----
+
+
+def _server_memory(value: str, *, command: str = "doctor") -> Callable[[Path], Invocation]:
+    def build(work: Path) -> Invocation:
+        work.mkdir(parents=True, exist_ok=True)
+        scheduler = Served({STATUS: status(GOOD_STATUS), ALLOC: accepts_any()})
+        args = (_wheel(work, scheduler.url) if command == "wheel" else _doctor(scheduler.url))
+        return Invocation([*args, "--dist-server-memory", value],
+                          env=_env(work, SPARKBUILD_DIST_TOKEN=TOKEN),
+                          after=_stop_all(scheduler, then=_nothing_asked(scheduler)),
+                          secrets=(TOKEN,))
+
+    return build
+
+
+def _nothing_asked(scheduler: Served) -> Callable[[], None]:
+    def check() -> None:
+        assert not scheduler.seen, f"the scheduler was asked: {scheduler.seen}"
+
+    return check
+
+
+SERVER_MEMORY = "--dist-server-memory must be a number of GiB above 0"
+SERVER_MEMORY_CASES = [
+    Case("dist-server-memory-negative-doctor", "dist", UsageError, SERVER_MEMORY,
+         _server_memory("-3"), ("sparkbuild.jobplan.team_pool",)),
+    Case("dist-server-memory-zero-wheel", "dist", UsageError, SERVER_MEMORY,
+         _server_memory("0", command="wheel"), ("sparkbuild.jobplan.team_pool",)),
+    Case("dist-server-memory-infinite-wheel", "dist", UsageError, "doctor --dist URL "
+         "--build-server DIR", _server_memory("inf", command="wheel"),
+         ("sparkbuild.jobplan.team_pool",)),
+]
+
+CASES = [*REDIRECT_CASES, *TOKEN_CASES, *LISTEN_CASES, *ANSWER_CASES, *DEADLINE_CASES,
+         *SERVER_MEMORY_CASES]

@@ -374,6 +374,10 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     default cache)."""
     if build_server is not None:
         return _build_server_doctor(dist.url if dist else None, build_server)
+    if dist is not None:  # a bad --dist-server-memory is refused before anything is asked
+        from sparkbuild.jobplan.team_pool import server_memory
+
+        server_memory(dist.server_memory_gib, None)
     if job_memory_gib is not None:
         check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
                              name="--job-memory-gib")
