@@ -29,7 +29,10 @@ generator writes it (``gen_cutlass_fused_moe_sm120_module``, ``FLASHINFER_CUDA_A
 this interpreter with SITE on its path (flashinfer-python 0.6.18 and the packages it imports,
 unpacked there; torch is this interpreter's).  ``--flashinfer-unit NAME``: a source of the
 module (its file name); its nvcc line is the one ``ninja -t commands`` gives, run in the
-module's directory.  Its rows are named ``flashinfer 0.6.18 fused_moe_120 NAME``.
+module's directory, with the headers the MoE sources include beyond the toolkit's
+(``cublasLt.h``: the nvidia-cublas wheel's ``nvidia/cu13/include``) on ``CPATH``, as
+sparkbuild's builder puts them (sparkbuild.flashinfer.build_env).  Its rows are named
+``flashinfer 0.6.18 fused_moe_120 NAME``.
 """
 
 from __future__ import annotations
@@ -117,8 +120,8 @@ def measure(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
                 check=False).stdout.strip() if "$" in value else value
             continue
         kind = _kind(raw)
-        if kind == "rm":
-            continue  # nvcc's own clean-up of a temporary file
+        if kind == "rm" or raw.startswith("-- "):
+            continue  # nvcc's own clean-up of a temporary file, or its dependency filter
         before = _files(temp)
         inputs = [temp / Path(w).name for w in shlex.split(raw)
                   if (temp / Path(w).name).is_file() and str(temp) in w]
@@ -126,7 +129,7 @@ def measure(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
         if kind == "host compile":
             shipped, source = _directives_only(raw, temp)
             entry["directives_only"] = _timed(shipped, env, cwd)
-            inputs = [source]
+            inputs = [source] if source.is_file() else []  # its own failure is recorded
         entry.update(_timed(raw, env, cwd))
         after = _files(temp)
         outputs = [temp / n for n, v in after.items() if before.get(n) != v
@@ -150,12 +153,22 @@ def measure(name: str, argv: list[str], cwd: Path) -> dict[str, Any]:
     return _totals(name, argv, steps, up, down)
 
 
+DEPENDENCY_FLAGS = ("--generate-dependencies-with-compile", "-MD", "-MMD")
+DEPENDENCY_FILES = ("-o", "-MF", "-MT")
+
+
 def _outer(argv: list[str]) -> str:
-    """The unit preprocessed whole (to stdout), as sccache does for the outer nvcc's hash."""
-    words = [a for a in argv if a != "-c"]
-    if "-o" in words:
-        index = words.index("-o")
-        del words[index:index + 2]
+    """The unit preprocessed whole (to stdout), as sccache does for the outer nvcc's hash
+    (which takes the dependency file's flags apart: nvcc refuses them with ``-E``)."""
+    words: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in DEPENDENCY_FILES:
+            skip = True
+        elif arg != "-c" and arg not in DEPENDENCY_FLAGS:
+            words.append(arg)
     return shlex.join([*words, "-E"]) + " > /dev/null"
 
 

@@ -57,7 +57,7 @@ from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
 from sparkbuild.jobplan.schedule import KnownUnit, TeamShape, simulate, simulate_team
-from sparkbuild.jobplan.team_pool import ServerMemory
+from sparkbuild.jobplan.team_pool import DistModel, ServerMemory
 from sparkbuild.jobplan.unit_order import longest_first
 from sparkbuild.recipe import parse_json, read_user_text
 from sparkbuild.team.gate_server import gate_slots
@@ -249,14 +249,17 @@ def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
     local = plan_pools(cores=cores, usable_bytes=usable, job_memory_gib=TODAY_BUDGET_GIB,
                        known=table, measured={f"{u.source}|": int(u.peak_bytes or 0)
                                               for u in table})
+    link = link_gbps * 1e9 / 8
+    model = DistModel([s["local_share"] for s in shares],
+                      [s["bytes"] / link + 4 * STEP_LATENCY_S for s in shares],
+                      TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
     plan = with_team_cores(BuildPlan(cores, 1, "sccache", (), local),
                            team_cpus=cores * (sparks - 1), servers=sparks - 1,
                            scheduler="projected", usable_bytes=usable,
-                           server_memory=ServerMemory(total, "a Spark's")).pool
+                           server_memory=ServerMemory(total, "a Spark's"), model=model).pool
     assert plan is not None
     order = longest_first(seconds)
     pooled = heavy_indices(plan, [table[i] for i in order])
-    link = link_gbps * 1e9 / 8
     moves = [shares[i]["bytes"] / link + 4 * STEP_LATENCY_S for i in order]
     slots = gate_slots(plan)
     shape = TeamShape(cores, [cores] * (sparks - 1), slots.slots if slots else None,

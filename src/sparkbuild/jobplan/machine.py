@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
-from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, ServerMemory, plan_team
+from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, DistModel, ServerMemory, plan_team
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -189,7 +189,8 @@ at 0.23 GB here) and sccache's buffers of the inputs it ships (tens of MB), with
 
 def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler: str,
                     usable_bytes: float, requested_jobs: int | None = None,
-                    server_memory: ServerMemory | None = None) -> BuildPlan:
+                    server_memory: ServerMemory | None = None,
+                    model: DistModel | None = None) -> BuildPlan:
     """``plan`` with the team's cores counted: MAX_JOBS = this machine's jobs + the build
     servers' cpus (their status at the start), as far as the build host's memory holds
     :data:`DIST_LOCAL_GIB` per unit in flight, and with a measured unit table the team
@@ -197,7 +198,9 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     takes the depth the servers' memory holds (their cicc and ptxas run there),
     ``server_memory`` each (None: the build host's usable memory counts as a server's);
     the local plan's depth stays the build host's slots for the steps that fall back
-    (``local_depth``, which sparkbuild.team.heavy_gate enforces)."""
+    (``local_depth``, which sparkbuild.team.heavy_gate enforces).  ``model``: how the team
+    plan simulates a unit (:class:`sparkbuild.jobplan.team_pool.DistModel`; None: the
+    measured defaults)."""
     if team_cpus <= 0:
         return plan
     if requested_jobs:
@@ -215,7 +218,7 @@ def with_team_cores(plan: BuildPlan, *, team_cpus: int, servers: int, scheduler:
     if pool is not None:
         memory = server_memory or ServerMemory(usable_bytes, SERVERS_ALIKE, usable=True)
         choice = plan_team(pool, servers=max(1, servers), team_cpus=team_cpus, memory=memory,
-                           most_jobs=most)
+                           most_jobs=most, model=model)
         jobs = choice.jobs
         if jobs != most:
             bound = f"; the team plan chose {jobs} of up to {most}"

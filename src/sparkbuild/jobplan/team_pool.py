@@ -21,6 +21,7 @@ front of sccache enforces (:mod:`sparkbuild.team.heavy_gate`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sparkbuild.errors import UsageError
@@ -126,6 +127,25 @@ MOST_DEPTHS = 24
 
 
 @dataclass(frozen=True)
+class DistModel:
+    """How the team plan simulates a unit under sccache-dist: what it keeps here (one
+    share, or each of ``pool.table``'s units'), its seconds of transfer and round trips,
+    and when the servers start.  The defaults are the measured figures above;
+    ``bench/schedule_sim.py --team`` gives each table's measured share and bytes."""
+
+    local_share: float | Sequence[float] = DIST_LOCAL_SHARE
+    transfer_s: float | Sequence[float] = STEP_ROUND_TRIPS_S
+    start_delay_s: float = TOOLCHAINS_S
+
+    def per_unit(self, count: int) -> tuple[list[float], list[float]]:
+        """(shares, transfers) of ``count`` units, in the table's order."""
+        def spread(value: float | Sequence[float]) -> list[float]:
+            return ([float(value)] * count if isinstance(value, (int, float))
+                    else [float(v) for v in value])
+        return spread(self.local_share), spread(self.transfer_s)
+
+
+@dataclass(frozen=True)
 class TeamChoice:
     """The team plan: MAX_JOBS, the heavy pool's depth, and why."""
 
@@ -136,15 +156,16 @@ class TeamChoice:
     """The simulated compile (None: nothing measured to simulate)."""
 
 
-def _shape_of(pool: PoolPlan, servers: int, team_cpus: int) -> TeamShape:
+def _shape_of(pool: PoolPlan, servers: int, team_cpus: int,
+              start_delay: float = TOOLCHAINS_S) -> TeamShape:
     host = pool.jobs
     slots = pool.depth if pool.depth < host else None
     each = max(1, team_cpus // max(1, servers))
-    return TeamShape(host, [each] * max(1, servers), slots, start_delay=TOOLCHAINS_S)
+    return TeamShape(host, [each] * max(1, servers), slots, start_delay=start_delay)
 
 
 def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMemory,
-              most_jobs: int) -> TeamChoice:
+              most_jobs: int, model: DistModel | None = None) -> TeamChoice:
     """MAX_JOBS and the heavy pool's depth for a build over ``servers`` build servers.
 
     With a measured unit table (``pool.table``): every depth from the local plan's up to
@@ -161,15 +182,17 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
     ``most_jobs``."""
     fit_depth, fit_reason = team_depth(pool, servers=servers, team_cpus=team_cpus,
                                        memory=memory, jobs=most_jobs)
-    table = [u for u in pool.table if u.seconds >= 0]
-    if not table:
+    table = list(pool.table)
+    if not table or min(u.seconds for u in table) < 0:
         return TeamChoice(most_jobs, fit_depth, fit_reason)
+    model = model or DistModel()
+    shares, transfers = model.per_unit(len(table))
     seconds = [u.seconds for u in table]
     order = longest_first(seconds)
     ordered = [table[i] for i in order]
     pooled = heavy_indices(pool, ordered)
     peaks = [float(u.peak_bytes or pool.light_budget_bytes) * HEADROOM for u in ordered]
-    shape = _shape_of(pool, servers, team_cpus)
+    shape = _shape_of(pool, servers, team_cpus, model.start_delay_s)
     host = pool.jobs
     jobs_options = sorted({min(most_jobs, max(1, team_cpus + host * k // 4))
                            for k in range(5)})
@@ -179,8 +202,8 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
     for depth in depths:
         for jobs in jobs_options:
             run = simulate_team([seconds[i] for i in order], peaks, shape,
-                                local_share=DIST_LOCAL_SHARE,
-                                transfer=[STEP_ROUND_TRIPS_S] * len(order), jobs=jobs,
+                                local_share=[shares[i] for i in order],
+                                transfer=[transfers[i] for i in order], jobs=jobs,
                                 pool=pooled, depth=depth)
             found.append((run.server_peak <= memory.usable_bytes, run.makespan, depth, jobs,
                           run.server_peak))
@@ -193,7 +216,8 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
         f"dist: MAX_JOBS={jobs}, pool depth {depth}: the fastest of {len(found)} simulated "
         f"candidates (depth {depths.start} to {depths.stop - 1}, MAX_JOBS "
         f"{jobs_options[0]} to {jobs_options[-1]}; {len(pooled)} pooled unit(s), units "
-        f"longest first, {DIST_LOCAL_SHARE:.1%} of each here) whose peak on a server fits "
+        f"longest first, {sum(shares) / len(shares):.1%} of each here on average) whose peak "
+        f"on a server fits "
         f"its {memory.usable_bytes / GIB:.1f} GiB ({memory.by}): compile {makespan:.0f} s, "
         f"a server's peak {peak / GIB:.1f} GiB; the worst case of one server alone would "
         f"give depth {fit_depth}"), makespan)
