@@ -23,20 +23,27 @@ Machines: a 20-core/128 GB DGX Spark and the 16-core/128 GiB device machine, or 
 set beside vLLM's: one main job compiles both).
 
     python bench/schedule_sim.py UNITS.json --team SHARE.json [--sparks 1,2,4] [--cores 20]
-        [--link-gbps 10] [--second-table FLASHINFER.json] [--before S] [--after S] [--json]
+        [--link-gbps 10] [--second-table FLASHINFER.json [--second-share SHARE2.json]]
+        [--before S] [--after S] [--json]
 
-``--team``: a team of N Sparks through sccache-dist (issue 43), SHARE.json from
+``--team``: a team of N Sparks through sccache-dist, SHARE.json from
 ``bench/dist_local_share.py``: the local share (CPU-seconds the build host keeps per unit:
-preprocessing, fatbinary, what sccache adds) and the bytes shipped per unit, both the mean
-of the measured real vLLM units.  One Spark is the pool plan above; for N > 1 the build
-host's cores do every unit's local share and the N - 1 others its remote part, each unit on
-the least-loaded server with a free core, a remote part that finds every core taken falling
-back to the build host (sparkbuild.jobplan.schedule.simulate_team), MAX_JOBS = the team's
-cores, the heavy pool as on one Spark, units longest first.  A unit's remote part pays its
-bytes at the link speed and four round trips (STEP_LATENCY_S each); the servers start once
-the client has packed and sent the toolchains.  The whole main job adds the measured
-seconds before and after the compile (BEFORE_S, AFTER_S).  ``--second-table``: another
-unit table compiled through the same client (flashinfer's model set), appended.
+preprocessing, fatbinary, what sccache adds) and the bytes shipped per unit, the
+CPU-weighted mean and the mean of its real vLLM units; ``--second-share``: the same of its
+``flashinfer `` rows, for the ``--second-table``'s units (flashinfer's model set, compiled
+through the same client; default: the first table's share).  One Spark is the pool plan
+above.  For N > 1 the plan is sparkbuild's own (sparkbuild.jobplan.machine.with_team_cores,
+the team plan of sparkbuild.jobplan.team_pool.plan_team simulated with these shares and
+bytes, each server a Spark of 128 GB): MAX_JOBS and the heavy pool's depth, the build
+host's local slots for what falls back.  It is then simulated
+(sparkbuild.jobplan.schedule.simulate_team): the build host's cores do every unit's local
+share and the N - 1 others its remote part, each unit on the least-loaded server with a free
+core, a remote part that finds every core taken falling back to the build host (a pooled
+one only into the local slots), units longest first.  A unit's remote part pays its bytes
+at the link speed and four round trips (STEP_LATENCY_S each); the servers start once the
+client has packed and sent the toolchains.  The whole main job adds the measured seconds
+before and after the compile (BEFORE_S, AFTER_S); each row gives both floor terms (every
+core busy; the longest unit) and its ratio to one Spark.
 
 A table that is not of this form (no list of units, an empty one, a unit without a path or
 its seconds, a number that is not one), a flag that gives none, is a named error (exit 2,

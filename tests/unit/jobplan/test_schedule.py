@@ -135,3 +135,37 @@ def test_bench_schedule_sim_names_a_bad_table(tmp_path: Path, table: str, says: 
     error = json.loads(capsys.readouterr().out)["error"]
     assert error["error"] == "UsageError" and says in error["what"]
     assert error["where"] == str(path)
+
+
+def _share_row(unit: str, share: float, cpu: float, moved: int) -> dict[str, Any]:
+    return {"unit": unit, "failed_steps": [], "cpu_s": cpu, "local_share": share,
+            "up_bytes": moved, "down_bytes": moved}
+
+
+def test_bench_team_takes_each_tables_measured_share(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    bench: Any = _bench()
+    vllm, fi = tmp_path / "vllm.json", tmp_path / "fi.json"
+    vllm.write_text(json.dumps({"units": [
+        {"path": f"csrc/u{i}.cu", "seconds": 40.0, "peak_rss_gib": 3.0} for i in range(30)]}))
+    fi.write_text(json.dumps({"units": [
+        {"path": f"fused_moe_120/g{i}.cu", "seconds": 100.0, "peak_rss_gib": 10.0}
+        for i in range(6)]}))
+    shares = tmp_path / "share.json"
+    shares.write_text(json.dumps({"units": [
+        _share_row("vllm 0.29.0 a.cu", 0.10, 10.0, 5_000_000),
+        _share_row("flashinfer 0.6.18 fused_moe_120 g.cu", 0.04, 90.0, 8_000_000)]}))
+    assert bench.measured_share(shares)["local_share"] == pytest.approx(0.10)
+    picked = bench.measured_share(shares, "flashinfer ")
+    assert picked["local_share"] == pytest.approx(0.04) and picked["bytes"] == 16_000_000
+    assert bench.main([str(vllm), "--team", str(shares), "--second-table", str(fi),
+                       "--second-share", str(shares), "--sparks", "1,2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    # CPU-weighted over the units: 1200 s at 10 %, 600 s at 4 %
+    assert report["local_share"] == pytest.approx((1200 * 0.10 + 600 * 0.04) / 1800, abs=1e-4)
+    assert len(report["shares"]) == 2 and report["units"] == 36
+    one, two = report["rows"]
+    assert one["of_one_spark"] == 1 and two["of_one_spark"] < 1
+    assert two["pool_depth"] >= two["local_pool_depth"] and two["max_jobs"] <= 40
+    assert two["floor_cores_s"] == pytest.approx(194 + 1800 / 40, abs=0.1)

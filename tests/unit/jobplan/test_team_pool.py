@@ -111,3 +111,10 @@ def test_the_team_plan_is_the_fastest_simulated_candidate_that_fits_a_server() -
     rule = plan_pools(cores=20, usable_bytes=115 * GIB, job_memory_gib=8.7)
     first = plan_team(rule, servers=3, team_cpus=60, memory=alike, most_jobs=80)
     assert first.jobs == 80 and first.seconds is None and first.depth >= rule.depth
+
+
+def test_the_dist_model_gives_each_unit_its_share_and_transfer() -> None:
+    from sparkbuild.jobplan.team_pool import DIST_LOCAL_SHARE, DistModel
+
+    assert DistModel().per_unit(2) == ([DIST_LOCAL_SHARE] * 2, [2.0, 2.0])
+    assert DistModel([0.1, 0.04], 3.0).per_unit(2) == ([0.1, 0.04], [3.0, 3.0])
