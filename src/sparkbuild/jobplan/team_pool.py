@@ -179,12 +179,16 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
     worst case, which for a Spark holds two 10 GiB units beside its other cores' largest
     light ones and leaves the team's cores idle.  Without a table (a first build), or
     when no candidate fits: the servers' worst case (:func:`team_depth`) and
-    ``most_jobs``."""
+    ``most_jobs``; and ``most_jobs`` too where this machine holds every unit at its peak on
+    each of its jobs (no gate: what falls back costs no wait)."""
     fit_depth, fit_reason = team_depth(pool, servers=servers, team_cpus=team_cpus,
                                        memory=memory, jobs=most_jobs)
     table = list(pool.table)
     if not table or min(u.seconds for u in table) < 0:
         return TeamChoice(most_jobs, fit_depth, fit_reason)
+    if pool.depth >= pool.jobs:  # every unit fits here at its peak: a fallback costs nothing
+        return TeamChoice(most_jobs, fit_depth, fit_reason + "; this machine holds every "
+                          f"unit on each of its {pool.jobs} jobs: MAX_JOBS {most_jobs}")
     model = model or DistModel()
     shares, transfers = model.per_unit(len(table))
     seconds = [u.seconds for u in table]

@@ -118,3 +118,15 @@ def test_the_dist_model_gives_each_unit_its_share_and_transfer() -> None:
 
     assert DistModel().per_unit(2) == ([DIST_LOCAL_SHARE] * 2, [2.0, 2.0])
     assert DistModel([0.1, 0.04], 3.0).per_unit(2) == ([0.1, 0.04], [3.0, 3.0])
+
+
+def test_a_host_that_holds_every_unit_keeps_every_job() -> None:
+    from sparkbuild.jobplan.team_pool import plan_team
+
+    units = [KnownUnit(f"csrc/u{i}.cu", "", 30.0 + i, GIB // 4) for i in range(40)]
+    pool = plan_pools(cores=2, usable_bytes=20 * GIB, job_memory_gib=8.7, known=units,
+                      measured={f"{u.source}|": int(u.peak_bytes or 0) for u in units})
+    assert pool.depth >= pool.jobs
+    choice = plan_team(pool, servers=2, team_cpus=2, memory=ServerMemory(
+        20 * GIB, "test", usable=True), most_jobs=4)
+    assert choice.jobs == 4 and choice.seconds is None and "holds every unit" in choice.reason
