@@ -2,7 +2,7 @@
 
 One sccache-dist scheduler and two build servers (``sparkbuild team scheduler`` and ``team
 server --cpus 1``) on 127.0.0.1.  The build host's side is sparkbuild's own: the build's
-sccache session (``shared_compile_cache``, as ``wheel --dist`` opens it) with the gate of
+sccache servers (``shared_compile_cache``, as ``wheel --dist`` starts them) with the gate of
 a local plan of 2 jobs and 1 heavy slot, and the compiler launcher in front of sccache.
 The build is the test's own ``build.ninja``: four memory-hungry CUDA units (many template
 instantiations: cicc takes a few hundred MB) in the heavy pool at the depth the servers'
@@ -287,7 +287,7 @@ def test_a_killed_server_under_a_full_heavy_pool_never_overcommits_the_build_hos
     assert sampler.most.get("heavy", 0) == 1, sampler.most  # one heavy slot, never two
     assert sampler.peak_kib <= budget_kib, (sampler.peak_kib, heavy_kib, light_kib)
     left = [p for p in servers.values() if _alive(p)]
-    for pid in left:  # the session stopped them; any left is stopped by its PID
+    for pid in left:  # shared_compile_cache stopped them; any left is stopped by its PID
         os.kill(pid, signal.SIGKILL)
     assert not left
 
