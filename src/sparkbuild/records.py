@@ -9,7 +9,8 @@ keeps its keys with each value converted.  A field says more in its metadata, th
 - ``key``: the JSON key, where it is not the field's name;
 - ``skip``: the field is left out of the JSON;
 - ``omit``: the key is left out when this holds for the value (:data:`NONE`, :data:`EMPTY`);
-- ``dump``: the value as JSON, before the conversion above (:func:`rounded`, ``len``).
+- ``dump``: the value as JSON, before the conversion above (:func:`rounded`, :func:`as_text`,
+  ``len``).
 
 A key no field holds (a count, a constant, a property) comes from the record's
 :meth:`Record.json_extra`, and ``json_order`` places the keys where the fields' order is
@@ -63,6 +64,11 @@ def rounded(digits: int) -> Callable[[Any], Any]:
     def dump(value: float | None) -> float | None:
         return None if value is None else round(value, digits)
     return dump
+
+
+def as_text(value: object) -> str | None:
+    """For ``dump``: a value by its ``str`` (a version), None staying None."""
+    return None if value is None else str(value)
 
 
 def to_json(value: Any) -> Any:
