@@ -9,6 +9,8 @@ keeps its keys with each value converted.  A field says more in its metadata, th
 - ``key``: the JSON key, where it is not the field's name;
 - ``skip``: the field is left out of the JSON;
 - ``omit``: the key is left out when this holds for the value (:data:`NONE`, :data:`EMPTY`);
+- ``flatten``: a nested record's keys stand in the record's own object, in its place
+  (nothing for None);
 - ``dump``: the value as JSON, before the conversion above (:func:`rounded`, :func:`as_text`,
   ``len``).
 
@@ -36,6 +38,7 @@ class JsonField:
     skip: bool = False
     omit: Callable[[Any], bool] | None = None
     dump: Callable[[Any], Any] | None = None
+    flatten: bool = False
 
 
 _PLAIN = JsonField()
@@ -43,10 +46,11 @@ _PLAIN = JsonField()
 
 def as_json(key: str | None = None, *, skip: bool = False,
             omit: Callable[[Any], bool] | None = None,
-            dump: Callable[[Any], Any] | None = None) -> Mapping[str, JsonField]:
+            dump: Callable[[Any], Any] | None = None,
+            flatten: bool = False) -> Mapping[str, JsonField]:
     """The metadata of a field that shows in JSON otherwise than by its name and value:
     ``field(metadata=as_json("coverage"))``."""
-    return {_METADATA: JsonField(key=key, skip=skip, omit=omit, dump=dump)}
+    return {_METADATA: JsonField(key=key, skip=skip, omit=omit, dump=dump, flatten=flatten)}
 
 
 def NONE(value: object) -> bool:
@@ -99,7 +103,11 @@ def fields_dict(record: object) -> dict[str, Any]:
         value = getattr(record, item.name)
         if spec.skip or (spec.omit is not None and spec.omit(value)):
             continue
-        data[spec.key or item.name] = to_json(value if spec.dump is None else spec.dump(value))
+        shown = to_json(value if spec.dump is None else spec.dump(value))
+        if spec.flatten:
+            data.update(shown or {})
+        else:
+            data[spec.key or item.name] = shown
     if isinstance(record, Record):
         data.update((key, to_json(value)) for key, value in record.json_extra().items())
         order = type(record).json_order

@@ -64,3 +64,14 @@ def test_rounded_keeps_none_and_to_json_leaves_scalars() -> None:
     assert rounded(1)(2.25) == 2.2
     assert to_json(3) == 3
     assert to_json((Path("/a"), {"k": Colour.RED})) == ["/a", {"k": "red"}]
+
+
+@dataclass
+class Flat(Record):
+    inner: Inner | None = field(default=None, metadata=as_json(flatten=True))
+    size: int = 0
+
+
+def test_a_flattened_record_gives_its_keys_in_its_place() -> None:
+    assert list(Flat(Inner("a")).to_dict()) == ["name", "where", "size"]
+    assert Flat().to_dict() == {"size": 0}
