@@ -461,7 +461,7 @@ def records() -> dict[str, Any]:
         "link_environment": env.to_dict(), "unit_code_watch": watch.to_dict(),
         "library_code": code.to_dict(), "installation": installation.to_dict(),
         "finding": Finding("csrc/x.cu", branch).to_dict(),
-        "finding_extra": Finding("csrc/x.cu", branch).to_dict(arch="sm_121a"),
+        "finding_extra": {**Finding("csrc/x.cu", branch).to_dict(), "arch": "sm_121a"},
         "materialized": materialized.to_dict(), "materialized_bare": Materialized().to_dict(),
         "dist_unconnected": DistResult(link=_link(connected=False)).to_dict(),
         "team_bare": TeamReport().to_dict(),
