@@ -16,7 +16,7 @@ keeps its keys with each value converted.  A field says more in its metadata, th
 
 A key no field holds (a count, a constant, a property) comes from the record's
 :meth:`Record.json_extra`, and ``json_order`` places the keys where the fields' order is
-not the JSON's.
+not the JSON's (``"..."`` in it standing for the keys it does not name).
 """
 
 from __future__ import annotations
@@ -42,6 +42,9 @@ class JsonField:
 
 
 _PLAIN = JsonField()
+
+REST = "..."
+"""In ``json_order``: where the keys it does not name stand (a flattened record's)."""
 
 
 def as_json(key: str | None = None, *, skip: bool = False,
@@ -112,17 +115,30 @@ def fields_dict(record: object) -> dict[str, Any]:
         data.update((key, to_json(value)) for key, value in record.json_extra().items())
         order = type(record).json_order
         if order:
-            placed = {key: data.pop(key) for key in order if key in data}
-            data = {**placed, **data}
+            data = _ordered(data, order)
     return data
+
+
+def _ordered(data: dict[str, Any], order: tuple[str, ...]) -> dict[str, Any]:
+    named = set(order)
+    rest = {key: value for key, value in data.items() if key not in named}
+    if REST not in named:
+        order = (*order, REST)
+    placed: dict[str, Any] = {}
+    for key in order:
+        if key == REST:
+            placed.update(rest)
+        elif key in data:
+            placed[key] = data[key]
+    return placed
 
 
 class Record:
     """A dataclass whose ``to_dict()`` is derived from its fields (see the module)."""
 
     json_order: ClassVar[tuple[str, ...]] = ()
-    """The JSON's keys in their order, where the fields' order is not theirs; keys not
-    named follow, in the fields' order."""
+    """The JSON's keys in their order, where the fields' order is not theirs; the keys not
+    named stand at :data:`REST` (``"..."``), or follow, in the fields' order."""
 
     def json_extra(self) -> dict[str, Any]:
         """The keys no field holds, with their values."""

@@ -75,3 +75,18 @@ class Flat(Record):
 def test_a_flattened_record_gives_its_keys_in_its_place() -> None:
     assert list(Flat(Inner("a")).to_dict()) == ["name", "where", "size"]
     assert Flat().to_dict() == {"size": 0}
+
+
+@dataclass
+class Around(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("size", "...", "count")
+
+    inner: Inner = field(metadata=as_json(flatten=True))
+    size: int = 0
+
+    def json_extra(self) -> dict[str, Any]:
+        return {"count": 2}
+
+
+def test_the_keys_an_order_does_not_name_stand_at_its_rest_mark() -> None:
+    assert list(Around(Inner("a")).to_dict()) == ["size", "name", "where", "count"]
