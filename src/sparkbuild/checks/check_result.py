@@ -13,7 +13,7 @@ pass either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError
 from sparkbuild.proc import format_command
@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from sparkbuild.jobplan.machine import BuildPlan
     from sparkbuild.toolchain.sass import Coverage, SassSummary
 
-STATUSES = ("ok", "failed", "skipped-missing-headers", "skipped-missing-sources", "not-built")
+UnitStatus = Literal["ok", "failed", "skipped-missing-headers", "skipped-missing-sources",
+                     "not-built"]
+STATUSES: tuple[UnitStatus, ...] = ("ok", "failed", "skipped-missing-headers",
+                                    "skipped-missing-sources", "not-built")
 HEADERS_HINT = (
     "CUTLASS headers: set VLLM_CUTLASS_SRC_DIR to a CUTLASS checkout at the tag the tree "
     "pins (offline: `git archive` that tag from a local mirror, or unpack the "
@@ -49,7 +52,7 @@ class UnitOutcome(Record):
     )
 
     path: str
-    status: str
+    status: UnitStatus
     """One of :data:`STATUSES`; not-built: the tree's CMake does not compile it."""
     reason: str
     seconds: float = field(default=0.0, metadata=as_json(dump=rounded(2)))

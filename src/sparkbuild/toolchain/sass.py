@@ -24,7 +24,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import CommandFailed, ToolchainError
 from sparkbuild.proc import run
@@ -414,7 +414,11 @@ def machine_code(functions: Sequence[FunctionFacts], targets: Sequence[str]
 # the target loads (:func:`runs_on`), ``ptx`` only (the driver JIT-compiles that PTX at load,
 # on every node, into its JIT cache), or ``none`` (it cannot run there).
 
-NATIVE, PTX_ONLY, NO_CODE = "native", "ptx", "none"
+CoverageKind = Literal["native", "ptx", "none"]
+"""A kernel at a target: its own machine code, PTX the driver compiles, or no code."""
+NATIVE: CoverageKind = "native"
+PTX_ONLY: CoverageKind = "ptx"
+NO_CODE: CoverageKind = "none"
 COVERAGE_KINDS = (NATIVE, PTX_ONLY, NO_CODE)
 
 _FATBIN_KIND = re.compile(r"^Fatbin (elf|ptx) code:")
@@ -520,7 +524,7 @@ class KernelCoverage(Record):
     json_order: ClassVar[tuple[str, ...]] = ("kernel", "coverage", "ptx_arch")
 
     name: str = field(metadata=as_json("kernel"))
-    kind: str = field(metadata=as_json("coverage"))
+    kind: CoverageKind = field(metadata=as_json("coverage"))
     code: str | None = field(default=None, metadata=as_json(skip=True))
     demangled: str | None = field(default=None, metadata=as_json(omit=EMPTY))
 
