@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.compile.build_record import BuildTorch, build_torch
 from sparkbuild.compile.doctor import ready_for_build
@@ -41,6 +41,7 @@ from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
 from sparkbuild.recipe import check_jobs, check_source_date_epoch, require_spark_target
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.store.phases import phase, recording
@@ -105,17 +106,28 @@ class WheelOptions:
     """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
 
 
+
+def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {stage: round(value, 1) for stage, value in seconds.items()}
+
+
 @dataclass
-class WheelResult:
-    recipe: Recipe
+class WheelResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "recipe", "offline", "tree", "source", "patches", "vendor", "missed_by_reader",
+        "build_plan", "build", "compile_cache", "wheelhouse", "seconds", "timeline",
+        "code_forecast", "units",
+    )
+
+    recipe: Recipe = field(metadata=as_json(dump=lambda recipe: recipe.name))
     offline: bool
-    prepared: PrepareResult
+    prepared: PrepareResult = field(metadata=as_json(skip=True))
     vendor: VendorResult
-    plan: BuildPlan
+    plan: BuildPlan = field(metadata=as_json("build_plan"))
     build: BuildOutcome
     wheelhouse: WheelhouseResult
     missed_by_reader: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict, metadata=as_json(dump=_rounded))
     compile_cache: CompileCacheResult | None = None
     timeline: dict[str, Any] = field(default_factory=dict)
     """Every phase's seconds and the build's account (sparkbuild.jobplan.timeline)."""
@@ -124,35 +136,18 @@ class WheelResult:
     dist: DistResult | None = None
     build_trace: Path | None = None
     """The build's units as Chrome trace-event JSON (sparkbuild.jobplan.build_trace)."""
-    extensions: ExtensionSet | None = None
+    extensions: ExtensionSet | None = field(default=None, metadata=as_json("extension_set"))
     """The extensions chosen for the recipe's ``[model]`` (None: all, or ``--targets``)."""
 
     @property
     def error(self) -> SparkbuildError | None:
         return self.wheelhouse.error
 
-    def to_dict(self) -> dict[str, Any]:
+    def json_extra(self) -> dict[str, Any]:
         prepared = self.prepared.to_dict()
-        return {
-            "recipe": self.recipe.name,
-            "offline": self.offline,
-            "tree": prepared["tree"],
-            "source": prepared["source"],
-            "patches": prepared["patches"],
-            "vendor": self.vendor.to_dict(),
-            "missed_by_reader": self.missed_by_reader,
-            "build_plan": self.plan.to_dict(),
-            "build": self.build.to_dict(),
-            "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
-            "wheelhouse": self.wheelhouse.to_dict(),
-            "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
-            "timeline": self.timeline,
-            "code_forecast": self.code_forecast.to_dict() if self.code_forecast else None,
-            "units": self.build.timeline.units_table() if self.build.timeline else [],
-            "dist": self.dist.to_dict() if self.dist else None,
-            "build_trace": str(self.build_trace) if self.build_trace else None,
-            "extension_set": self.extensions.to_dict() if self.extensions else None,
-        }
+        return {"tree": prepared["tree"], "source": prepared["source"],
+                "patches": prepared["patches"],
+                "units": self.build.timeline.units_table() if self.build.timeline else []}
 
     def summary(self) -> list[str]:
         mode = "offline" if self.offline else "online"

@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import PinRefusedError, RecipeError, SparkbuildError, UsageError
+from sparkbuild.records import Record
 from sparkbuild.resources import recipes_dir, resource_root
 
 REPO_ROOT = resource_root()
@@ -235,7 +236,7 @@ class BuildSettings:
 
 
 @dataclass(frozen=True)
-class StandIn:
+class StandIn(Record):
     """``[[vendor.stand_in]]``: a source the tree pins at ``pinned``, built from ``used``."""
 
     url: str
@@ -260,10 +261,6 @@ class StandIn:
     def same_url(self, url: str) -> bool:
         """``url`` is this entry's, but for a trailing ``.git`` or ``/`` and case."""
         return _same_url(url) == _same_url(self.url)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"url": self.url, "pinned": self.pinned, "used": self.used,
-                "reason": self.reason}
 
 
 def _same_url(url: str) -> str:

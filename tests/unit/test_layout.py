@@ -16,12 +16,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbuild"
 
 TOP_LEVEL = frozenset({
     "__init__", "__main__", "cli", "pipeline", "errors", "proc", "console", "recipe",
-    "resources", "settings",
+    "resources", "settings", "records",
 })
 """The only modules allowed at the top of the package."""
 
 FOUNDATION = frozenset({"errors", "proc", "console", "recipe", "resources", "settings",
-                        "__init__"})
+                        "records", "__init__"})
 """Top-level modules every room may use."""
 
 RANK = {

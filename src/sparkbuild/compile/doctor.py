@@ -42,6 +42,7 @@ from sparkbuild.recipe import (
     parse_toml,
     require_spark_target,
 )
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.cache import default_cache_root
 from sparkbuild.toolchain.tools import (
@@ -66,7 +67,7 @@ MIN_FREE_DISK_GIB = 30.0
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(Record):
     name: str
     ok: bool
     value: str
@@ -74,16 +75,12 @@ class Check:
     hard: bool = False
     """A failed hard check stops the build (nvcc missing or too old)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "value": self.value,
-                "reason": self.reason, "hard": self.hard}
-
 
 @dataclass
-class DoctorReport:
+class DoctorReport(Record):
     checks: list[Check]
     plan: BuildPlan
-    hard_failure: SparkbuildError | None = None
+    hard_failure: SparkbuildError | None = field(default=None, metadata=as_json(skip=True))
     tools: dict[str, Tool] = field(default_factory=dict)
     dist: dict[str, Any] | None = None
     """``--dist``: the scheduler, its servers and cpus (sparkbuild.team.dist_checks)."""
@@ -100,14 +97,6 @@ class DoctorReport:
         """The compiler launcher found (ccache, or a shared cache's sccache), as a path."""
         tool = self.tools.get("launcher")
         return str(tool.path) if tool else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "checks": [check.to_dict() for check in self.checks],
-            "plan": self.plan.to_dict(),
-            "tools": {name: tool.to_dict() for name, tool in self.tools.items()},
-            "dist": self.dist,
-        }
 
     def summary(self) -> list[str]:
         lines = []

@@ -37,7 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.console import info, step
 from sparkbuild.errors import (
@@ -86,6 +86,7 @@ from sparkbuild.jobplan.unit_memory import (
     remember_build,
 )
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
@@ -154,17 +155,23 @@ class AotRequest:
 
 
 @dataclass
-class AotResult:
+class AotResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheel", "version", "flashinfer_version", "archs", "flashinfer_cuda_arch_list",
+        "aot_args", "modules", "sources", "seconds", "size", "log", "reused_since", "prebuilt",
+        "environment",
+    )
+
     wheel: Path
     version: str
     flashinfer_version: str
     archs: tuple[str, ...]
-    args: tuple[str, ...]
+    args: tuple[str, ...] = field(metadata=as_json("aot_args"))
     modules: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(dump=rounded(1)))
     size: int = 0
     log: Path | None = None
-    reused: str | None = None
+    reused: str | None = field(default=None, metadata=as_json("reused_since"))
     """When the kept build this wheel was copied from was made (flashinfer/kept_builds.py)."""
     sources: int = 0
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -174,15 +181,8 @@ class AotResult:
     prebuilt: str | None = None
     """Taken prebuilt instead of built: from where (flashinfer/jit_cache.py)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheel": str(self.wheel), "version": self.version,
-                "flashinfer_version": self.flashinfer_version, "archs": list(self.archs),
-                "flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs),
-                "aot_args": list(self.args), "modules": self.modules,
-                "sources": self.sources, "seconds": round(self.seconds, 1), "size": self.size,
-                "log": str(self.log) if self.log else None, "reused_since": self.reused,
-                "prebuilt": self.prebuilt, "environment": self.environment,
-                "units": self.units}
+    def json_extra(self) -> dict[str, Any]:
+        return {"flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs)}
 
     def summary(self) -> list[str]:
         how = (f"reused from the cache (built {self.reused} in {self.seconds:.0f} s)"

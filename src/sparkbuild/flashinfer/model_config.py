@@ -25,7 +25,7 @@ heads over the KV heads and the ranks, the experts a token is routed to): a wron
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +37,13 @@ from sparkbuild.recipe import (
     parse_json,
     read_user_text,
 )
+from sparkbuild.records import Record
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import ModelSettings
 
 @dataclass(frozen=True)
-class ModelFacts:
+class ModelFacts(Record):
     """The model as the module set reads it (every field resolved)."""
 
     architecture: str
@@ -94,12 +95,8 @@ class ModelFacts:
             return self.moe_intermediate_size
         return self.moe_intermediate_size // self.tensor_parallel_size
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["quantization_ignore"] = list(self.quantization_ignore)
-        data["kv_page_sizes"] = list(self.kv_page_sizes)
-        data["head_group_ratio"] = self.head_group_ratio
-        return data
+    def json_extra(self) -> dict[str, Any]:
+        return {"head_group_ratio": self.head_group_ratio}
 
 
 CONFIG_KEYS: dict[str, tuple[str, ...]] = {

@@ -15,11 +15,12 @@ import dataclasses
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
+from sparkbuild.records import Record, as_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,7 +32,7 @@ MAX_SYSTEM_RESERVE_GIB = 4.0
 
 
 @dataclass(frozen=True)
-class BuildPlan:
+class BuildPlan(Record):
     max_jobs: int
     nvcc_threads: int
     launcher: str | None
@@ -39,18 +40,13 @@ class BuildPlan:
     pool: PoolPlan | None = None
     """The heavy units' job pool (sparkbuild.jobplan.pools); None: the single plan, one
     MAX_JOBS for every unit."""
-    requested_jobs: int | None = None
+    requested_jobs: int | None = field(default=None, metadata=as_json(skip=True))
     """The MAX_JOBS that was asked for (``--jobs``, ``$MAX_JOBS``, the recipe's), which wins
     over the plan's own; None: the plan chose."""
 
     def env(self) -> dict[str, str]:
         """The variables vLLM's setup.py reads."""
         return {"MAX_JOBS": str(self.max_jobs), "NVCC_THREADS": str(self.nvcc_threads)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
-                "launcher": self.launcher, "reasons": list(self.reasons),
-                "pool": self.pool.to_dict() if self.pool else None}
 
     def with_launcher(self, launcher: str, why: str) -> BuildPlan:
         """The plan with another compiler launcher (the shared cache's sccache), and why."""

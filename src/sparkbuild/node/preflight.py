@@ -46,6 +46,7 @@ from sparkbuild.node.profile import (
 )
 from sparkbuild.proc import run
 from sparkbuild.recipe import read_user_file
+from sparkbuild.records import Record
 from sparkbuild.store.files import usable_path
 
 MIN_NOFILE = 65536
@@ -74,27 +75,19 @@ class NodeProbe:
 
 
 @dataclass(frozen=True)
-class NodeCheck:
+class NodeCheck(Record):
     name: str
     status: str
     value: str
     detail: str = ""
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "value": self.value,
-                "detail": self.detail}
-
 
 @dataclass
-class PreflightResult:
+class PreflightResult(Record):
     venv: Path
     checks: list[NodeCheck]
     nccl_ib_hca: str | None = None
     rdma: list[dict[str, str]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"venv": str(self.venv), "checks": [c.to_dict() for c in self.checks],
-                "nccl_ib_hca": self.nccl_ib_hca, "rdma": self.rdma}
 
     def summary(self) -> list[str]:
         lines = [f"node preflight (venv {self.venv}):"]

@@ -32,9 +32,10 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.errors import UsageError
+from sparkbuild.records import Record, as_json
 from sparkbuild.settings import BUILD_ROOT
 
 if TYPE_CHECKING:
@@ -58,17 +59,17 @@ so that a stray SCCACHE_BUCKET cannot turn a Redis cache into an S3 one."""
 
 
 @dataclass(frozen=True)
-class CacheSpec:
+class CacheSpec(Record):
     """Where the shared cache lives, as sccache variables (secrets kept apart)."""
 
     backend: str
     """``redis``, ``s3`` or ``local``."""
     location: str
     """The URL without credentials: safe to print, to put in JSON and in the manifest."""
-    settings: dict[str, str] = field(default_factory=dict)
-    secrets: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict, metadata=as_json(skip=True))
+    secrets: dict[str, str] = field(default_factory=dict, metadata=as_json(skip=True))
     """Given to the sccache server only; never echoed, never recorded."""
-    prefix: str = ""
+    prefix: str = field(default="", metadata=as_json(skip=True))
     """The user's own key prefix (S3) or directory (local) under which the namespace goes."""
 
     def scoped(self, namespace: str) -> dict[str, str]:
@@ -81,9 +82,6 @@ class CacheSpec:
         else:
             settings["SCCACHE_DIR"] = str(Path(self.prefix) / namespace)
         return settings
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "location": self.location}
 
 
 def _redis(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
@@ -228,15 +226,19 @@ def _combine(one: dict[str, int], other: dict[str, int], sign: int) -> dict[str,
 
 
 @dataclass(frozen=True)
-class SccacheStats:
+class SccacheStats(Record):
     """One reading of ``sccache --show-stats --stats-format=json``."""
 
-    hits: dict[str, int] = field(default_factory=dict)
+    json_order: ClassVar[tuple[str, ...]] = ("hits", "misses")
+
+    hits: dict[str, int] = field(default_factory=dict, metadata=as_json("hits_by_language"))
     """Cache hits per language, as sccache names them: ``C/C++``; for nvcc ``CUDA`` (a unit's
     host side, one per unit), ``CUDA (Device code)`` (cudafe++), ``PTX`` (cicc, one per
     virtual arch), ``CUBIN`` (ptxas, one per real arch)."""
-    misses: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
+    misses: dict[str, int] = field(default_factory=dict,
+                                   metadata=as_json("misses_by_language"))
+    errors: dict[str, int] = field(default_factory=dict,
+                                   metadata=as_json("errors_by_language"))
     read_errors: int = 0
     write_errors: int = 0
     timeouts: int = 0
@@ -301,21 +303,20 @@ class SccacheStats:
         """Reads and writes the cache failed (the units were compiled all the same)."""
         return self.read_errors + self.write_errors + self.timeouts + sum(self.errors.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"hits": self.total_hits, "misses": self.total_misses,
-                "hits_by_language": self.hits, "misses_by_language": self.misses,
-                "errors_by_language": self.errors, "read_errors": self.read_errors,
-                "write_errors": self.write_errors, "timeouts": self.timeouts,
-                "compile_requests": self.compile_requests, "compilations": self.compilations,
-                "not_cacheable": self.not_cacheable, "dist_compiles": self.dist_compiles,
-                "dist_errors": self.dist_errors, "compile_fails": self.compile_fails}
+    def json_extra(self) -> dict[str, Any]:
+        return {"hits": self.total_hits, "misses": self.total_misses}
 
 
 @dataclass
-class CompileCacheResult:
+class CompileCacheResult(Record):
     """What the shared compile cache did for one build."""
 
-    spec: CacheSpec
+    json_order: ClassVar[tuple[str, ...]] = (
+        "backend", "location", "status", "namespace", "hits", "misses", "...", "before", "after",
+        "units", "build_root", "basedirs", "sccache", "warnings",
+    )
+
+    spec: CacheSpec = field(metadata=as_json(flatten=True))
     namespace: str
     status: str = "off"
     """``used``; ``degraded`` (the cache failed during the build: those units were compiled
@@ -343,16 +344,8 @@ class CompileCacheResult:
     def misses(self) -> int:
         return self.delta.total_misses
 
-    def to_dict(self) -> dict[str, Any]:
-        delta = self.delta.to_dict()
-        return {
-            **self.spec.to_dict(), "status": self.status, "namespace": self.namespace,
-            "hits": delta.pop("hits"), "misses": delta.pop("misses"), **delta,
-            "before": self.before.to_dict() if self.before else None,
-            "after": self.after.to_dict() if self.after else None,
-            "units": self.units, "build_root": self.build_root, "basedirs": self.basedirs,
-            "sccache": self.sccache, "warnings": self.warnings,
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return self.delta.to_dict()
 
     def summary(self) -> list[str]:
         head = f"  compile cache: {self.spec.backend} {self.spec.location} ({self.status})"

@@ -35,11 +35,12 @@ import os
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sparkbuild.console import shown, warn
 from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.url_reader import deadline_seconds, open_url
 from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
@@ -146,14 +147,22 @@ def token_refusal(url: str, token: str) -> tuple[bool | None, str]:
     return None, f"the token probe got HTTP {code}" + (f": {said}" if said else "")
 
 
+
+def _no_servers(status: SchedulerStatus | None) -> SchedulerStatus | dict[str, int]:
+    """A scheduler's status as a link shows it: none read counts no servers."""
+    return {"servers": 0, "cpus": 0} if status is None else status
+
+
 @dataclass(frozen=True)
-class DistLink:
+class DistLink(Record):
     """A scheduler probed before the build: connected, or unreachable (a local build)."""
 
+    json_order: ClassVar[tuple[str, ...]] = ("scheduler", "connected")
+
     scheduler: str
-    token: str = field(repr=False)
-    token_source: str
-    status: SchedulerStatus | None
+    token: str = field(repr=False, metadata=as_json(skip=True))
+    token_source: str = field(metadata=as_json("token_from"))
+    status: SchedulerStatus | None = field(metadata=as_json(flatten=True, dump=_no_servers))
     reason: str | None = None
     """Why the build compiles here (None: connected)."""
 
@@ -165,11 +174,8 @@ class DistLink:
     def cpus(self) -> int:
         return self.status.cpus if self.connected and self.status else 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler, "connected": self.connected,
-                "token_from": self.token_source,
-                **(self.status.to_dict() if self.status else {"servers": 0, "cpus": 0}),
-                "reason": self.reason}
+    def json_extra(self) -> dict[str, Any]:
+        return {"connected": self.connected}
 
 
 def refused_token(url: str, said: str) -> UsageError:

@@ -35,11 +35,12 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbuild.console import info, say, shown, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json
 from sparkbuild.team.dist_client import scheduler_url, write_private
 from sparkbuild.team.dist_token import (
     TOKEN_ENV,
@@ -180,7 +181,7 @@ def systemd_unit(description: str, argv: list[str], *, root: bool) -> str:
 
 
 @dataclass
-class TeamService:
+class TeamService(Record):
     """What ``team scheduler`` or ``team server`` did."""
 
     role: str
@@ -188,7 +189,7 @@ class TeamService:
     config: Path
     command: list[str]
     generated: list[str] = field(default_factory=list)
-    unit: str | None = None
+    unit: str | None = field(default=None, metadata=as_json("systemd_unit"))
     returncode: int | None = None
 
     @property
@@ -198,11 +199,6 @@ class TeamService:
         return CommandFailed(f"sccache-dist {self.role} on {self.listen} exited with "
                              f"{self.returncode}", where=str(self.config),
                              hint="read its output above (a busy port, a bad key, no root)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "listen": self.listen, "config": str(self.config),
-                "command": self.command, "generated": self.generated,
-                "systemd_unit": self.unit, "returncode": self.returncode}
 
     def summary(self) -> list[str]:
         if self.unit is not None:

@@ -28,9 +28,10 @@ a kernel of that code) -- and asks the same questions here: :func:`refused` of o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from sparkbuild.records import Record, as_json
 from sparkbuild.toolchain.mangled import Builtin, Part, Qualified, parse_kernel
 from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, arch_digits
 
@@ -153,7 +154,7 @@ def _plain(name: Qualified, path: tuple[str, ...]) -> bool:
 
 
 @dataclass(frozen=True)
-class UnreachableStubs:
+class UnreachableStubs(Record):
     """Guard stubs that a library's own dispatcher never launches at the target.
 
     A template compiled for every arch branch of a run-time dispatcher holds, at a target
@@ -171,7 +172,7 @@ class UnreachableStubs:
     library: str
     """The library's path inside the wheel
     (``flashinfer_jit_cache/jit_cache/fused_moe_120/fused_moe_120.so``)."""
-    kernel: ClassTemplateKernel
+    kernel: ClassTemplateKernel = field(metadata=as_json(dump=ClassTemplateKernel.describe))
     """The kernel, as its mangled name must read whole."""
     selected_for: tuple[int, int]
     """``[low, high)``: the SMs (``75`` for 7.5) whose run-time branch launches it."""
@@ -195,11 +196,6 @@ class UnreachableStubs:
         low, high = self.selected_for
         return (f"{self.library}: {self.what}, launched only for "
                 f"{low // 10}.{low % 10} <= SM < {high // 10}.{high % 10} ({self.why})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "library": self.library,
-                "kernel": self.kernel.describe(), "selected_for": list(self.selected_for),
-                "what": self.what, "why": self.why}
 
 
 def unreachable_stubs(rules: Iterable[UnreachableStubs], project: str, library: str,

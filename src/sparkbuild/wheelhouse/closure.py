@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from sparkbuild.errors import CacheMissError, HashMismatchError, SourceError, VerifyError
 from sparkbuild.recipe import refuse_known_bad
+from sparkbuild.records import Record
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.wheelhouse.lock import (
     ClosureTarget,
@@ -98,7 +99,7 @@ class RealOutside:
 
 
 @dataclass(frozen=True)
-class WheelhouseFile:
+class WheelhouseFile(Record):
     file: str
     name: str
     version: str
@@ -110,10 +111,6 @@ class WheelhouseFile:
     @property
     def key(self) -> str:
         return canonicalize_name(self.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "name": self.name, "version": self.version,
-                "sha256": self.sha256, "size": self.size, "role": self.role}
 
 
 def _place(source: Path, staging: Path, filename: str, role: str) -> WheelhouseFile:

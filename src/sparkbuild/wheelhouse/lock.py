@@ -31,7 +31,7 @@ import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -47,6 +47,7 @@ from sparkbuild.errors import (
 )
 from sparkbuild.proc import format_command, run
 from sparkbuild.recipe import Pin, check_known_bad, refuse_known_bad
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.declared import declared_requirements, relative_where
 from sparkbuild.sources.requirements import RequirementLine, logical_lines
 from sparkbuild.store.files import write_text_atomic
@@ -147,10 +148,10 @@ def check_python(python: str) -> str:
 
 
 @dataclass(frozen=True)
-class LockedRequirement:
+class LockedRequirement(Record):
     name: str
     version: str
-    hashes: tuple[str, ...]
+    hashes: tuple[str, ...] = field(metadata=as_json("sha256"))
 
     @property
     def key(self) -> str:
@@ -160,9 +161,6 @@ class LockedRequirement:
         lines = [f"{self.name}=={self.version}"]
         lines += [f"    --hash=sha256:{digest}" for digest in self.hashes]
         return " \\\n".join(lines) + "\n"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "sha256": list(self.hashes)}
 
 
 def render_lock(locked: Sequence[LockedRequirement], comments: Sequence[str]) -> str:
@@ -342,26 +340,23 @@ def download_locked(
 # -- the lock stage --------------------------------------------------------------------
 
 
+def _by_key(locked: list[LockedRequirement]) -> list[LockedRequirement]:
+    return sorted(locked, key=lambda r: r.key)
+
+
 @dataclass
-class LockResult:
-    path: Path
-    target: ClosureTarget
+class LockResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "lock", "platform", "python", "index", "package", "overrides",
+    )
+
+    path: Path = field(metadata=as_json("lock"))
+    target: ClosureTarget = field(metadata=as_json(flatten=True))
     index: str
     package: str
-    locked: list[LockedRequirement]
+    locked: list[LockedRequirement] = field(metadata=as_json("requirements", dump=_by_key))
     overrides: list[Override] = field(default_factory=list)
     """The recipe's pins that carry ``override``, and what each replaced."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "lock": str(self.path),
-            "platform": self.target.platform,
-            "python": self.target.python,
-            "index": self.index,
-            "package": self.package,
-            "overrides": [item.to_dict() for item in self.overrides],
-            "requirements": [r.to_dict() for r in sorted(self.locked, key=lambda r: r.key)],
-        }
 
     def summary(self) -> list[str]:
         lines = [f"locked the runtime closure of {self.package} for {self.target.describe()}: "

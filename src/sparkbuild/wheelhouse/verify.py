@@ -38,7 +38,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -47,6 +47,7 @@ from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.flashinfer.jit_cache import codeless_modules
 from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
 from sparkbuild.flashinfer.unreachable_stubs import RULES as UNREACHABLE_RULES
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import fsync_dir, partial_beside, sweep_partials_beside
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.store.wheel_check import manifest_wheel_problems, same_version
@@ -96,12 +97,9 @@ NAMED_KERNELS = 10
 """Kernels an error message names per library (``--json`` names them all)."""
 
 @dataclass(frozen=True)
-class Mismatch:
+class Mismatch(Record):
     file: str
     problem: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"file": self.file, "problem": self.problem}
 
     def describe(self) -> str:
         """``FILE (PROBLEM)``, the name quoted and the problem escaped where they hold a
@@ -112,8 +110,18 @@ class Mismatch:
         return f"  MISMATCH {shown(self.file)}: {escaped(self.problem)}"
 
 
+def _unreachable(found: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...]
+                 ) -> list[dict[str, Any]]:
+    return [{"rule": rule, "kernels": kernels} for rule, kernels in found]
+
+
 @dataclass(frozen=True)
-class LibraryArchs:
+class LibraryArchs(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheel", "library", "archs", "missing", "sass_archs", "block_scaled_mma",
+        "trap_only_kernels", "guard_stub_kernels", "unreachable_stubs",
+    )
+
     wheel: str
     library: str
     archs: tuple[str, ...]
@@ -130,7 +138,8 @@ class LibraryArchs:
     trap-only ones and those that silently do nothing."""
     coverage: tuple[Coverage, ...] = ()
     """Every kernel of the library, per target arch: native, PTX only or none."""
-    unreachable: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...] = ()
+    unreachable: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...] = field(
+        default=(), metadata=as_json("unreachable_stubs", dump=_unreachable))
     """Guard stubs the library's own dispatcher never launches at the targets, each group
     with the rule that names it before the compile (:mod:`sparkbuild.flashinfer.
     unreachable_stubs`): accepted, and listed."""
@@ -138,16 +147,6 @@ class LibraryArchs:
     @property
     def unreachable_kernels(self) -> tuple[str, ...]:
         return tuple(k for _, kernels in self.unreachable for k in kernels)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
-                "missing": list(self.missing), "sass_archs": list(self.sass_archs),
-                "block_scaled_mma": self.block_scaled_mma,
-                "trap_only_kernels": list(self.trap_only_kernels),
-                "guard_stub_kernels": list(self.guard_stub_kernels),
-                "unreachable_stubs": [{"rule": rule.to_dict(), "kernels": list(kernels)}
-                                      for rule, kernels in self.unreachable],
-                "coverage": [c.to_dict() for c in self.coverage]}
 
     def kernels_of(self, kind: str) -> list[tuple[str, str, str | None]]:
         """(target, kernel, code) of every kernel of ``kind`` (``ptx``, ``none``)."""
@@ -172,37 +171,34 @@ class LibraryArchs:
                 for target, name, code in self.kernels_of(PTX_ONLY)]
 
 
+def _by_file(agreement: list[Agreement]) -> dict[str, Agreement]:
+    return {item.file: item for item in agreement}
+
+
 @dataclass
-class VerifyResult:
-    directory: Path
-    checked: int
+class VerifyResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheelhouse", "stand_ins", "files_checked", "ok", "mismatches", "target_archs",
+        "allow_jit",
+    )
+
+    directory: Path = field(metadata=as_json("wheelhouse"))
+    checked: int = field(metadata=as_json("files_checked"))
     target_archs: tuple[str, ...]
     mismatches: list[Mismatch] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     """The Requires-Dist and torch check (RequirementsReport.to_dict())."""
-    agreement: list[Agreement] = field(default_factory=list)
+    agreement: list[Agreement] = field(default_factory=list, metadata=as_json(dump=_by_file))
     """Whether pylock.toml and sbom.cdx.json agree with the wheels present."""
     allow_jit: bool = False
     """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the build took from another commit than the tree's pin (the manifest's)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wheelhouse": str(self.directory),
-            "stand_ins": self.stand_ins,
-            "files_checked": self.checked,
-            "ok": self.error is None,
-            "mismatches": [m.to_dict() for m in self.mismatches],
-            "target_archs": list(self.target_archs),
-            "allow_jit": self.allow_jit,
-            "libraries": [lib.to_dict() for lib in self.libraries],
-            "notes": self.notes,
-            "requirements": self.requirements,
-            "agreement": {item.file: item.to_dict() for item in self.agreement},
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.error is None}
 
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"
@@ -556,27 +552,26 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
 
 
 @dataclass
-class JudgedJitCache:
+class JudgedJitCache(Record):
     """``flashinfer-aot`` with a prebuilt jit-cache: the wheel taken, every kernel judged
     as verify judges a built one."""
 
-    aot: AotResult
-    targets: tuple[str, ...]
+    json_order: ClassVar[tuple[str, ...]] = ("...", "ok", "libraries", "codeless_modules", "notes")
+
+    aot: AotResult = field(metadata=as_json(flatten=True))
+    targets: tuple[str, ...] = field(metadata=as_json(skip=True))
     libraries: list[LibraryArchs]
-    codeless: list[str]
+    codeless: list[str] = field(metadata=as_json("codeless_modules"))
     notes: list[str] = field(default_factory=list)
     """Wheels whose GPU code could not be listed: refused, since nothing was judged."""
-    source: str | None = None
+    source: str | None = field(default=None, metadata=as_json(skip=True))
     """The prebuilt wheel as the recipe names it (a refused wheel is never placed)."""
-    placed: bool = True
+    placed: bool = field(default=True, metadata=as_json(skip=True))
     """Whether the wheel is in ``--out`` (:func:`take_judged_jit_cache` places only one
     that passes)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.aot.to_dict(), "wheel": str(self.aot.wheel) if self.placed else None,
-                "ok": self.error is None,
-                "libraries": [lib.to_dict() for lib in self.libraries],
-                "codeless_modules": self.codeless, "notes": self.notes}
+    def json_extra(self) -> dict[str, Any]:
+        return {"wheel": self.aot.wheel if self.placed else None, "ok": self.error is None}
 
     def summary(self) -> list[str]:
         lines = self.aot.summary()

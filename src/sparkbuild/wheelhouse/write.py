@@ -30,7 +30,7 @@ import sys
 import sysconfig
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.tags import platform_tags
@@ -43,6 +43,7 @@ from sparkbuild.errors import (
     VerifyError,
 )
 from sparkbuild.recipe import check_known_bad
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
@@ -112,26 +113,21 @@ SIMPLE_DIR = "simple"
 
 
 @dataclass
-class WheelhouseResult:
-    out: Path
-    files: list[WheelhouseFile]
-    target: ClosureTarget
-    label: str
-    manifest: dict[str, Any] = field(default_factory=dict)
+class WheelhouseResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("wheelhouse", "local_label", "target")
+
+    out: Path = field(metadata=as_json("wheelhouse"))
+    files: list[WheelhouseFile] = field(metadata=as_json("wheels"))
+    target: ClosureTarget = field(metadata=as_json(dump=ClosureTarget.key))
+    label: str = field(metadata=as_json("local_label"))
+    manifest: dict[str, Any] = field(default_factory=dict, metadata=as_json(skip=True))
     overrides: list[Override] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     """The built wheels' shared libraries and their machine code for the target."""
-    note: str | None = None
+    note: str | None = field(default=None, metadata=as_json(skip=True))
     """Says when the target platform is not the machine that built the wheelhouse."""
     machine_code: CodeReads | None = None
     """How many of ``libraries`` were read with cuobjdump, how many came from the cache."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheelhouse": str(self.out), "local_label": self.label,
-                "target": self.target.key(), "wheels": [f.to_dict() for f in self.files],
-                "overrides": [o.to_dict() for o in self.overrides],
-                "libraries": [lib.to_dict() for lib in self.libraries],
-                "machine_code": self.machine_code.to_dict() if self.machine_code else None}
 
     def summary(self) -> list[str]:
         counts = {role: sum(f.role == role for f in self.files)

@@ -26,6 +26,7 @@ from sparkbuild.toolchain.sass import (
     NATIVE,
     NO_CODE,
     PTX_ONLY,
+    CoverageKind,
     FunctionFacts,
     KernelCode,
     coverage,
@@ -127,7 +128,7 @@ def _check_refuses(kernels: list[KernelCode], allow_jit: bool,
     return stub is not None or uncovered is not None
 
 
-def _forecast_and_check_refuse(kind: str, allow_jit: bool) -> tuple[bool, bool]:
+def _forecast_and_check_refuse(kind: CoverageKind, allow_jit: bool) -> tuple[bool, bool]:
     lacking = units_without_target_sass({"csrc/u.cu": GENCODE[kind]}, ("12.1a",))
     forecast = CodeForecast("lacking" if lacking else "clear", 1, {"_C": lacking}
                             if lacking else {})
@@ -140,7 +141,7 @@ def _forecast_and_check_refuse(kind: str, allow_jit: bool) -> tuple[bool, bool]:
 
 @pytest.mark.parametrize("allow_jit", [False, True])
 @pytest.mark.parametrize("kind", [NATIVE, PTX_ONLY, NO_CODE])
-def test_every_judge_refuses_a_kind_as_the_policy_does(kind: str, allow_jit: bool) -> None:
+def test_every_judge_refuses_a_kind_as_the_policy_does(kind: CoverageKind, allow_jit: bool) -> None:
     expected = refused(kind, allow_jit=allow_jit)
     assert _verify_refuses([KERNEL[kind]], allow_jit) is expected
     assert _watch_refuses([KERNEL[kind]], allow_jit) is expected
