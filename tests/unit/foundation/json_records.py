@@ -79,6 +79,12 @@ TARGET = ClosureTarget(platform="manylinux_2_39_aarch64", python="3.12")
 GIB = 1024**3
 
 
+def _outside(value: str) -> Any:
+    """A value outside its field's Literal, as a record read back unchecked would hold it:
+    the golden JSON was written with it, and a record's JSON does not judge its values."""
+    return value
+
+
 def _kernels() -> tuple[KernelCoverage, ...]:
     return (KernelCoverage("_Z3fooPf", "native"),
             KernelCoverage("_Z3barPf", "ptx", code="sm_120", demangled="bar(float*)"),
@@ -221,7 +227,7 @@ def _extensions() -> ExtensionSet:
 def _forecast() -> CodeForecast:
     gap = GencodeCoverage("csrc/a.cu", "_C", ("arch=compute_120,code=sm_120",), "ptx",
                           "sm_120")
-    return CodeForecast(status="native", units=40, lacking={"_C": [gap]}, reason="",
+    return CodeForecast(status=_outside("native"), units=40, lacking={"_C": [gap]}, reason="",
                         seconds=1.234, reused="2026-01-01", generators=["x"])
 
 
@@ -466,7 +472,7 @@ def records() -> dict[str, Any]:
         "dist_unconnected": DistResult(link=_link(connected=False)).to_dict(),
         "team_bare": TeamReport().to_dict(),
         "compile_cache_off": CompileCacheResult(CacheSpec("none", ""), "ns").to_dict(),
-        "forecast_bare": CodeForecast(status="skipped").to_dict(),
+        "forecast_bare": CodeForecast(status=_outside("skipped")).to_dict(),
         "stand_in": StandIn("u", "1", "2", "r").to_dict(),
     }
 
