@@ -206,7 +206,7 @@ def _wheelhouse() -> WheelhouseResult:
     files = [WheelhouseFile("vllm-0.33.0-cp38-abi3-linux_aarch64.whl", "vllm", "0.33.0",
                             "2" * 64, 4096, "built"),
              WheelhouseFile("torch-2.9.1-cp312-cp312-linux_aarch64.whl", "torch", "2.9.1",
-                            "3" * 64, 8192, "runtime")]
+                            "3" * 64, 8192, _outside("runtime"))]
     return WheelhouseResult(out=Path("/out"), files=files, target=TARGET, label="+sm121",
                             manifest={"schema": 1}, overrides=_overrides(),
                             libraries=[_library()], note="a note",
