@@ -234,7 +234,8 @@ def _forecast() -> CodeForecast:
 def _compile_cache() -> CompileCacheResult:
     spec = CacheSpec(backend="redis", location="redis://cache:6379",
                      settings={"SCCACHE_REDIS": "redis://cache:6379"}, prefix="p")
-    return CompileCacheResult(spec=spec, namespace="ns", status="on", sccache="/bin/sccache",
+    return CompileCacheResult(spec=spec, namespace="ns", status=_outside("on"),
+                              sccache="/bin/sccache",
                               build_root="/work/tree", basedirs=["/work"],
                               before=_stats(1), after=_stats(5), warnings=["w"],
                               units={"hits": 4})
@@ -471,7 +472,7 @@ def records() -> dict[str, Any]:
         "materialized": materialized.to_dict(), "materialized_bare": Materialized().to_dict(),
         "dist_unconnected": DistResult(link=_link(connected=False)).to_dict(),
         "team_bare": TeamReport().to_dict(),
-        "compile_cache_off": CompileCacheResult(CacheSpec("none", ""), "ns").to_dict(),
+        "compile_cache_off": CompileCacheResult(CacheSpec(_outside("none"), ""), "ns").to_dict(),
         "forecast_bare": CodeForecast(status=_outside("skipped")).to_dict(),
         "stand_in": StandIn("u", "1", "2", "r").to_dict(),
     }
