@@ -191,8 +191,8 @@ def _vendor_plan() -> VendorPlan:
 
 
 def _vendor(plan_only: bool = False) -> VendorResult:
-    entries = [VendorEntry("git", "cutlass", "cached", sha256="1" * 64),
-               VendorEntry("wheel", "setuptools", "fetched", detail="77.0")]
+    entries = [VendorEntry(_outside("git"), "cutlass", "cached", sha256="1" * 64),
+               VendorEntry(_outside("wheel"), "setuptools", "fetched", detail="77.0")]
     return VendorResult(plan=_vendor_plan(), cache=Path("/cache"), plan_only=plan_only,
                         entries=entries)
 
