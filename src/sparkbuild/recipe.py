@@ -771,14 +771,15 @@ def load_known_bad(path: Path) -> tuple[KnownBad, ...]:
     return tuple(entries)
 
 
-def check_known_bad(name: str, version: str, *, role: str = "pin",
+def check_known_bad(name: str, version: str, *, what: str = "pin",
                     where: str | None = None) -> None:
-    """Refuse ``name==version`` when the known-bad list names it (PinRefusedError)."""
+    """Refuse ``name==version`` when the known-bad list names it (PinRefusedError);
+    ``what``: what the message calls it (``pin``, ``locked requirement``)."""
     path = known_bad_path()
     for entry in load_known_bad(path):
         if entry.matches(name, version):
             raise PinRefusedError(
-                f"refusing {role} {name}=={version}: {entry.reason}",
+                f"refusing {what} {name}=={version}: {entry.reason}",
                 where=where,
                 hint=f"{name} {version} is listed in {path} (source: {entry.source}); "
                 "pin another version in the recipe's [[pins]]",
@@ -786,7 +787,7 @@ def check_known_bad(name: str, version: str, *, role: str = "pin",
 
 
 def refuse_known_bad(pin: Pin, *, where: str | None = None) -> None:
-    check_known_bad(pin.name, pin.version, role="pin", where=where)
+    check_known_bad(pin.name, pin.version, what="pin", where=where)
 
 
 def _strings(path: Path, text: str, key: str, value: Any, *,

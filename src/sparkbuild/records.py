@@ -17,17 +17,21 @@ keeps its keys with each value converted.  A field says more in its metadata, th
 A key no field holds (a count, a constant, a property) comes from the record's
 :meth:`Record.json_extra`, and ``json_order`` places the keys where the fields' order is
 not the JSON's (``"..."`` in it standing for the keys it does not name).
+
+A status, kind, role or backend is a ``Literal``; :func:`one_of` turns a text read back
+(from JSON, a tool's output) into one of its values.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import PurePath
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 _METADATA = "sparkbuild.json"
+_Choice = TypeVar("_Choice", bound=str)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +80,12 @@ def rounded(digits: int) -> Callable[[Any], Any]:
 def as_text(value: object) -> str | None:
     """For ``dump``: a value by its ``str`` (a version), None staying None."""
     return None if value is None else str(value)
+
+
+def one_of(value: object, choices: Sequence[_Choice]) -> _Choice | None:
+    """The member of ``choices`` that ``value`` is, or None: a ``Literal`` from a text read
+    back."""
+    return next((choice for choice in choices if choice == value), None)
 
 
 def to_json(value: Any) -> Any:

@@ -287,7 +287,7 @@ class GencodeCoverage(Record):
     unit: str
     target: str
     gencode: tuple[str, ...]
-    kind: str = field(metadata=as_json("coverage"))
+    kind: sass.CoverageKind = field(metadata=as_json("coverage"))
     code: str | None = field(metadata=as_json("ptx_arch"))
 
     def describe(self) -> str:

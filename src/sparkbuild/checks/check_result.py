@@ -106,7 +106,7 @@ class CheckResult(Record):
         return [u for u in self.no_target_sass if refused(u.kind, allow_jit=self.allow_jit)
                 and (self.selection != "named" or u.unit in named)]
 
-    def with_status(self, status: str) -> list[UnitOutcome]:
+    def with_status(self, status: UnitStatus) -> list[UnitOutcome]:
         return [unit for unit in self.units if unit.status == status]
 
     def problems(self) -> list[tuple[type[SparkbuildError], str]]:

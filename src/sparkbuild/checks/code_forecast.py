@@ -28,7 +28,7 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sparkbuild.checks.check_plan import (
     GencodeCoverage,
@@ -74,13 +74,17 @@ class ForecastInputs:
     """The materialized fetched projects (FetchContent name -> directory)."""
 
 
+ForecastStatus = Literal["clear", "lacking", "unknown"]
+FORECAST_STATUSES: tuple[ForecastStatus, ...] = ("clear", "lacking", "unknown")
+
+
 @dataclass
 class CodeForecast(Record):
     """The forecast's result: the units read and those lacking native code for a target."""
 
     json_order: ClassVar[tuple[str, ...]] = ("status", "units", "reason", "seconds", "lacking")
 
-    status: str
+    status: ForecastStatus
     """``clear`` (every unit read has native code), ``lacking`` (some have none) or
     ``unknown`` (the tree could not be read, or no CUDA unit of the build was found)."""
     units: int = 0

@@ -35,7 +35,7 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
@@ -56,13 +56,17 @@ LINK_LIBRARIES = ("nvrtc", "cublas", "cublasLt")
 STUB_SONAME = "libcuda.so.1"
 
 
+LibcudaKind = Literal["toolkit stub", "driver", "sparkbuild stub from cuda.h"]
+"""Which libcuda.so the link is given: the toolkit's stub, the driver's, or one sparkbuild
+makes from cuda.h."""
+
+
 @dataclass(frozen=True)
 class Libcuda(Record):
     json_order: ClassVar[tuple[str, ...]] = ("kind", "path")
 
     path: Path
-    kind: str
-    """``toolkit stub``, ``driver`` or ``sparkbuild stub``."""
+    kind: LibcudaKind
 
     def line(self) -> str:
         return f"libcuda for the link: {self.kind} ({self.path})"

@@ -344,7 +344,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     locked = parse_lock(checked.lock_bytes.decode("utf-8"), where=str(directory / LOCK_NAME))
     pylock_text = checked_pylock(checked) if source == "pylock" else None
     for item in locked:
-        check_known_bad(item.name, item.version, role="wheelhouse file",
+        check_known_bad(item.name, item.version, what="wheelhouse file",
                         where=str(directory / LOCK_NAME))
     refuse_unstartable(built_wheels(checked), start_modules_of(manifest))
     refuse_foreign(venv)

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sparkbuild.console import escaped
 from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
@@ -74,10 +74,14 @@ class NodeProbe:
     ptxas: PtxasProbe = probe_ptxas
 
 
+CheckStatus = Literal["ok", "warn", "fail", "absent"]
+"""A node check's verdict: ``fail`` fails the preflight, the others report."""
+
+
 @dataclass(frozen=True)
 class NodeCheck(Record):
     name: str
-    status: str
+    status: CheckStatus
     value: str
     detail: str = ""
 

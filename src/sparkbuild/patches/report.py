@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import PatchError, SparkbuildError
 from sparkbuild.patches.edits.edit_plan import C_SUFFIXES, SKIP_DIRS
@@ -22,11 +22,13 @@ from sparkbuild.store.files import walk_files
 if TYPE_CHECKING:
     from sparkbuild.patches.series import FileDiff
 
-APPLIED = "applied"
-ALREADY = "already-applied"
-FAILED = "failed"
-NOT_APPLIED = "not-applied"
-STATUSES = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
+PatchStatus = Literal["applied", "already-applied", "failed", "not-applied"]
+"""Where a patch stands in a tree."""
+APPLIED: PatchStatus = "applied"
+ALREADY: PatchStatus = "already-applied"
+FAILED: PatchStatus = "failed"
+NOT_APPLIED: PatchStatus = "not-applied"
+STATUSES: tuple[PatchStatus, ...] = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
 REVERTED = "reverted"
 APPLIED_HERE = "applied-here"
 """An already-applied patch that sparkbuild applied to this tree (its record is in it)."""
@@ -45,7 +47,7 @@ def instruction_uses(uses: list[tuple[Path, int]]) -> list[dict[str, Any]]:
 @dataclass(frozen=True)
 class PatchOutcome(Record):
     name: str
-    status: str
+    status: PatchStatus
     detail: str
     sha256: str
     """sha256 of the patch file, so a report names exactly which patch text was used."""

@@ -32,7 +32,7 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import UsageError
 from sparkbuild.records import Record, as_json
@@ -58,12 +58,17 @@ PASSTHROUGH = frozenset({
 so that a stray SCCACHE_BUCKET cannot turn a Redis cache into an S3 one."""
 
 
+CacheBackend = Literal["redis", "s3", "local"]
+"""Where sccache keeps the shared cache."""
+CacheStatus = Literal["off", "used", "degraded", "unreachable"]
+"""What the shared compile cache did for a build (see :class:`CompileCacheResult`)."""
+
+
 @dataclass(frozen=True)
 class CacheSpec(Record):
     """Where the shared cache lives, as sccache variables (secrets kept apart)."""
 
-    backend: str
-    """``redis``, ``s3`` or ``local``."""
+    backend: CacheBackend
     location: str
     """The URL without credentials: safe to print, to put in JSON and in the manifest."""
     settings: dict[str, str] = field(default_factory=dict, metadata=as_json(skip=True))
@@ -318,7 +323,7 @@ class CompileCacheResult(Record):
 
     spec: CacheSpec = field(metadata=as_json(flatten=True))
     namespace: str
-    status: str = "off"
+    status: CacheStatus = "off"
     """``used``; ``degraded`` (the cache failed during the build: those units were compiled
     here); ``unreachable`` (it failed before the build: nothing was cached)."""
     sccache: str | None = None

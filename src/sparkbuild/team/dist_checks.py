@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
 from sparkbuild.proc import run
@@ -55,13 +55,17 @@ def _checks(checks: list[TeamCheck]) -> dict[str, dict[str, object]]:
     return {check.name: {"ok": check.ok, "value": check.value} for check in checks}
 
 
+TeamRole = Literal["client", "server"]
+"""Which side of the team a report checks: a build's client, or a build server."""
+
+
 @dataclass
 class TeamReport(Record):
     json_order: ClassVar[tuple[str, ...]] = ("role", "...", "checks")
 
     checks: list[TeamCheck] = field(default_factory=list, metadata=as_json(dump=_checks))
     link: DistLink | None = field(default=None, metadata=as_json(flatten=True))
-    role: str = "client"
+    role: TeamRole = "client"
 
     @property
     def error(self) -> SparkbuildError | None:

@@ -35,7 +35,7 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild.console import info, say, shown, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
@@ -180,11 +180,15 @@ def systemd_unit(description: str, argv: list[str], *, root: bool) -> str:
         ""])
 
 
+ServiceRole = Literal["scheduler", "server"]
+"""Which sccache-dist service ``team`` runs."""
+
+
 @dataclass
 class TeamService(Record):
     """What ``team scheduler`` or ``team server`` did."""
 
-    role: str
+    role: ServiceRole
     listen: str
     config: Path
     command: list[str]
@@ -219,7 +223,7 @@ def _foreground(service: TeamService, env: dict[str, str],
     return service
 
 
-def _self_command(role: str, args: list[str]) -> list[str]:
+def _self_command(role: ServiceRole, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "sparkbuild", "team", role, *args]
 
 

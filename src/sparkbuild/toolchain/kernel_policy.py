@@ -29,23 +29,24 @@ a kernel of that code) -- and asks the same questions here: :func:`refused` of o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild.records import Record, as_json
 from sparkbuild.toolchain.mangled import Builtin, Part, Qualified, parse_kernel
-from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, arch_digits
+from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, CoverageKind, arch_digits
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from sparkbuild.toolchain.sass import Coverage
 
-GUARD_STUB = "guard-stub"
-VERDICT_KINDS = (NATIVE, PTX_ONLY, NO_CODE, GUARD_STUB)
-"""What a kernel is at a target, as the policy judges it."""
+VerdictKind = CoverageKind | Literal["guard-stub"]
+"""What a kernel is at a target, as the policy judges it: its coverage, or a guard stub."""
+GUARD_STUB: VerdictKind = "guard-stub"
+VERDICT_KINDS: tuple[VerdictKind, ...] = (NATIVE, PTX_ONLY, NO_CODE, GUARD_STUB)
 
 
-def refused(kind: str, *, allow_jit: bool) -> bool:
+def refused(kind: VerdictKind, *, allow_jit: bool) -> bool:
     """Whether a kernel of ``kind`` (one of :data:`VERDICT_KINDS`) is unacceptable."""
     if kind not in VERDICT_KINDS:
         raise ValueError(f"not a kind the kernel policy knows: {kind!r}")
@@ -65,7 +66,7 @@ def kernel_names(names: Sequence[str], *, width: int = 96, shown: int | None = N
 class Refusal:
     """Kernels refused for one reason at one place."""
 
-    kind: str
+    kind: VerdictKind
     """``none``, ``ptx`` or ``guard-stub``."""
     at: str
     """The target (``12.1a``); for guard stubs, the SASS archs read (``sm_121a``)."""

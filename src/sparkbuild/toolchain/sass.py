@@ -419,7 +419,7 @@ CoverageKind = Literal["native", "ptx", "none"]
 NATIVE: CoverageKind = "native"
 PTX_ONLY: CoverageKind = "ptx"
 NO_CODE: CoverageKind = "none"
-COVERAGE_KINDS = (NATIVE, PTX_ONLY, NO_CODE)
+COVERAGE_KINDS: tuple[CoverageKind, ...] = (NATIVE, PTX_ONLY, NO_CODE)
 
 _FATBIN_KIND = re.compile(r"^Fatbin (elf|ptx) code:")
 _ELF_ENTRY_SYMBOL = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$")
@@ -557,7 +557,7 @@ class Coverage(Record):
     target: str
     kernels: tuple[KernelCoverage, ...] = field(metadata=as_json(dump=len))
 
-    def of_kind(self, kind: str) -> tuple[KernelCoverage, ...]:
+    def of_kind(self, kind: CoverageKind) -> tuple[KernelCoverage, ...]:
         return tuple(k for k in self.kernels if k.kind == kind)
 
     @property

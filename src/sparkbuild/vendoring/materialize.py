@@ -31,14 +31,14 @@ from sparkbuild.vendoring.placeholders import write_placeholder
 
 if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
-    from sparkbuild.vendoring.plan import SourcePlan, VendorPlan
+    from sparkbuild.vendoring.plan import SourcePlan, VendoredKind, VendorPlan
 
 COMPLETE_MARKER = ".sparkbuild-complete"
 
 
 @dataclass(frozen=True)
 class Missing:
-    kind: str
+    kind: VendoredKind
     name: str
     detail: str
 

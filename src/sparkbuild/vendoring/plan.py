@@ -28,7 +28,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
 from sparkbuild.records import EMPTY, NONE, Record, as_json
@@ -56,6 +56,16 @@ DISCOVERY = "cmake-recorder"
 
 
 
+ExternalKind = Literal["git", "url"]
+"""How the configure fetches an external source: a git checkout, or a download."""
+EXTERNAL_KINDS: tuple[ExternalKind, ...] = ("git", "url")
+VendoredKind = Literal["source", "wheels", "crates"]
+"""What vendoring fetches: an external source, the build requirements' wheels, or the
+crates of a Cargo.lock."""
+VendorStatus = Literal["cached", "fetched"]
+"""Whether a vendored part was already in the cache, or was fetched now."""
+
+
 @dataclass(frozen=True)
 class SourcePlan(Record):
     """One external source the configure fetches."""
@@ -65,8 +75,7 @@ class SourcePlan(Record):
     )
 
     name: str
-    kind: str
-    """``git`` or ``url``."""
+    kind: ExternalKind
     url: str
     ref: str | None = field(metadata=as_json(skip=True))
     """GIT_TAG for git sources; None for URL sources."""
@@ -365,11 +374,9 @@ def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None,
 
 @dataclass
 class VendorEntry(Record):
-    kind: str
-    """``source``, ``wheels`` or ``crates``."""
+    kind: VendoredKind
     name: str
-    status: str
-    """``planned``, ``cached`` (already there) or ``fetched``."""
+    status: VendorStatus
     detail: str = ""
     sha256: str | None = None
 

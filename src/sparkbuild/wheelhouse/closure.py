@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe
     from sparkbuild.sources.index import IndexFile
     from sparkbuild.store.cache import Cache
+    from sparkbuild.wheelhouse.manifest import WheelRole
 
 
 # -- the outside world, replaceable in tests ---------------------------------------------
@@ -105,7 +106,7 @@ class WheelhouseFile(Record):
     version: str
     sha256: str
     size: int
-    role: str
+    role: WheelRole
     """``built`` (this build), ``pin`` (a recipe pin) or ``closure`` (a dependency)."""
 
     @property
@@ -113,7 +114,7 @@ class WheelhouseFile(Record):
         return canonicalize_name(self.name)
 
 
-def _place(source: Path, staging: Path, filename: str, role: str) -> WheelhouseFile:
+def _place(source: Path, staging: Path, filename: str, role: WheelRole) -> WheelhouseFile:
     """Copy ``source`` into the staging directory under ``filename``, and describe it."""
     target = staging / filename
     if source.resolve() != target.resolve():

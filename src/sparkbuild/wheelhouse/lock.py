@@ -458,7 +458,7 @@ def lock_closure(
         locked = restrict_to_pins(resolve_pinned(resolve, requirements, recipe.pins),
                                   recipe.pins)
     for item in locked:
-        check_known_bad(item.name, item.version, role="locked requirement")
+        check_known_bad(item.name, item.version, what="locked requirement")
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     comments = lock_comments(recipe.package, target, index) + override_comments(overrides)

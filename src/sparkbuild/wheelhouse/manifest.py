@@ -13,7 +13,7 @@ import json
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkbuild import __version__
 from sparkbuild.console import unsafe_characters
@@ -32,6 +32,10 @@ MANIFEST_SCHEMA = 1
 MANIFEST_LIMIT = 16 << 20
 """The largest manifest read (a vLLM wheelhouse's is some 100 KiB; one of 200 MB took
 1.2 GB of memory to parse): larger is refused before it is parsed."""
+WheelRole = Literal["built", "pin", "closure"]
+"""Why a wheel is in the wheelhouse: this build made it, a recipe pins it, or the pins and
+the built wheel depend on it."""
+WHEEL_ROLES: tuple[WheelRole, ...] = ("built", "pin", "closure")
 
 
 def build_manifest(

@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.toolchain.kept_sass import CodeCache
-    from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
+    from sparkbuild.toolchain.sass import CoverageKind, FunctionFacts, KernelCode, SassFunction
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], Sequence[SassFunction | FunctionFacts]]
@@ -148,7 +148,7 @@ class LibraryArchs(Record):
     def unreachable_kernels(self) -> tuple[str, ...]:
         return tuple(k for _, kernels in self.unreachable for k in kernels)
 
-    def kernels_of(self, kind: str) -> list[tuple[str, str, str | None]]:
+    def kernels_of(self, kind: CoverageKind) -> list[tuple[str, str, str | None]]:
         """(target, kernel, code) of every kernel of ``kind`` (``ptx``, ``none``)."""
         return [(c.target, k.name, k.code) for c in self.coverage for k in c.of_kind(kind)]
 

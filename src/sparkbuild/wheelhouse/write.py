@@ -333,7 +333,7 @@ def write_wheelhouse(
                                           bundled=bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
-            check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
+            check_known_bad(item.name, item.version, what=f"{item.role} wheel", where=item.file)
         late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
                                  env, where=str(recipe.path), closure_left_out=not closure)
         note = host_note(recipe.target.platform, [f.file for f in built], target)

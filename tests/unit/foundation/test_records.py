@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sparkbuild.records import EMPTY, NONE, Record, as_json, rounded, to_json
+from sparkbuild.records import EMPTY, NONE, Record, as_json, one_of, rounded, to_json
 
 
 class Colour(enum.Enum):
@@ -90,3 +90,11 @@ class Around(Record):
 
 def test_the_keys_an_order_does_not_name_stand_at_its_rest_mark() -> None:
     assert list(Around(Inner("a")).to_dict()) == ["size", "name", "where", "count"]
+
+
+def test_one_of_gives_the_choice_a_text_read_back_is_and_none_for_any_other() -> None:
+    choices = ("clear", "lacking")
+    assert one_of("lacking", choices) == "lacking"
+    assert one_of("Lacking", choices) is None
+    assert one_of(None, choices) is None
+    assert one_of(1, choices) is None

@@ -163,6 +163,7 @@ def _entry_path(cache: Cache) -> Path:
     lambda text: json.dumps({**json.loads(text), "sources": [{"name": "cutlass"}]}),
     lambda text: json.dumps({**json.loads(text), "notes": [1]}),
     lambda text: text.replace('"certain": true', '"certain": "yes"', 1),
+    lambda text: text.replace('"kind": "git"', '"kind": "svn"', 1),
     lambda text: json.dumps({**json.loads(text), "schema": 0}),
     lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "when"}),
 ])
