@@ -30,13 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import (
-    MODEL_FIELDS,
-    RECIPE_LIMIT,
-    check_model_field,
-    parse_json,
-    read_user_text,
-)
+from sparkbuild.recipe import MODEL_FIELDS, RECIPE_LIMIT, check_model_field
+from sparkbuild.store.user_files import parse_json, read_user_text
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import ModelSettings
