@@ -16,14 +16,14 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbuild"
 
 TOP_LEVEL = frozenset({
     "__init__", "__main__", "cli", "pipeline", "errors", "proc", "console", "recipe",
-    "resources", "settings",
+    "recipe_keys", "recipe_model", "recipe_schema", "resources", "settings",
 })
 """The only modules allowed at the top of the package."""
 
 FOUNDATION = frozenset({"errors", "proc", "console", "resources", "settings", "__init__"})
 """Top-level modules every room may use."""
 
-RECIPE = frozenset({"recipe"})
+RECIPE = frozenset({"recipe", "recipe_keys", "recipe_model", "recipe_schema"})
 """Top-level modules of the recipe: every room but the store may use them, and they may use
 the store (its readers of user files); no store module loads them."""
 
