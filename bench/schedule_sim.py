@@ -58,7 +58,7 @@ from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
 from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
 from sparkbuild.jobplan.unit_order import longest_first
-from sparkbuild.recipe import parse_json, read_user_text
+from sparkbuild.store.user_files import parse_json, read_user_text
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7

@@ -229,6 +229,12 @@ def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
                             offline=args.offline, jobs=args.jobs, only=only)
 
 
+def _recipe_schema(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.recipe_schema import RecipeSchema
+
+    return RecipeSchema()
+
+
 def _selftest(args: argparse.Namespace) -> StageResult:
     from sparkbuild.checks.selftest import run_e2m1_selftest
 
@@ -483,6 +489,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_flashinfer_aot)
+
+    p = sub.add_parser("recipe-schema", help="print the JSON schema of a recipe (on stdout, "
+                       "--json or not)")
+    _add_common(p)
+    p.set_defaults(handler=_recipe_schema, json=True)
 
     p = sub.add_parser("selftest", help="prove a piece of the toolchain on this machine")
     p.add_argument("what", choices=("e2m1",))

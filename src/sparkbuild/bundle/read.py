@@ -39,7 +39,6 @@ from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import SourceError, UnsafeArchiveError, UsageError, VerifyError
-from sparkbuild.recipe import parse_json
 from sparkbuild.sources.archive import (
     ArchiveMember,
     MemberCheck,
@@ -51,6 +50,7 @@ from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase
 from sparkbuild.store.tree_sync import sync_tree
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.vendoring.fetch import store_tree_tarball
 from sparkbuild.vendoring.index import (
     FLASHINFER_AOT_WHEELS,

@@ -58,7 +58,7 @@ from sparkbuild.bundle.archive import TOP, sweep_partials, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, RecipeError, SparkbuildError, VerifyError
-from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT, read_user_text
+from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT
 from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import Cache, default_cache_root
@@ -66,6 +66,7 @@ from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import recipe_work_lock
+from sparkbuild.store.user_files import read_user_text
 from sparkbuild.vendoring.index import FLASHINFER_AOT_WHEELS, source_entry, wheelset_entry
 from sparkbuild.vendoring.unread import referenced_paths
 

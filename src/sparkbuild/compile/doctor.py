@@ -35,16 +35,11 @@ from sparkbuild.jobplan.machine import (
     usable_memory,
     with_team_cores,
 )
-from sparkbuild.recipe import (
-    BuildSettings,
-    Recipe,
-    check_job_memory_gib,
-    parse_toml,
-    require_spark_target,
-)
+from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
 from sparkbuild.records import Record, as_json
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.cache import default_cache_root
+from sparkbuild.store.user_files import parse_toml
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
     MIN_NVCC_FOR_SM121,

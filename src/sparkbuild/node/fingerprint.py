@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
-from sparkbuild.recipe import parse_json, read_user_file
 from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_json, read_user_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT
 
 if TYPE_CHECKING:

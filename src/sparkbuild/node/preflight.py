@@ -45,9 +45,9 @@ from sparkbuild.node.profile import (
     probe_ptxas,
 )
 from sparkbuild.proc import run
-from sparkbuild.recipe import read_user_file
 from sparkbuild.records import Record
 from sparkbuild.store.files import usable_path
+from sparkbuild.store.user_files import read_user_file
 
 MIN_NOFILE = 65536
 """Below this, loading a large checkpoint overflows the open-file limit."""

@@ -19,8 +19,9 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.console import info
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import TreeRequirements, parse_toml
+from sparkbuild.recipe import TreeRequirements
 from sparkbuild.sources.requirements import RequirementLine, parse_requirement, read_requirements
+from sparkbuild.store.user_files import parse_toml
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

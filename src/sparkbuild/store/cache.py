@@ -30,7 +30,6 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
-from sparkbuild.recipe import parse_json
 from sparkbuild.settings import CACHE
 from sparkbuild.store.files import (
     discarded,
@@ -43,6 +42,7 @@ from sparkbuild.store.files import (
 )
 from sparkbuild.store.hashing import CHUNK, is_sha256, sha256_bytes, sha256_file
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.user_files import parse_json
 
 FILL_HINT = (
     "fill the cache once online: run `sparkbuild wheel` without --offline, or prepare a "

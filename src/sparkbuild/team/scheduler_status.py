@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbuild.console import shown
-from sparkbuild.recipe import parse_json
 from sparkbuild.records import Record
+from sparkbuild.store.user_files import parse_json
 
 MAX_SERVERS = 4096
 MAX_CPUS = 1 << 20

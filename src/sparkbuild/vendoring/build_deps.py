@@ -19,10 +19,10 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import parse_toml
 from sparkbuild.records import Record, as_json
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_toml
 
 OTHER_DEVICES = frozenset({"cpu", "rocm", "rock", "tpu", "xpu", "hpu", "neuron", "openvino"})
 """requirements/build files for these targets are not a CUDA build's."""

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from sparkbuild import __version__
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import env_entry_problem, parse_json
+from sparkbuild.recipe import env_entry_problem
 from sparkbuild.store.files import read_at_most, usable_path
+from sparkbuild.store.user_files import parse_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

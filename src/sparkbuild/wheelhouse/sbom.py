@@ -61,8 +61,8 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
-from sparkbuild.recipe import parse_json
 from sparkbuild.records import one_of
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.store.wheel_check import normal_version
 from sparkbuild.wheelhouse.manifest import WHEEL_ROLES, WheelRole
 from sparkbuild.wheelhouse.pylock import listing_disagreements

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import parse_json
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.store.wheel_members import READ_ERRORS, read_text_member
 from sparkbuild.wheelhouse.manifest import WHEEL_ROLES, manifest_target
 from sparkbuild.wheelhouse.sbom import WHEEL_SBOM
