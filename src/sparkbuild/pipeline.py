@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sparkbuild.compile.build_record import BuildTorch, build_torch
+from sparkbuild.compile.build_record import BuildTorch, FinishedBuild, build_torch
 from sparkbuild.compile.doctor import ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
 from sparkbuild.console import info, shown, step
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.errors import SparkbuildError
-    from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
@@ -350,39 +349,28 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
                                                   recipe.node.drop, str(recipe.path))]
 
 
-def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, torch: BuildTorch, cache: Cache,
-                compile_cache: CompileCacheResult | None = None,
-                vendored: VendorResult | None = None,
-                runtime: dict[str, Any] | None = None,
-                aot: AotResult | None = None,
-                dist: DistResult | None = None,
-                extensions: ExtensionSet | None = None) -> WheelhouseResult:
+def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedBuild,
+                runtime: dict[str, Any] | None) -> WheelhouseResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.vendoring.patched import built_in_sources
-    from sparkbuild.wheelhouse.write import write_wheelhouse
+    from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
-    recipe = options.recipe
-    settings = build_settings(
-        recipe, plan, outcome, offline=options.offline,
-        use_existing_torch=options.use_existing_torch, targets=options.targets,
-        bundle=options.bundle, compile_cache=compile_cache,
-        vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
-        node_profile=_node_profile(recipe), dist=dist, extensions=extensions)
-    return write_wheelhouse(
-        options.out, recipe=recipe, source=prepared.source.to_dict(),
+    recipe, cache, aot = build.recipe, build.cache, build.aot
+    settings = build_settings(build, node_profile=_node_profile(recipe))
+    return write_wheelhouse(options.out, WheelhouseInputs(
+        recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
-        built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
+        built_wheels=[*build.outcome.wheels, *([aot.wheel] if aot else [])],
         build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform,
-        toolchain={**describe_toolchain(), **torch.toolchain()},
+        toolchain={**describe_toolchain(), **build.torch.toolchain()},
         closure=options.closure,
-        vendored=built_in_sources(vendored.plan, cache) if vendored else (),
+        vendored=built_in_sources(build.vendored, cache) if build.vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
         kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
-    )
+    ))
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -514,8 +502,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         missed = [] if options.offline else vendor_unplanned(
             cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
-                                     compile_cache, vendored, runtime, aot, dist, extensions)
+            finished = FinishedBuild(
+                recipe=recipe, plan=plan, outcome=outcome, torch=torch, cache=cache,
+                offline=options.offline, use_existing_torch=options.use_existing_torch,
+                targets=options.targets, bundle=options.bundle, compile_cache=compile_cache,
+                vendored=vendored.plan, aot=aot, dist=dist, extensions=extensions)
+            wheelhouse = _wheelhouse(options, prepared, finished, runtime)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast, dist=dist, build_trace=trace,
