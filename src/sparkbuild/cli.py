@@ -64,10 +64,11 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 def _vendor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.sources.mirrors import Mirrors
-    from sparkbuild.vendoring.plan import vendor_tree
+    from sparkbuild.vendoring.plan import FetchChoices, vendor_tree
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
-                       mirrors=Mirrors.parse(args.mirror), sparse=args.sparse)
+                       fetching=FetchChoices(mirrors=Mirrors.parse(args.mirror),
+                                             sparse=args.sparse))
 
 
 def _wheel(args: argparse.Namespace) -> StageResult:
@@ -209,7 +210,7 @@ def _install(args: argparse.Namespace) -> StageResult:
 
 
 def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.flashinfer.builder import build_for_recipe
+    from sparkbuild.flashinfer.builder import AotPlace, build_for_recipe
     from sparkbuild.flashinfer.module_set import listing
     from sparkbuild.store.cache import default_cache_root
 
@@ -224,9 +225,10 @@ def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
         from sparkbuild.wheelhouse.verify import take_judged_jit_cache
 
         return take_judged_jit_cache(recipe, cache, out=Path(args.out), offline=args.offline)
-    return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
-                            cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
-                            offline=args.offline, jobs=args.jobs, only=only)
+    return build_for_recipe(recipe, AotPlace(
+        out=Path(args.out), python=Path(args.python), cache_root=cache,
+        work=cache / "work" / f"{recipe.name}-flashinfer-aot", offline=args.offline,
+        jobs=args.jobs, only=only))
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:

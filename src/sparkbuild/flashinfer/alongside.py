@@ -101,15 +101,15 @@ def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResu
 
 def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
            offline: bool, jobs: int, launcher_env: dict[str, str]) -> AotResult:
-    from sparkbuild.flashinfer.builder import request_for_recipe
+    from sparkbuild.flashinfer.builder import AotPlace, request_for_recipe
     from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
-    request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
-                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs,
-                                 launcher_env=launcher_env,
-                                 usable_bytes=reserved_bytes(os.cpu_count() or 1))
+    request = request_for_recipe(recipe, AotPlace(
+        out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
+        offline=offline, jobs=jobs, launcher_env=launcher_env,
+        usable_bytes=reserved_bytes(os.cpu_count() or 1)))
     return reusing_jit_cache(cache, request, torch)
 
 

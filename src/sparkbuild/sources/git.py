@@ -38,7 +38,7 @@ from sparkbuild.errors import (
     SparkbuildError,
     ToolchainError,
 )
-from sparkbuild.proc import ProcResult, run
+from sparkbuild.proc import ProcResult, Streams, run
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ def run_git(
     filter drivers are emptied (:func:`foreign_config`)."""
     config = foreign_config(foreign) if foreign is not None else ()
     return run(["git", *args], cwd=cwd, env={**git_environment(config), **(env or {})},
-               timeout=timeout, check=check, echo=echo, stdin_data=stdin_data)
+               timeout=timeout, check=check, echo=echo,
+               streams=Streams(stdin_data=stdin_data))
 
 
 def _filter_drivers(output: str) -> set[str]:

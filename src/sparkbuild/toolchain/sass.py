@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
 from sparkbuild.settings import CUOBJDUMP, NVDISASM, Setting
 
 if TYPE_CHECKING:
@@ -631,7 +631,8 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
     tool = find_demangler()
     if not wanted or tool is None:
         return {}
-    result = run([tool], stdin_data="\n".join(wanted) + "\n", check=False, echo=False)
+    result = run([tool], check=False, echo=False,
+                 streams=Streams(stdin_data="\n".join(wanted) + "\n"))
     lines = result.output.splitlines()
     if result.returncode != 0 or len(lines) != len(wanted):
         return {}
