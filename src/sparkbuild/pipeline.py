@@ -25,18 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.compile.build_record import BuildTorch, FinishedBuild, build_torch
-from sparkbuild.compile.doctor import ready_for_build
+from sparkbuild.compile.doctor import doctor_plan, ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
 from sparkbuild.console import info, shown, step
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.flashinfer.alongside import (
-    BUILDER_REASON,
-    aot_alongside,
-    builder_for,
-    builder_reserve,
-)
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
-from sparkbuild.jobplan.machine import BuildPlan
+from sparkbuild.flashinfer.alongside import aot_alongside, builder_for
+from sparkbuild.jobplan.machine import BuildPlan, MachineFacts
 from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
@@ -209,10 +203,8 @@ def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | No
                    environ: Mapping[str, str] | None = None) -> BuildPlan:
     """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
     and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
-    return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
-                           launcher=launcher, environ=environ,
-                           reserved_bytes=builder_reserve(recipe, machine.cores),
-                           reserved_for=BUILDER_REASON)
+    return doctor_plan(recipe, machine, job_memory_gib=None, launcher=launcher,
+                       cache_root=cache_root, jobs_flag=jobs_flag, environ=environ)
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,

@@ -25,10 +25,11 @@ from packaging.version import Version
 from sparkbuild.compile.own_requirements import check_own_requirements
 from sparkbuild.console import warn
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.job_plan import NOTHING_RESERVED, recipe_job_plan
 from sparkbuild.jobplan.machine import (
     GIB,
     BuildPlan,
+    MachineFacts,
     gib_text,
     plan_build,
     read_memory,
@@ -313,8 +314,9 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
     team = server_checks(dist, cache_dir)
     total, available = read_memory()
     cores = os.cpu_count() or 1
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-                      job_memory_gib=BuildSettings.job_memory_gib)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=total, available_memory_bytes=available, cores=cores),
+        job_memory_gib=BuildSettings.job_memory_gib)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     checks += [Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
                      "sccache-dist has no memory limit: a server takes cpus + 1 + cpus/8 "
@@ -336,18 +338,19 @@ def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
 
 
 def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib: float | None,
-                launcher: str | None, cache_root: Path,
+                launcher: str | None, cache_root: Path, jobs_flag: int | None = None,
                 environ: Mapping[str, str] | None = None) -> BuildPlan:
-    """The plan doctor prints: ``wheel``'s for the same recipe on the same machine and cache
-    (:func:`sparkbuild.pipeline.wheel_job_plan`), ``job_memory_gib`` in place of the
-    recipe's when given."""
-    from sparkbuild.flashinfer.alongside import BUILDER_REASON, builder_reserve
+    """The plan doctor prints and ``wheel`` builds with
+    (:func:`sparkbuild.pipeline.wheel_job_plan` passes its ``--jobs``) for the same recipe
+    on the same machine and cache: ``job_memory_gib`` in place of the recipe's when given,
+    memory kept for flashinfer's builder when it runs alongside."""
+    from sparkbuild.flashinfer.alongside import builder_reservation
 
     return recipe_job_plan(
-        recipe, machine, units_from=cache_root, job_memory_gib=job_memory_gib,
-        launcher=launcher, environ=environ,
-        reserved_bytes=builder_reserve(recipe, machine.cores) if recipe is not None else 0.0,
-        reserved_for=BUILDER_REASON)
+        recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+        job_memory_gib=job_memory_gib, launcher=launcher, environ=environ,
+        reserved=builder_reservation(recipe, machine.cores) if recipe is not None
+        else NOTHING_RESERVED)
 
 
 def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import step
+from sparkbuild.jobplan.job_plan import Reserved
 from sparkbuild.jobplan.machine import GIB
 from sparkbuild.team.sccache_server import launcher_environment
 
@@ -73,6 +74,12 @@ def builder_reserve(recipe: Recipe, cores: int | None = None) -> float:
     """The memory the compile's plan keeps for the builder on ``cores`` (else this
     machine's): none without ``[flashinfer] aot``."""
     return reserved_bytes(cores or os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
+
+
+def builder_reservation(recipe: Recipe, cores: int) -> Reserved:
+    """What the compile's plan keeps for the builder on ``cores``, and why: the one
+    reservation ``doctor`` and ``wheel`` plan with."""
+    return Reserved(builder_reserve(recipe, cores), BUILDER_REASON)
 
 
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
