@@ -126,21 +126,21 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 
 
 def _doctor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.compile.doctor import run_doctor
+    from sparkbuild.compile.doctor import DoctorOptions, run_doctor
 
     if args.node:
         from sparkbuild.node.preflight import run_preflight
 
         return run_preflight(Path(args.venv) if args.venv else None)
 
-    return run_doctor(
+    return run_doctor(DoctorOptions(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
         recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
         existing_torch=args.use_existing_torch, dist=args.dist,
         dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
         build_server=Path(args.build_server) if args.build_server else None,
-    )
+    ))
 
 
 def _team(args: argparse.Namespace) -> StageResult:

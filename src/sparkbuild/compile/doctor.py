@@ -328,8 +328,8 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
 def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
                     ) -> DoctorReport:
     """doctor before a build: each warning printed, a hard failure raised."""
-    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
-                        existing_torch=existing_torch)
+    report = run_doctor(DoctorOptions(tree=tree, job_memory_gib=job_memory_gib,
+                                      existing_torch=existing_torch))
     for check in report.warnings():
         warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
     if report.error is not None:
@@ -353,20 +353,33 @@ def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib:
         else NOTHING_RESERVED)
 
 
-def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
-               compile_cache: str | None = None, recipe: Recipe | None = None,
-               existing_torch: bool = False, dist: str | None = None,
-               dist_token_file: Path | None = None,
-               build_server: Path | None = None,
-               cache_root: Path | None = None) -> DoctorReport:
-    """Every check, then the build plan.  Raises nothing for a hard failure: the report
-    carries it as ``error`` so the user sees everything that is wrong at once.
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions:
+    """What ``doctor`` is asked: its flags, resolved."""
 
-    ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
-    launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
-    without the recipe's opt-in is refused at once (RecipeError), and the plan is the
-    recipe's (its budget, jobs and archs) over the unit table of ``cache_root`` (else the
-    default cache)."""
+    tree: Path | None = None
+    job_memory_gib: float | None = None
+    compile_cache: str | None = None
+    """A shared cache's URL, probed with sccache; without one, the launcher is the local
+    ccache, if installed."""
+    recipe: Recipe | None = None
+    """A plain 12.1 target without the recipe's opt-in is refused at once (RecipeError),
+    and the plan is the recipe's (its budget, jobs and archs)."""
+    existing_torch: bool = False
+    dist: str | None = None
+    dist_token_file: Path | None = None
+    build_server: Path | None = None
+    cache_root: Path | None = None
+    """Whose unit table the plan reads (None: the default cache)."""
+
+
+def run_doctor(options: DoctorOptions | None = None) -> DoctorReport:
+    """Every check, then the build plan.  Raises nothing for a hard failure: the report
+    carries it as ``error`` so the user sees everything that is wrong at once."""
+    options = options or DoctorOptions()
+    tree, job_memory_gib, recipe = options.tree, options.job_memory_gib, options.recipe
+    compile_cache, existing_torch = options.compile_cache, options.existing_torch
+    dist, build_server = options.dist, options.build_server
     if build_server is not None:
         return _build_server_doctor(dist, build_server)
     if job_memory_gib is not None:
@@ -386,10 +399,11 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     launcher = found["launcher"]
     plan = doctor_plan(recipe, machine, job_memory_gib=job_memory_gib,
                        launcher=launcher.name if launcher else None,
-                       cache_root=cache_root or default_cache_root())
+                       cache_root=options.cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
-        team = _team_checks(dist, dist_token_file, plan, usable_memory(total, available))
+        team = _team_checks(dist, options.dist_token_file, plan,
+                            usable_memory(total, available))
         plan = team[1]
     checks = [
         nvcc_check,

@@ -49,6 +49,7 @@ from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
 from sparkbuild.toolchain.kept_sass import CodeReads
 from sparkbuild.wheelhouse.closure import (
+    Fetching,
     Outside,
     RealOutside,
     WheelhouseFile,
@@ -349,8 +350,8 @@ def write_wheelhouse(out: Path, inputs: WheelhouseInputs,
             skip = {f.key for f in (*built, *pins)}
             # closure=False (--no-closure): the built wheels and the pins only; the node
             # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
-            closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
-                                          target, outside, offline=offline,
+            closure_files = fetch_closure(requirements, recipe.pins, skip, target,
+                                          Fetching(cache, staging, outside, offline),
                                           bundled=inputs.bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
