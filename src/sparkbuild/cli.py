@@ -77,10 +77,12 @@ def _wheel(args: argparse.Namespace) -> StageResult:
 
     bundle = Path(args.bundle) if args.bundle else None
     cache = Path(args.cache) if args.cache else None
+    opened = None
     if bundle is not None and not args.recipe:
-        from sparkbuild.bundle.read import bundled_recipe
+        from sparkbuild.bundle.read import bundled_recipe, open_bundle
 
-        recipe = bundled_recipe(bundle, (cache or default_cache_root()).expanduser().resolve())
+        opened = open_bundle(bundle, (cache or default_cache_root()).expanduser().resolve())
+        recipe = bundled_recipe(opened)
     else:
         recipe = _recipe(args)
     options = WheelOptions(
@@ -94,6 +96,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         update_lock=args.update_lock,
         compile_cache=args.compile_cache,
         bundle=bundle,
+        opened=opened,
         use_existing_torch=args.use_existing_torch,
         mirrors=tuple(args.mirror),
         closure=not args.no_closure,

@@ -56,6 +56,7 @@ from sparkbuild.wheelhouse.manifest import stand_in_line
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from sparkbuild.bundle.read import UnpackedBundle
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.errors import SparkbuildError
@@ -81,6 +82,9 @@ class WheelOptions:
     """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
     bundle: Path | None = None
     """Build from a bundle (``sparkbuild bundle``): verified, unpacked, offline."""
+    opened: UnpackedBundle | None = None
+    """``bundle`` as already verified and unpacked (:func:`sparkbuild.bundle.read.open_bundle`,
+    as ``wheel --bundle`` reads its recipe); None: :func:`build_wheel` opens it, once."""
     use_existing_torch: bool = False
     """Build against the torch of the running environment (vLLM's use_existing_torch)."""
     mirrors: tuple[str, ...] = ()
@@ -224,21 +228,25 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     return forecast
 
 
-def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareResult:
+def _open_bundle(options: WheelOptions, cache: Cache) -> UnpackedBundle | None:
+    """The run's bundle, opened (read and hashed) once: the one ``wheel --bundle`` opened
+    for its recipe, else now; None without ``--bundle``."""
+    if options.bundle is None or options.opened is not None:
+        return options.opened
+    from sparkbuild.bundle.read import open_bundle
+
+    return open_bundle(options.bundle, cache.root)
+
+
+def _prepare(options: WheelOptions, work: Path, context: RunContext,
+             unpacked: UnpackedBundle | None) -> PrepareResult:
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
-    if options.bundle is not None:
-        from sparkbuild.bundle.read import (
-            bundles_dir,
-            check_recipe,
-            import_bundle,
-            prepared_from_bundle,
-            unpack_bundle,
-        )
+    if unpacked is not None:
+        from sparkbuild.bundle.read import check_recipe, import_bundle, prepared_from_bundle
 
         cache = context.cache()
-        unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
         check_recipe(unpacked, recipe)
         with phase("bundle import"):
             imported = import_bundle(unpacked, cache)
@@ -294,13 +302,13 @@ def _extension_set(options: WheelOptions, tree: Path, work: Path) -> ExtensionSe
     return extensions
 
 
-def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+def _bundle_runtime(unpacked: UnpackedBundle | None) -> dict[str, Any] | None:
     """The pins and closure the bundle carries (None without a bundle, or an old one)."""
-    if options.bundle is None:
+    if unpacked is None:
         return None
     from sparkbuild.bundle.read import bundled_runtime
 
-    return bundled_runtime(options.bundle, cache.root)
+    return bundled_runtime(unpacked)
 
 
 def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
@@ -425,14 +433,15 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     seconds: dict[str, float] = {}
     with recipe_work_lock(root, recipe.name).held():
         with _timed(seconds, "prepare"), phase("prepare"):
-            prepared = _prepare(options, work, context)
+            opened = _open_bundle(options, cache)
+            prepared = _prepare(options, work, context, opened)
         tree = prepared.tree
         extensions = _extension_set(options, tree, work)
         if extensions is not None:
             options = dataclasses.replace(options, targets=extensions.targets)
         refuse_left_out_at_start(tree, options.targets,  # the first start, named now
                                  allow=options.allow_unstartable)
-        runtime = _bundle_runtime(options, cache)
+        runtime = _bundle_runtime(opened)
         options = _with_bundle_runtime(options, runtime)
         with phase("pins"):
             refuse_contradicted_pins(recipe, tree, options.platform)
