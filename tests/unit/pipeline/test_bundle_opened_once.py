@@ -15,6 +15,7 @@ from sparkbuild.errors import SparkbuildError
 from sparkbuild.patches.prepare import PrepareResult
 from sparkbuild.recipe import load_recipe
 from sparkbuild.store.cache import Cache
+from sparkbuild.store.hashing import sha256_file
 from sparkbuild.vendoring.plan import VendorPlan
 
 if TYPE_CHECKING:
@@ -45,12 +46,11 @@ def test_wheel_bundle_hashes_the_bundle_once(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     bundle = _bundle(tmp_path)
     hashed: list[Path] = []
-    real_hash = read.sha256_file
 
     def counting(path: Path, **kwargs: bool) -> str:
         if path == bundle:
             hashed.append(path)
-        return real_hash(path, **kwargs)
+        return sha256_file(path, **kwargs)
 
     def prepared(unpacked: read.UnpackedBundle, recipe: object, dest: Path) -> PrepareResult:
         return PrepareResult(dest, None, None, 0.0)  # type: ignore[arg-type]
