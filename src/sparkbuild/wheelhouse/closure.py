@@ -291,13 +291,10 @@ def bundle_target(recipe: Recipe) -> ClosureTarget:
 
 
 def declared_texts(tree: Path, not_in_wheel: Sequence[str] = ()) -> list[str]:
-    from sparkbuild.errors import RecipeError
-    from sparkbuild.sources.declared import declared_requirements
+    from sparkbuild.sources.declared import find_declared
 
-    try:
-        return [line.text for line in declared_requirements(tree, not_in_wheel)]
-    except RecipeError:
-        return []  # a tree without requirement files: only the pins
+    # a tree without requirement files: only the pins
+    return [line.text for line in find_declared(tree, not_in_wheel) or []]
 
 
 def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, closure: bool,
