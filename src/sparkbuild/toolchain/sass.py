@@ -328,9 +328,15 @@ def _find_tool(name: str, setting: Setting) -> Path | None:
     return None
 
 
+def installed_cuobjdump() -> Path | None:
+    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA;
+    None when it is nowhere to be found."""
+    return _find_tool("cuobjdump", CUOBJDUMP)
+
+
 def find_cuobjdump() -> Path:
-    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA."""
-    found = _find_tool("cuobjdump", CUOBJDUMP)
+    """:func:`installed_cuobjdump` for a command that needs it: ToolchainError without."""
+    found = installed_cuobjdump()
     if found is None:
         raise ToolchainError(
             "cuobjdump not found",
