@@ -67,8 +67,12 @@ if TYPE_CHECKING:
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WheelOptions:
+    """What one ``wheel`` is asked, passed whole to its stages: the recipe and the flags
+    (a flag outranks the recipe's value; the job plan's ``--jobs``, ``$MAX_JOBS`` and the
+    recipe's ``jobs`` are weighed once, by :mod:`sparkbuild.jobplan.job_plan`)."""
+
     recipe: Recipe
     source: str | None = None
     """A source spec overriding the recipe's."""
