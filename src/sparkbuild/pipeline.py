@@ -24,19 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparkbuild.compile.build_record import BuildTorch, build_torch
-from sparkbuild.compile.doctor import ready_for_build
+from sparkbuild.compile.build_record import BuildTorch, FinishedBuild, build_torch
+from sparkbuild.compile.doctor import doctor_plan, ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
 from sparkbuild.console import info, shown, step
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.flashinfer.alongside import (
-    BUILDER_REASON,
-    aot_alongside,
-    builder_for,
-    builder_reserve,
-)
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
-from sparkbuild.jobplan.machine import BuildPlan
+from sparkbuild.flashinfer.alongside import aot_alongside, builder_for
+from sparkbuild.jobplan.machine import BuildPlan, MachineFacts
 from sparkbuild.jobplan.pools import write_plan_file
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
@@ -63,10 +57,10 @@ from sparkbuild.wheelhouse.manifest import stand_in_line
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from sparkbuild.bundle.read import UnpackedBundle
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.errors import SparkbuildError
-    from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
@@ -74,8 +68,12 @@ if TYPE_CHECKING:
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WheelOptions:
+    """What one ``wheel`` is asked, passed whole to its stages: the recipe and the flags
+    (a flag outranks the recipe's value; the job plan's ``--jobs``, ``$MAX_JOBS`` and the
+    recipe's ``jobs`` are weighed once, by :mod:`sparkbuild.jobplan.job_plan`)."""
+
     recipe: Recipe
     source: str | None = None
     """A source spec overriding the recipe's."""
@@ -89,6 +87,9 @@ class WheelOptions:
     """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
     bundle: Path | None = None
     """Build from a bundle (``sparkbuild bundle``): verified, unpacked, offline."""
+    opened: UnpackedBundle | None = None
+    """``bundle`` as already verified and unpacked (:func:`sparkbuild.bundle.read.open_bundle`,
+    as ``wheel --bundle`` reads its recipe); None: :func:`build_wheel` opens it, once."""
     use_existing_torch: bool = False
     """Build against the torch of the running environment (vLLM's use_existing_torch)."""
     mirrors: tuple[str, ...] = ()
@@ -205,10 +206,8 @@ def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | No
                    environ: Mapping[str, str] | None = None) -> BuildPlan:
     """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
     and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
-    return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
-                           launcher=launcher, environ=environ,
-                           reserved_bytes=builder_reserve(recipe, machine.cores),
-                           reserved_for=BUILDER_REASON)
+    return doctor_plan(recipe, machine, job_memory_gib=None, launcher=launcher,
+                       cache_root=cache_root, jobs_flag=jobs_flag, environ=environ)
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
@@ -228,21 +227,25 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     return forecast
 
 
-def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareResult:
+def _open_bundle(options: WheelOptions, cache: Cache) -> UnpackedBundle | None:
+    """The run's bundle, opened (read and hashed) once: the one ``wheel --bundle`` opened
+    for its recipe, else now; None without ``--bundle``."""
+    if options.bundle is None or options.opened is not None:
+        return options.opened
+    from sparkbuild.bundle.read import open_bundle
+
+    return open_bundle(options.bundle, cache.root)
+
+
+def _prepare(options: WheelOptions, work: Path, context: RunContext,
+             unpacked: UnpackedBundle | None) -> PrepareResult:
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
-    if options.bundle is not None:
-        from sparkbuild.bundle.read import (
-            bundles_dir,
-            check_recipe,
-            import_bundle,
-            prepared_from_bundle,
-            unpack_bundle,
-        )
+    if unpacked is not None:
+        from sparkbuild.bundle.read import check_recipe, import_bundle, prepared_from_bundle
 
         cache = context.cache()
-        unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
         check_recipe(unpacked, recipe)
         with phase("bundle import"):
             imported = import_bundle(unpacked, cache)
@@ -298,13 +301,13 @@ def _extension_set(options: WheelOptions, tree: Path, work: Path) -> ExtensionSe
     return extensions
 
 
-def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+def _bundle_runtime(unpacked: UnpackedBundle | None) -> dict[str, Any] | None:
     """The pins and closure the bundle carries (None without a bundle, or an old one)."""
-    if options.bundle is None:
+    if unpacked is None:
         return None
     from sparkbuild.bundle.read import bundled_runtime
 
-    return bundled_runtime(options.bundle, cache.root)
+    return bundled_runtime(unpacked)
 
 
 def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
@@ -345,39 +348,28 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
                                                   recipe.node.drop, str(recipe.path))]
 
 
-def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, torch: BuildTorch, cache: Cache,
-                compile_cache: CompileCacheResult | None = None,
-                vendored: VendorResult | None = None,
-                runtime: dict[str, Any] | None = None,
-                aot: AotResult | None = None,
-                dist: DistResult | None = None,
-                extensions: ExtensionSet | None = None) -> WheelhouseResult:
+def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedBuild,
+                runtime: dict[str, Any] | None) -> WheelhouseResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.vendoring.patched import built_in_sources
-    from sparkbuild.wheelhouse.write import write_wheelhouse
+    from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
-    recipe = options.recipe
-    settings = build_settings(
-        recipe, plan, outcome, offline=options.offline,
-        use_existing_torch=options.use_existing_torch, targets=options.targets,
-        bundle=options.bundle, compile_cache=compile_cache,
-        vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
-        node_profile=_node_profile(recipe), dist=dist, extensions=extensions)
-    return write_wheelhouse(
-        options.out, recipe=recipe, source=prepared.source.to_dict(),
+    recipe, cache, aot = build.recipe, build.cache, build.aot
+    settings = build_settings(build, node_profile=_node_profile(recipe))
+    return write_wheelhouse(options.out, WheelhouseInputs(
+        recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
-        built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
+        built_wheels=[*build.outcome.wheels, *([aot.wheel] if aot else [])],
         build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform,
-        toolchain={**describe_toolchain(), **torch.toolchain()},
+        toolchain={**describe_toolchain(), **build.torch.toolchain()},
         closure=options.closure,
-        vendored=built_in_sources(vendored.plan, cache) if vendored else (),
+        vendored=built_in_sources(build.vendored, cache) if build.vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
         kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
-    )
+    ))
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -440,14 +432,15 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     seconds: dict[str, float] = {}
     with recipe_work_lock(root, recipe.name).held():
         with _timed(seconds, "prepare"), phase("prepare"):
-            prepared = _prepare(options, work, context)
+            opened = _open_bundle(options, cache)
+            prepared = _prepare(options, work, context, opened)
         tree = prepared.tree
         extensions = _extension_set(options, tree, work)
         if extensions is not None:
             options = dataclasses.replace(options, targets=extensions.targets)
         refuse_left_out_at_start(tree, options.targets,  # the first start, named now
                                  allow=options.allow_unstartable)
-        runtime = _bundle_runtime(options, cache)
+        runtime = _bundle_runtime(opened)
         options = _with_bundle_runtime(options, runtime)
         with phase("pins"):
             refuse_contradicted_pins(recipe, tree, options.platform)
@@ -509,8 +502,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         missed = [] if options.offline else vendor_unplanned(
             cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
-                                     compile_cache, vendored, runtime, aot, dist, extensions)
+            finished = FinishedBuild(
+                recipe=recipe, plan=plan, outcome=outcome, torch=torch, cache=cache,
+                offline=options.offline, use_existing_torch=options.use_existing_torch,
+                targets=options.targets, bundle=options.bundle, compile_cache=compile_cache,
+                vendored=vendored.plan, aot=aot, dist=dist, extensions=extensions)
+            wheelhouse = _wheelhouse(options, prepared, finished, runtime)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast, dist=dist, build_trace=trace,

@@ -175,6 +175,22 @@ class _Group:
             self.reap()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Streams:
+    """What a run is fed and who watches its output as it comes (:func:`run`)."""
+
+    stdin_data: str | None = None
+    """Written to the child's stdin (else it reads nothing)."""
+    progress: Callable[[str], None] | None = None
+    """Called with each line of output."""
+    stop: threading.Event | None = None
+    """Once it is set (by a thread watching the output), the group is stopped as at the
+    deadline and the run fails."""
+
+
+NO_STREAMS = Streams()
+
+
 def run(
     cmd: Sequence[str | os.PathLike[str]],
     *,
@@ -182,20 +198,18 @@ def run(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     log: Path | None = None,
-    progress: Callable[[str], None] | None = None,
     check: bool = True,
     echo: bool = True,
-    stdin_data: str | None = None,
-    stop: threading.Event | None = None,
+    streams: Streams = NO_STREAMS,
 ) -> ProcResult:
-    """Run ``cmd``; ``env`` holds overrides on top of ``os.environ``.
+    """Run ``cmd``; ``env`` holds overrides on top of ``os.environ``; ``streams``: its
+    stdin and the watchers of its output.
 
     Raises :class:`ToolchainError` when the program does not exist and
     :class:`CommandFailed` (with the log tail) when it fails or times out and ``check``.
     On Ctrl-C the child's process group is stopped and ``KeyboardInterrupt`` re-raised.
-    ``stop``: once it is set (by a thread watching the output), the group is stopped as
-    at the deadline and the run fails.
     """
+    stdin_data, progress, stop = streams.stdin_data, streams.progress, streams.stop
     argv = [os.fspath(part) for part in cmd]
     changes = env_changes(env)
     if echo:

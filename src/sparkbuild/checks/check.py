@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome, UnitStatus
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.job_plan import recipe_job_plan
+from sparkbuild.jobplan.machine import MachineFacts
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes

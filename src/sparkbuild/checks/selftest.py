@@ -358,11 +358,7 @@ def sass_probes(build_dir: Path, logs: Path) -> list[SassProbe]:
 
 
 def _cuobjdump_available() -> bool:
-    try:
-        sass.find_cuobjdump()
-    except ToolchainError:
-        return False
-    return sass.find_nvdisasm() is not None
+    return sass.installed_cuobjdump() is not None and sass.find_nvdisasm() is not None
 
 
 # ---- the selftest ------------------------------------------------------------------------

@@ -25,10 +25,11 @@ from packaging.version import Version
 from sparkbuild.compile.own_requirements import check_own_requirements
 from sparkbuild.console import warn
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.job_plan import NOTHING_RESERVED, recipe_job_plan
 from sparkbuild.jobplan.machine import (
     GIB,
     BuildPlan,
+    MachineFacts,
     gib_text,
     plan_build,
     read_memory,
@@ -297,8 +298,9 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
     team = server_checks(dist, cache_dir)
     total, available = read_memory()
     cores = os.cpu_count() or 1
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-                      job_memory_gib=BuildSettings.job_memory_gib)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=total, available_memory_bytes=available, cores=cores),
+        job_memory_gib=BuildSettings.job_memory_gib)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     checks += [Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
                      "sccache-dist has no memory limit: a server takes cpus + 1 + cpus/8 "
@@ -310,8 +312,8 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
 def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
                     ) -> DoctorReport:
     """doctor before a build: each warning printed, a hard failure raised."""
-    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
-                        existing_torch=existing_torch)
+    report = run_doctor(DoctorOptions(tree=tree, job_memory_gib=job_memory_gib,
+                                      existing_torch=existing_torch))
     for check in report.warnings():
         warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
     if report.error is not None:
@@ -320,34 +322,48 @@ def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
 
 
 def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib: float | None,
-                launcher: str | None, cache_root: Path,
+                launcher: str | None, cache_root: Path, jobs_flag: int | None = None,
                 environ: Mapping[str, str] | None = None) -> BuildPlan:
-    """The plan doctor prints: ``wheel``'s for the same recipe on the same machine and cache
-    (:func:`sparkbuild.pipeline.wheel_job_plan`), ``job_memory_gib`` in place of the
-    recipe's when given."""
-    from sparkbuild.flashinfer.alongside import BUILDER_REASON, builder_reserve
+    """The plan doctor prints and ``wheel`` builds with
+    (:func:`sparkbuild.pipeline.wheel_job_plan` passes its ``--jobs``) for the same recipe
+    on the same machine and cache: ``job_memory_gib`` in place of the recipe's when given,
+    memory kept for flashinfer's builder when it runs alongside."""
+    from sparkbuild.flashinfer.alongside import builder_reservation
 
     return recipe_job_plan(
-        recipe, machine, units_from=cache_root, job_memory_gib=job_memory_gib,
-        launcher=launcher, environ=environ,
-        reserved_bytes=builder_reserve(recipe, machine.cores) if recipe is not None else 0.0,
-        reserved_for=BUILDER_REASON)
+        recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+        job_memory_gib=job_memory_gib, launcher=launcher, environ=environ,
+        reserved=builder_reservation(recipe, machine.cores) if recipe is not None
+        else NOTHING_RESERVED)
 
 
-def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
-               compile_cache: str | None = None, recipe: Recipe | None = None,
-               existing_torch: bool = False, dist: str | None = None,
-               dist_token_file: Path | None = None,
-               build_server: Path | None = None,
-               cache_root: Path | None = None) -> DoctorReport:
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions:
+    """What ``doctor`` is asked: its flags, resolved."""
+
+    tree: Path | None = None
+    job_memory_gib: float | None = None
+    compile_cache: str | None = None
+    """A shared cache's URL, probed with sccache; without one, the launcher is the local
+    ccache, if installed."""
+    recipe: Recipe | None = None
+    """A plain 12.1 target without the recipe's opt-in is refused at once (RecipeError),
+    and the plan is the recipe's (its budget, jobs and archs)."""
+    existing_torch: bool = False
+    dist: str | None = None
+    dist_token_file: Path | None = None
+    build_server: Path | None = None
+    cache_root: Path | None = None
+    """Whose unit table the plan reads (None: the default cache)."""
+
+
+def run_doctor(options: DoctorOptions | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
-    carries it as ``error`` so the user sees everything that is wrong at once.
-
-    ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
-    launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
-    without the recipe's opt-in is refused at once (RecipeError), and the plan is the
-    recipe's (its budget, jobs and archs) over the unit table of ``cache_root`` (else the
-    default cache)."""
+    carries it as ``error`` so the user sees everything that is wrong at once."""
+    options = options or DoctorOptions()
+    tree, job_memory_gib, recipe = options.tree, options.job_memory_gib, options.recipe
+    compile_cache, existing_torch = options.compile_cache, options.existing_torch
+    dist, build_server = options.dist, options.build_server
     if build_server is not None:
         return _build_server_doctor(dist, build_server)
     if job_memory_gib is not None:
@@ -367,10 +383,11 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     launcher = found["launcher"]
     plan = doctor_plan(recipe, machine, job_memory_gib=job_memory_gib,
                        launcher=launcher.name if launcher else None,
-                       cache_root=cache_root or default_cache_root())
+                       cache_root=options.cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
-        team = _team_checks(dist, dist_token_file, plan, usable_memory(total, available))
+        team = _team_checks(dist, options.dist_token_file, plan,
+                            usable_memory(total, available))
         plan = team[1]
     checks = [
         nvcc_check,

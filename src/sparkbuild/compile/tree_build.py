@@ -48,7 +48,7 @@ from sparkbuild.jobplan.ninja_shim import (
 )
 from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.jobplan.unit_memory import MemorySampler
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
 from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.settings import FETCH_LOG, OFFLINE
@@ -380,8 +380,8 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
             watch(line)
 
         try:
-            run(command, cwd=request.tree, env=env, log=log, progress=reader,
-                timeout=BUILD_TIMEOUT, stop=watch.stop)
+            run(command, cwd=request.tree, env=env, log=log, timeout=BUILD_TIMEOUT,
+                streams=Streams(progress=reader, stop=watch.stop))
         except CommandFailed as failure:
             if watch.refusal is not None:
                 raise refused_while_compiling(watch.refusal, request.code_targets,

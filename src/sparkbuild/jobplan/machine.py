@@ -62,6 +62,20 @@ class BuildPlan(Record):
                 *(f"  - {reason}" for reason in self.pool.reasons)]
 
 
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the plan needs of the machine it runs on."""
+
+    total_memory_bytes: int
+    available_memory_bytes: int
+    cores: int
+
+    @classmethod
+    def read(cls) -> MachineFacts:
+        total, available = read_memory()
+        return cls(total, available, os.cpu_count() or 1)
+
+
 def gib_text(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
@@ -79,10 +93,8 @@ def _nvcc_threads(nvcc_threads: int | None, arch_count: int, by: str) -> tuple[i
 
 
 def plan_build(
+    machine: MachineFacts,
     *,
-    total_memory_bytes: int,
-    available_memory_bytes: int,
-    cores: int,
     job_memory_gib: float,
     nvcc_threads: int | None = None,
     arch_count: int = 1,
@@ -97,6 +109,9 @@ def plan_build(
     3 to 8 GiB); 10% of the memory, at most 4 GiB, stays with the system.
     ``requested_by`` and ``threads_by`` say where a requested number came from.
     """
+    total_memory_bytes, available_memory_bytes = (machine.total_memory_bytes,
+                                                  machine.available_memory_bytes)
+    cores = machine.cores
     threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count, threads_by)
     reserve = system_reserve(total_memory_bytes)
     usable = usable_memory(total_memory_bytes, available_memory_bytes)
@@ -137,14 +152,15 @@ def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float
     return max(0.0, available_memory_bytes - system_reserve(total_memory_bytes))
 
 
-def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
-               cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
+def with_pools(plan: BuildPlan, machine: MachineFacts, *, job_memory_gib: float,
+               measured: dict[str, int] | None = None,
                killed: tuple[str, ...] = (), requested_jobs: int | None = None,
                requested_by: str = "", known: Sequence[KnownUnit] | None = None) -> BuildPlan:
     """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
     MAX_JOBS still wins, as the pool's ceiling)."""
-    pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
-                      usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
+    pool = plan_pools(cores=machine.cores, job_memory_gib=job_memory_gib,
+                      usable_bytes=usable_memory(machine.total_memory_bytes,
+                                                 machine.available_memory_bytes),
                       nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
                       known=known)
     jobs = requested_jobs or pool.jobs

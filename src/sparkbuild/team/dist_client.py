@@ -41,7 +41,7 @@ from sparkbuild.console import shown, warn
 from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
 from sparkbuild.records import Record, as_json
-from sparkbuild.store.url_reader import deadline_seconds, open_url
+from sparkbuild.store.url_reader import Limits, deadline_seconds, open_url
 from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
 
@@ -105,8 +105,8 @@ def _ask(url: str, route: str, *, token: str | None = None) -> tuple[int, bytes]
     :func:`redirected`."""
     with open_url(url + route, accept="application/json", token=token,
                   data=b"" if token is not None else None, follow_redirects=False,
-                  any_status=True, timeout=PROBE_TIMEOUT_S,
-                  deadline=deadline_seconds(PROBE_DEADLINE_S), hint=None) as answer:
+                  any_status=True, hint=None,
+                  limits=Limits(PROBE_TIMEOUT_S, deadline_seconds(PROBE_DEADLINE_S))) as answer:
         if 300 <= answer.status < 400:
             raise redirected(url, route, answer.status, answer.location)
         body = answer.read(ANSWER_LIMIT + 1)

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sparkbuild.console import info, say, shown, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
 from sparkbuild.records import Record, as_json
 from sparkbuild.team.dist_client import scheduler_url, write_private
 from sparkbuild.team.dist_token import (
@@ -218,7 +218,8 @@ def _printer(line: str) -> None:
 def _foreground(service: TeamService, env: dict[str, str],
                 printer: Callable[[str], None] = _printer) -> TeamService:
     step(f"running sccache-dist {service.role} on {service.listen} (Ctrl-C stops it)")
-    result = run(service.command, env=env, progress=printer, check=False, echo=True)
+    result = run(service.command, env=env, check=False, echo=True,
+                 streams=Streams(progress=printer))
     service.returncode = result.returncode
     return service
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
 from sparkbuild.records import EMPTY, Record, as_json
 from sparkbuild.settings import CUOBJDUMP, NVDISASM, Setting
 
@@ -323,9 +323,15 @@ def _find_tool(name: str, setting: Setting) -> Path | None:
     return None
 
 
+def installed_cuobjdump() -> Path | None:
+    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA;
+    None when it is nowhere to be found."""
+    return _find_tool("cuobjdump", CUOBJDUMP)
+
+
 def find_cuobjdump() -> Path:
-    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA."""
-    found = _find_tool("cuobjdump", CUOBJDUMP)
+    """:func:`installed_cuobjdump` for a command that needs it: ToolchainError without."""
+    found = installed_cuobjdump()
     if found is None:
         raise ToolchainError(
             "cuobjdump not found",
@@ -626,7 +632,8 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
     tool = find_demangler()
     if not wanted or tool is None:
         return {}
-    result = run([tool], stdin_data="\n".join(wanted) + "\n", check=False, echo=False)
+    result = run([tool], check=False, echo=False,
+                 streams=Streams(stdin_data="\n".join(wanted) + "\n"))
     lines = result.output.splitlines()
     if result.returncode != 0 or len(lines) != len(wanted):
         return {}

@@ -437,20 +437,32 @@ class VendorResult(Record):
         return lines
 
 
+@dataclass(frozen=True, kw_only=True)
+class FetchChoices:
+    """How :func:`vendor_tree` fetches what it planned."""
+
+    mirrors: Mirrors | None = None
+    """URL rewrites for fetching."""
+    wheels: bool = True
+    """False: no build-requirement wheels (a build against the torch already installed)."""
+    sparse: bool = False
+    """Fetch git sources without what a build never reads (vendoring.unread)."""
+    edit: DependencyEdit | None = None
+    """The series' arch edit, run on each source planned with it (vendoring.patched)."""
+
+
 def vendor_tree(
     tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None,
-    mirrors: Mirrors | None = None, wheels: bool = True,
-    adjust: Callable[[VendorPlan], VendorPlan] | None = None, sparse: bool = False,
-    edit: DependencyEdit | None = None, sources_of: SourcesOf = record_sources,
+    adjust: Callable[[VendorPlan], VendorPlan] | None = None,
+    sources_of: SourcesOf = record_sources, fetching: FetchChoices | None = None,
 ) -> VendorResult:
-    """Plan, and unless ``plan_only`` fetch every planned item into ``cache``.
+    """Plan, and unless ``plan_only`` fetch every planned item into ``cache`` as
+    ``fetching`` says.
 
-    ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
-    (a build against the torch already installed); ``adjust``: the recipe's choices;
-    ``sparse``: fetch git sources without what a build never reads (vendor.unread);
-    ``edit``: the series' arch edit, run on each source planned with it (vendor.patched);
-    ``sources_of``: the recorder's part (see :func:`plan_tree`).
+    ``adjust``: the recipe's choices; ``sources_of``: the recorder's part (see
+    :func:`plan_tree`).
     """
+    fetching = fetching or FetchChoices()
     plan = plan_tree(tree, env=env, sources_of=sources_of)
     if adjust is not None:
         plan = adjust(plan)
@@ -461,10 +473,10 @@ def vendor_tree(
     from sparkbuild.vendoring.fetch import fetch_plan
 
     patterns = None
-    if sparse:
+    if fetching.sparse:
         from sparkbuild.vendoring.unread import referenced_paths, sparse_patterns
 
         patterns = sparse_patterns(referenced_paths(plan.tree))
-    result.entries = fetch_plan(plan, result.cache, mirrors=mirrors or NO_MIRRORS,
-                                wheels=wheels, sparse=patterns, edit=edit)
+    result.entries = fetch_plan(plan, result.cache, mirrors=fetching.mirrors or NO_MIRRORS,
+                                wheels=fetching.wheels, sparse=patterns, edit=fetching.edit)
     return result

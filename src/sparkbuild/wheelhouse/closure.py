@@ -227,10 +227,20 @@ def _download_closure(locked: Sequence[LockedRequirement], cache: Cache, staging
     return placed
 
 
+@dataclass(frozen=True)
+class Fetching:
+    """Where a closure's wheels come from and go: the cache, the directory they are placed
+    in, the index and machine (``outside``), and whether the network may be used."""
+
+    cache: Cache
+    staging: Path
+    outside: Outside
+    offline: bool
+
+
 def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[str],
-                  cache: Cache, staging: Path, target: ClosureTarget, outside: Outside, *,
-                  offline: bool, bundled: Sequence[dict[str, Any]] | None = None
-                  ) -> list[WheelhouseFile]:
+                  target: ClosureTarget, fetching: Fetching, *,
+                  bundled: Sequence[dict[str, Any]] | None = None) -> list[WheelhouseFile]:
     """The runtime closure's wheels, except the projects in ``skip`` (built and pinned).
 
     A resolution is cached under its inputs and reused, online too: the same inputs give
@@ -238,6 +248,8 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
     ``bundled``: the closure a bundle carried (:func:`place_bundled`), taken offline when
     the cache holds no resolution of these inputs.
     """
+    cache, staging, outside, offline = (fetching.cache, fetching.staging, fetching.outside,
+                                        fetching.offline)
     merged = apply_pins(requirements, pins)
     if not merged:
         return []
@@ -277,13 +289,10 @@ def bundle_target(recipe: Recipe) -> ClosureTarget:
 
 
 def declared_texts(tree: Path, not_in_wheel: Sequence[str] = ()) -> list[str]:
-    from sparkbuild.errors import RecipeError
-    from sparkbuild.sources.declared import declared_requirements
+    from sparkbuild.sources.declared import find_declared
 
-    try:
-        return [line.text for line in declared_requirements(tree, not_in_wheel)]
-    except RecipeError:
-        return []  # a tree without requirement files: only the pins
+    # a tree without requirement files: only the pins
+    return [line.text for line in find_declared(tree, not_in_wheel) or []]
 
 
 def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, closure: bool,
@@ -300,8 +309,8 @@ def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, clos
     with cache.locked():
         pins = [fetch_pin(p, cache, dest, outside, offline=offline) for p in recipe.pins]
         skip = {canonicalize_name(recipe.package), *(f.key for f in pins)}
-        files = fetch_closure(requirements, recipe.pins, skip, cache, dest, target, outside,
-                              offline=offline) if closure else []
+        files = fetch_closure(requirements, recipe.pins, skip, target,
+                              Fetching(cache, dest, outside, offline)) if closure else []
     urls: dict[str, Any] = {}
     for pin in recipe.pins:
         known = cache.lookup("pins", f"{canonicalize_name(pin.name)}=={pin.version}") or {}

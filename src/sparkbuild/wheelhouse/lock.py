@@ -48,7 +48,7 @@ from sparkbuild.errors import (
 from sparkbuild.proc import format_command, run
 from sparkbuild.recipe import Pin, check_known_bad, refuse_known_bad
 from sparkbuild.records import Record, as_json
-from sparkbuild.sources.declared import declared_requirements, relative_where
+from sparkbuild.sources.declared import declared_requirements, find_declared, relative_where
 from sparkbuild.sources.requirements import RequirementLine, logical_lines
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.wheelhouse.overrides import (
@@ -403,10 +403,8 @@ def refuse_contradicted_pins(recipe: Recipe, tree: Path, platform: str | None) -
     """A pin the tree's own requirements contradict (without ``override``) fails before
     the build, not hours later; the wheelhouse checks every shipped wheel again.
     ``platform``: the wheelhouse's (None: this machine's)."""
-    try:
-        declared = declared_requirements(tree, recipe.source.not_in_wheel)
-    except RecipeError:
-        declared = []  # a tree without requirement files: the built wheel's metadata decides
+    # a tree without requirement files: the built wheel's metadata decides
+    declared = find_declared(tree, recipe.source.not_in_wheel) or []
     env = target_environment(platform, recipe.target.python if platform else None)
     settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
            where=str(recipe.path))

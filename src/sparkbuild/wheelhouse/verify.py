@@ -569,6 +569,9 @@ class JudgedJitCache(Record):
     placed: bool = field(default=True, metadata=as_json(skip=True))
     """Whether the wheel is in ``--out`` (:func:`take_judged_jit_cache` places only one
     that passes)."""
+    allow_jit: bool = field(default=False, metadata=as_json(skip=True))
+    """The recipe's ``[target] allow_jit``: a PTX-only kernel is accepted, as ``wheel``
+    accepts it."""
 
     def json_extra(self) -> dict[str, Any]:
         return {"wheel": self.aot.wheel if self.placed else None, "ok": self.error is None}
@@ -586,7 +589,8 @@ class JudgedJitCache(Record):
     @property
     def error(self) -> SparkbuildError | None:
         refused = [f"{lib.library} ({found.describe(width=160, shown=NAMED_KERNELS)})"
-                   for lib in self.libraries for found in lib.refusals(allow_jit=False)]
+                   for lib in self.libraries
+                   for found in lib.refusals(allow_jit=self.allow_jit)]
         refused += [f"{module}: no GPU machine code" for module in self.codeless]
         refused += [escaped(note) for note in self.notes]
         if not refused:
@@ -597,11 +601,14 @@ class JudgedJitCache(Record):
                            hint="take a jit-cache built for the target, or build the modules")
 
 
-def judge_jit_cache(aot: AotResult, targets: Sequence[str]) -> JudgedJitCache:
-    """Every kernel of a prebuilt jit-cache's modules judged for ``targets``."""
+def judge_jit_cache(aot: AotResult, targets: Sequence[str], *,
+                    allow_jit: bool = False) -> JudgedJitCache:
+    """Every kernel of a prebuilt jit-cache's modules judged for ``targets`` by the kernel
+    policy (``allow_jit``: PTX only is accepted)."""
     libraries, notes = gpu_libraries([aot.wheel], targets)
     codeless = codeless_modules([(lib.wheel, lib.library, lib.archs) for lib in libraries])
-    return JudgedJitCache(aot, tuple(targets), libraries, codeless, notes)
+    return JudgedJitCache(aot, tuple(targets), libraries, codeless, notes,
+                          allow_jit=allow_jit)
 
 
 def take_judged_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
@@ -627,7 +634,8 @@ def take_judged_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
         out.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         taken = take_recipe_jit_cache(recipe, cache_root, out=staging, offline=offline)
-        judgement = judge_jit_cache(taken, recipe.target.cuda_archs)
+        judgement = judge_jit_cache(taken, recipe.target.cuda_archs,
+                                    allow_jit=recipe.target.allow_jit)
         judgement.source = source
         judgement.placed = judgement.error is None
         if judgement.placed:

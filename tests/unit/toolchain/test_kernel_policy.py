@@ -13,7 +13,7 @@ from sparkbuild.checks.check_plan import units_without_target_sass
 from sparkbuild.checks.check_result import CheckResult
 from sparkbuild.checks.code_forecast import CodeForecast
 from sparkbuild.compile.unit_code_watch import ObjectReaders, object_refusal
-from sparkbuild.jobplan.machine import plan_build
+from sparkbuild.jobplan.machine import MachineFacts, plan_build
 from sparkbuild.toolchain.kernel_policy import (
     GUARD_STUB,
     Refusal,
@@ -135,8 +135,9 @@ def _forecast_and_check_refuse(kind: CoverageKind, allow_jit: bool) -> tuple[boo
     lacking = units_without_target_sass({"csrc/u.cu": GENCODE[kind]}, ("12.1a",))
     forecast = CodeForecast("lacking" if lacking else "clear", 1, {"_C": lacking}
                             if lacking else {})
-    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
-                      job_memory_gib=6.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4),
+        job_memory_gib=6.0)
     check = CheckResult(Path("/t"), ("12.1a",), "13.0", [], [], plan, no_target_sass=lacking,
                         allow_jit=allow_jit)
     return bool(forecast.refusing(allow_jit=allow_jit)), bool(check.gencode_problems())
