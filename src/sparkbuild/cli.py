@@ -543,7 +543,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     try:
-        with interrupt_on_sigterm():  # children run in sessions of their own: see proc
+        with interrupt_on_sigterm():  # children run in process groups of their own: see proc
             result: StageResult = args.handler(args)
     except KeyboardInterrupt:
         _print_error(InterruptedRun("interrupted", hint="run the same command again"), as_json)

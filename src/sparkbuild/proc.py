@@ -4,7 +4,7 @@
 timeout, copies the output to a log file while feeding each line to an optional progress
 callback, and on failure raises :class:`CommandFailed` carrying the tail of the log.
 
-Every child starts in a session of its own: its own process group, and no controlling
+Every child starts through setsid: in a process group of its own, with no controlling
 terminal (so ssh or git cannot stop an unattended run to ask for a password).  A Ctrl-C
 in the terminal therefore reaches sparkbuild alone, and :func:`run` passes it on: the
 child's whole group gets SIGINT, and SIGKILL for whatever of it is still there after
@@ -127,7 +127,7 @@ def _pump(
 
 
 class _Group:
-    """A child started in its own session, and everything it started: stopped as one.
+    """A child started in a process group of its own, and everything it started: stopped as one.
 
     The leader is waited for without being reaped (``waitid(WNOWAIT)``), so that while
     the group is signalled its id cannot have been given to an unrelated process.
@@ -375,7 +375,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def interrupt_on_sigterm() -> Iterator[None]:
     """Inside the block SIGTERM is a Ctrl-C: :func:`run` stops the child's group, and the
     run ends as interrupted.  (A job killer sends SIGTERM to sparkbuild's process group,
-    which, each in a session of its own, the children are no longer part of.)
+    which the children, each in a process group of its own, are no longer part of.)
 
     Only in the main thread, and only where SIGTERM still has its default action.
     """

@@ -14,7 +14,7 @@ The ``NCCL_IB_HCA`` value printed is the exact-match form (``=dev1:1,dev2:1``: N
 matches by prefix without the ``=``) of the active ports; device names differ between
 identical nodes and across reboots, so it is read on each node.  An ``NCCL_IB_HCA`` already
 set (in the environment or the venv's profile) without the leading ``=`` is a warning that
-names the devices its prefix takes.  A pinned ``NCCL_IB_GID_INDEX`` is a warning: it breaks
+names the RDMA devices its prefix takes.  A pinned ``NCCL_IB_GID_INDEX`` is a warning: it breaks
 when a link bounces.
 
 The venv must be one: a path that does not exist or holds no ``pyvenv.cfg`` (``/etc``) is a
@@ -344,9 +344,9 @@ def nccl_hca_check(probe: NodeProbe, built: Built, ports: list[dict[str, str]]) 
              if value]
     exact = exact_hca(ports)
     if not found:
-        return NodeCheck("nccl_ib_hca", "ok", "unset", f"NCCL picks the devices; "
+        return NodeCheck("nccl_ib_hca", "ok", "unset", f"NCCL picks the RDMA devices; "
                          f"NCCL_IB_HCA={exact} names exactly the active ports" if exact else
-                         "NCCL picks the devices")
+                         "NCCL picks the RDMA devices")
     prefixed = [(where, value) for where, value in found
                 if not value.removeprefix("^").startswith("=")]
     if not prefixed:

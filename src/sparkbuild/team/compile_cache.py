@@ -21,7 +21,7 @@ they are: a CUDA unit built under another path misses.  So with a shared cache t
 runs in a path that is the same on every machine -- ``SPARKBUILD_BUILD_ROOT``, default
 ``/var/tmp/sparkbuild-build`` -- (the tree, its FetchContent sources and the build
 environment with torch's headers), and SCCACHE_BASEDIRS names that root and the sparkbuild
-cache for whatever still lies outside it.  The sccache session itself lives in
+cache for whatever still lies outside it.  The build's sccache server itself lives in
 :mod:`sparkbuild.team.sccache_server`.
 """
 
