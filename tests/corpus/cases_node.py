@@ -439,7 +439,7 @@ exec {python} "$@"
 
 def _killed_install(work: Path) -> Invocation:
     """``install`` killed with SIGKILL while ``python -m venv`` runs: that stays running
-    (its own session), the venv is half made (no pip).  Then the same install again."""
+    (its own process group), the venv is half made (no pip).  Then the same install again."""
     out = _seal(_wheel_dir(work), edit=lambda m: m.update(target={"cuda_archs": ["12.1a"],
                                                                     "python": "3.99"}))
     fake = work / "bin" / "python3.99"

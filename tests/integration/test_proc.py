@@ -161,7 +161,7 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_the_foreground_group_reaches_the_children(sig: signal.Signals) -> None:
     """A terminal's Ctrl-C (or ``timeout``'s SIGTERM) goes to sparkbuild's process group;
-    its children, in sessions of their own, are not in it: proc.run passes it on."""
+    its children, in process groups of their own, are not in it: proc.run passes it on."""
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER],
         stdout=subprocess.PIPE,

@@ -164,8 +164,8 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     with zipfile.ZipFile(built) as archive:
         assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
-    # the caller's PYTHONPATH holds six already (the device, 2026-12-03: sparkbuild's own
-    # site held setuptools): the venv still gets its own copy, and pip check judges the venv
+    # the caller's PYTHONPATH holds six already (as where sparkbuild's own site holds
+    # setuptools): the venv still gets its own copy, and pip check judges the venv
     shadow = tmp_path / "shadow"
     (six_wheel,) = one.glob("six-*.whl")
     with zipfile.ZipFile(six_wheel) as archive:
