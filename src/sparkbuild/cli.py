@@ -404,7 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-cache", metavar="URL", help="also check this shared compile "
                    "cache (sccache): redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory")
     p.add_argument("--recipe", metavar="FILE", help="also check this recipe's target (a plain "
-                   "12.1 is refused unless it opts in) and take its job_memory_gib")
+                   "12.1 is refused unless it opts in) and take its job_memory_gib, compile_cache "
+                   "and dist")
     p.add_argument("--use-existing-torch", action="store_true",
                    help="compare the installed torch, its CUDA and nvcc with the tree's pins")
     p.add_argument("--node", action="store_true", help="check this node before vLLM's first "

@@ -42,12 +42,12 @@ from sparkbuild.store.phases import phase, recording
 from sparkbuild.team.compile_cache import (
     CompileCacheResult,
     build_root,
-    cache_spec,
     units_by_language,
 )
 from sparkbuild.team.dist_client import connect_for, team_plan
 from sparkbuild.team.dist_record import DistResult, write_build_trace
 from sparkbuild.team.sccache_server import dist_outcome, open_shared_cache
+from sparkbuild.team.team_options import resolve_team
 from sparkbuild.vendoring.fetch import vendor_for_recipe
 from sparkbuild.vendoring.fetch_log import vendor_unplanned
 from sparkbuild.vendoring.materialize import materialize, require_complete
@@ -425,9 +425,9 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
-    spec = cache_spec(options.compile_cache, recipe)
-    link = connect_for(options.dist, recipe.build.dist, options.dist_token_file)
-    root = build_root() if spec or link else cache.root
+    team = resolve_team(options)
+    spec, link = team.cache, connect_for(team)
+    root = build_root() if team.shared else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with recipe_work_lock(root, recipe.name).held():
@@ -460,7 +460,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 python = use_existing_torch(tree, work / "logs")
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                          root=root if spec or link else None)
+                                          root=root if team.shared else None)
             torch = build_torch(python, options.use_existing_torch)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)

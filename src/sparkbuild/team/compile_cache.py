@@ -32,14 +32,11 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from sparkbuild.errors import UsageError
 from sparkbuild.records import Record, as_json
 from sparkbuild.settings import BUILD_ROOT
-
-if TYPE_CHECKING:
-    from sparkbuild.recipe import Recipe
 
 BUILD_ROOT_ENV = BUILD_ROOT.name
 DEFAULT_BUILD_ROOT = Path(BUILD_ROOT.default)
@@ -133,15 +130,6 @@ def _s3(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
     endpoint = settings.get("SCCACHE_ENDPOINT") or os.environ.get("SCCACHE_ENDPOINT")
     location = f"s3://{bucket}/{prefix}" + (f" (endpoint {endpoint})" if endpoint else "")
     return CacheSpec("s3", location, settings, {}, prefix)
-
-
-def cache_spec(url: str | None, recipe: Recipe) -> CacheSpec | None:
-    """The shared compile cache: ``--compile-cache URL``, else the recipe's, else none."""
-    if url:
-        return parse_cache_url(url, relative_to=Path.cwd())
-    if recipe.build.compile_cache:
-        return parse_cache_url(recipe.build.compile_cache, relative_to=recipe.path.parent)
-    return None
 
 
 def parse_cache_url(url: str, *, relative_to: Path) -> CacheSpec:

@@ -44,6 +44,7 @@ from sparkbuild.records import Record, as_json
 from sparkbuild.store.url_reader import Limits, deadline_seconds, open_url
 from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
+from sparkbuild.team.team_options import TeamOptions
 
 STATUS_ROUTE = "api/v1/scheduler/status"
 ALLOC_ROUTE = "api/v1/scheduler/alloc_job"
@@ -213,11 +214,6 @@ def connect(url: str, token_file: Path | None) -> DistLink:
     return link
 
 
-def dist_url(option: str | None, recipe_dist: str | None) -> str | None:
-    """``--dist URL``, else the recipe's ``[build] dist``, else None."""
-    return option or recipe_dist or None
-
-
 def client_config(link: DistLink, toolchains: Path) -> str:
     """The ``SCCACHE_CONF`` of the build's sccache server: ``[dist]`` and its token."""
     return "\n".join([
@@ -250,16 +246,10 @@ def write_client_config(path: Path, link: DistLink, toolchains: Path) -> Path:
     return write_private(path, client_config(link, toolchains))
 
 
-def connect_for(option: str | None, recipe_dist: str | None,
-                token_file: Path | None) -> DistLink | None:
-    """``wheel``'s scheduler (``--dist``, else the recipe's), probed; None without one."""
-    url = dist_url(option, recipe_dist)
-    if url is None:
-        if token_file is not None:
-            raise UsageError("--dist-token-file needs a scheduler: --dist URL or the "
-                             "recipe's [build] dist")
-        return None
-    return connect(url, token_file)
+def connect_for(team: TeamOptions) -> DistLink | None:
+    """``wheel``'s scheduler (:func:`~sparkbuild.team.team_options.resolve_team`), probed;
+    None without one."""
+    return connect(team.dist, team.token_file) if team.dist is not None else None
 
 
 def team_plan(plan: BuildPlan, link: DistLink | None, requested_jobs: int | None
