@@ -15,7 +15,6 @@ did not come back is named under ``missing``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import io
 import itertools
 import json
@@ -26,6 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository, for bench/
+from bench.script_loader import schedule_sim
+
 BENCH = Path(__file__).resolve().parents[1]
 TABLE = BENCH / "flashinfer" / "units-model-12.1a.json"
 PROJECTED_S = 371.0
@@ -33,14 +35,6 @@ PROJECTED_S = 371.0
 GIB = 1024**3
 _PLAN_LINE = re.compile(r"job plan: MAX_JOBS=(\d+), heavy units in pool (\S+) of depth (\d+) "
                         r"\((\w+)\)")
-
-
-def schedule_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedule_sim", BENCH / "schedule_sim.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def read_files(folder: Path) -> dict[str, str]:

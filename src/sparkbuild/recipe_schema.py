@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sparkbuild.doc_tables import CLOSE, rewrite_main, rewritten, tables
 from sparkbuild.recipe_keys import Rule, required_keys, rules_of
 from sparkbuild.recipe_model import BY_TABLE, TOP_TABLES, Table
 from sparkbuild.records import Record, as_json
@@ -173,42 +173,30 @@ def key_table(table: Table) -> str:
 
 
 def _marker(table: Table) -> str:
-    return f"{TABLE_START}{table.heading}: written by `{WRITER}` -->\n"
+    """The text of ``table``'s start marker, after ``TABLE_START``, its line's end included."""
+    return f"{table.heading}: written by `{WRITER}` {CLOSE}"
 
 
 def page_tables(page: str) -> dict[str, str]:
     """Each generated table of ``page`` by its heading (``[build]``), as the page has it."""
-    found = {}
-    rest = page
-    while TABLE_START in rest:
-        rest = rest[rest.index(TABLE_START) + len(TABLE_START):]
-        heading = rest.partition(":")[0]
-        body, _, rest = rest.partition(TABLE_END)
-        found[heading] = body.partition("-->\n")[2].strip()
-    return found
+    return {marker.partition(":")[0]: table
+            for marker, table in tables(page, TABLE_START, TABLE_END)}
 
 
 def written_page(page: str) -> str:
     """``page`` with each generated table replaced by the declarations' own."""
     headings = {table.heading: table for table in BY_TABLE.values()}
-    out, rest = [], page
-    while TABLE_START in rest:
-        head, _, rest = rest.partition(TABLE_START)
-        heading = rest.partition(":")[0]
-        _, _, rest = rest.partition(TABLE_END)
-        out += [head, _marker(headings[heading]), key_table(headings[heading]), "\n",
-                TABLE_END]
-    return "".join([*out, rest])
+
+    def table_for(marker: str) -> str:
+        table = headings[marker.partition(":")[0]]
+        return _marker(table) + key_table(table) + "\n"
+
+    return rewritten(page, TABLE_START, TABLE_END, table_for)
 
 
 def main(argv: list[str]) -> int:
     """``python -m sparkbuild.recipe_schema PAGE``: write the page's key tables anew."""
-    if len(argv) != 1:
-        print(f"usage: {WRITER}", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    page.write_text(written_page(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
+    return rewrite_main(argv, WRITER, written_page)
 
 
 if __name__ == "__main__":

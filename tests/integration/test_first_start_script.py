@@ -7,23 +7,22 @@ for by a second reference run, so only transformers (and torch) are needed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.script_loader import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "first-start" / "first_start.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("first_start", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
@@ -159,17 +158,11 @@ def test_the_gpu_machine_scripts_parse_and_name_only_files_that_exist() -> None:
 
 
 def _bench_script(name: str) -> ModuleType:
-    import sys
-
     sys.path.insert(0, str(SCRIPT.parent))  # the scripts import each other, as on the GPU machine
     try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        return load_script(SCRIPT.parent / f"{name}.py")
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    return module
 
 
 def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:

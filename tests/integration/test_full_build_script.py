@@ -5,11 +5,11 @@ projection."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -17,6 +17,9 @@ from types import ModuleType
 import pytest
 
 from sparkbuild.recipe import load_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.script_loader import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "full-build"
 
@@ -43,11 +46,7 @@ def _dry(tmp_path: Path, *parts: str, devrun: Path | None = None) -> list[str]:
 
 
 def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ONE_PIECE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ONE_PIECE / f"{name}.py")
 
 
 def test_a_part_builds_its_targets_without_the_closure(tmp_path: Path) -> None:

@@ -17,11 +17,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbuild"
 TOP_LEVEL = frozenset({
     "__init__", "__main__", "cli", "pipeline", "errors", "proc", "console", "recipe",
     "recipe_keys", "recipe_model", "recipe_schema", "resources", "settings", "records",
+    "doc_tables",
 })
 """The only modules allowed at the top of the package."""
 
 FOUNDATION = frozenset({"errors", "proc", "console", "resources", "settings", "records",
-                        "__init__"})
+                        "doc_tables", "__init__"})
 """Top-level modules every room may use."""
 
 RECIPE = frozenset({"recipe", "recipe_keys", "recipe_model", "recipe_schema"})

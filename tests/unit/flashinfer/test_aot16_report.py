@@ -3,22 +3,20 @@ up to exercise the report's reading and its prediction, and is no measurement.""
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench.script_loader import load_script
 
 REPO = Path(__file__).resolve().parents[3]
 GIB = 1024**3
 
 
 def _report() -> ModuleType:
-    path = REPO / "bench" / "flashinfer-gpu" / "aot16_report.py"
-    spec = importlib.util.spec_from_file_location("aot16_report", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "bench" / "flashinfer-gpu" / "aot16_report.py")
 
 
 def _fabricated() -> dict[str, str]:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,9 @@ import pytest
 
 from sparkbuild.jobplan import schedule
 from sparkbuild.jobplan.schedule import Schedule, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench.script_loader import schedule_sim
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,11 +43,7 @@ def test_lengths_must_agree() -> None:
 
 
 def test_bench_schedule_sim_uses_this_simulator(capsys: pytest.CaptureFixture[str]) -> None:
-    path = REPO / "bench" / "schedule_sim.py"
-    spec = importlib.util.spec_from_file_location("schedule_sim", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = schedule_sim()
     assert bench.simulate is schedule.simulate
     table = REPO / "bench" / "real-build" / "units-derived.json"
     assert bench.main([str(table), "--json"]) == 0
@@ -87,15 +86,6 @@ def test_a_team_keeps_the_heavy_pool() -> None:
     assert run.makespan == 20.0 and run.server_peak == 8.0
 
 
-def _bench() -> object:
-    path = REPO / "bench" / "schedule_sim.py"
-    spec = importlib.util.spec_from_file_location("schedule_sim", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
 @pytest.mark.parametrize(("table", "says"), [
     ('{"units": [{"path": "a.cu"}]}', "unit 1 (a.cu) has no seconds"),
     ('{"units": {"a.cu": 3}}', "units must be a list of units, not dict"),
@@ -108,7 +98,7 @@ def _bench() -> object:
 ])
 def test_bench_schedule_sim_names_a_bad_table(tmp_path: Path, table: str, says: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    bench: Any = _bench()
+    bench: Any = schedule_sim()
     path = tmp_path / "units.json"
     path.write_text(table)
     assert bench.main([str(path), "--json"]) == 2
