@@ -71,6 +71,7 @@ from sparkbuild.wheelhouse.manifest import (
     MANIFEST_NAME,
     expected_hashes,
     load_manifest,
+    manifest_fingerprint,
     manifest_target,
     stand_in_line,
     stand_ins_of,
@@ -188,10 +189,13 @@ class VerifyResult:
     """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the build took from another commit than the tree's pin (the manifest's)."""
+    fingerprint: str = ""
+    """The wheelhouse's fingerprint (:func:`.manifest.manifest_fingerprint`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "wheelhouse": str(self.directory),
+            "fingerprint": self.fingerprint,
             "stand_ins": self.stand_ins,
             "files_checked": self.checked,
             "ok": self.error is None,
@@ -207,6 +211,7 @@ class VerifyResult:
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify {self.directory}: {verdict} ({self.checked} files re-hashed)"]
+        lines += [f"  wheelhouse fingerprint: {self.fingerprint}"] if self.fingerprint else []
         lines += [m.line() for m in self.mismatches]
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
@@ -286,8 +291,8 @@ def leaves_directory(name: str) -> bool:
 
 @dataclass
 class CheckedFiles:
-    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is their
-    sha256) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
+    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is
+    taken of them) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
 
     directory: Path
     manifest_bytes: bytes
@@ -721,6 +726,7 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     result = VerifyResult(directory, len(actual) + 1, checked.targets,
                           allow_jit=manifest_target(manifest).allow_jit)
     result.stand_ins = stand_ins_of(manifest)
+    result.fingerprint = manifest_fingerprint(checked.manifest_bytes)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
                                 + check_requirements(result, directory, inside)
