@@ -17,7 +17,8 @@ the one judge of consistency (pip's resolver would refuse a recorded override ou
 Last, the wheelhouse's fingerprint (the sha256 of its manifest, less the run's measures)
 is printed and recorded in the venv with what was installed
 (:mod:`sparkbuild.node.fingerprint`), for ``verify --installed``.  A wheelhouse served
-over HTTP comes through :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
+over HTTP comes through :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from
+the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
 hashes, named by path; the result says which file was used.  Every entry of that lock must
 be a wheel of the wheelhouse that verify checked, beside the lock (no URL, no path
