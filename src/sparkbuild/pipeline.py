@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendoring.materialize import Materialized
+    from sparkbuild.wheelhouse.parts import PartResult
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
@@ -103,6 +104,10 @@ class WheelOptions:
     """A sccache-dist scheduler URL overriding the recipe's ``[build] dist``."""
     dist_token_file: Path | None = None
     """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
+    part: str | None = None
+    """``--part vllm``: vLLM's wheels alone (no flashinfer builder beside the compile) into
+    the part directory ``out``, for ``join`` (sparkbuild.wheelhouse.parts); ``--part
+    flashinfer`` is :func:`build_flashinfer_part`'s."""
 
 
 @dataclass
@@ -113,7 +118,8 @@ class WheelResult:
     vendor: VendorResult
     plan: BuildPlan
     build: BuildOutcome
-    wheelhouse: WheelhouseResult
+    wheelhouse: WheelhouseResult | PartResult
+    """The wheelhouse (with ``--part vllm``: the part directory)."""
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     compile_cache: CompileCacheResult | None = None
@@ -199,7 +205,8 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
     report = ready_for_build(tree, job_memory_gib=recipe.build.job_memory_gib,
                              existing_torch=options.use_existing_torch)
     plan = wheel_job_plan(recipe, MachineFacts.read(), jobs_flag=options.jobs,
-                          launcher=report.launcher, cache_root=cache.root)
+                          launcher=report.launcher, cache_root=cache.root,
+                          builder=options.part is None)
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
@@ -207,12 +214,14 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
 
 def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | None,
                    launcher: str | None, cache_root: Path,
-                   environ: Mapping[str, str] | None = None) -> BuildPlan:
+                   environ: Mapping[str, str] | None = None, builder: bool = True) -> BuildPlan:
     """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
-    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
+    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first; ``builder``
+    False: no flashinfer builder runs beside the compile (``--part vllm``)."""
     return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
                            launcher=launcher, environ=environ,
-                           reserved_bytes=builder_reserve(recipe, machine.cores),
+                           reserved_bytes=builder_reserve(recipe, machine.cores) if builder
+                           else 0.0,
                            reserved_for=BUILDER_REASON)
 
 
@@ -357,7 +366,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
                 runtime: dict[str, Any] | None = None,
                 aot: AotResult | None = None,
                 dist: DistResult | None = None,
-                extensions: ExtensionSet | None = None) -> WheelhouseResult:
+                extensions: ExtensionSet | None = None) -> WheelhouseResult | PartResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
@@ -371,16 +380,28 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
         bundle=options.bundle, compile_cache=compile_cache,
         vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
         node_profile=_node_profile(recipe), dist=dist, extensions=extensions)
+    source = prepared.source.to_dict()
+    patches = [outcome_.to_dict() for outcome_ in prepared.series.patches]
+    toolchain = {**describe_toolchain(), **torch.toolchain()}
+    sources = list(built_in_sources(vendored.plan, cache)) if vendored else []
+    bundled = runtime.get("files") if runtime is not None else None
+    if options.part == "vllm":
+        from sparkbuild.wheelhouse.parts import new_part, write_part
+
+        facts = {"source": source, "patches": patches, "build_settings": settings,
+                 "vendored": sources, "offline": options.offline, "closure": options.closure,
+                 "platform": options.platform, "bundled_closure": bundled}
+        return write_part(options.out, new_part("vllm", recipe, options.bundle, toolchain,
+                                                facts), outcome.wheels)
     return write_wheelhouse(
-        options.out, recipe=recipe, source=prepared.source.to_dict(),
-        patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
+        options.out, recipe=recipe, source=source, patches=patches,
         built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
         build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform,
-        toolchain={**describe_toolchain(), **torch.toolchain()},
+        toolchain=toolchain,
         closure=options.closure,
-        vendored=built_in_sources(vendored.plan, cache) if vendored else (),
-        bundled_closure=runtime.get("files") if runtime is not None else None,
+        vendored=sources,
+        bundled_closure=bundled,
         kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
     )
 
@@ -435,6 +456,10 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
+    if options.part is not None:
+        from sparkbuild.wheelhouse.parts import check_part_name
+
+        check_part_name(options.part, recipe)
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
@@ -481,7 +506,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                     cache_root=cache.root, dist=link) as shared, aot_alongside(builder_for(
                         recipe, python=python, torch=torch.version, cache=cache, work=work,
                         offline=options.offline, compile_jobs=plan.max_jobs,
-                        shared=shared)) as aot_run:
+                        shared=shared) if options.part is None else None) as aot_run:
                 if shared is not None and shared.launcher:
                     plan = plan.with_launcher(shared.launcher, f"sccache, {shared.role}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
@@ -520,3 +545,55 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast, dist=dist, build_trace=trace,
                        extensions=extensions)
+
+
+def build_flashinfer_part(options: WheelOptions) -> PartResult:
+    """``wheel --part flashinfer``: flashinfer's model set alone, into the part directory
+    ``out`` (sparkbuild.wheelhouse.parts).  The tree is prepared and vendored as ``wheel``
+    does, for the build environment whose torch flashinfer's builder runs with; then the
+    builder runs with every core and the machine's memory (a kept build reused); nothing
+    of vLLM compiles."""
+    from sparkbuild.flashinfer.alongside import builder_alone
+    from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.wheelhouse.parts import check_part_name, new_part, write_part
+
+    recipe = options.recipe
+    check_part_name("flashinfer", recipe)
+    check_jobs(options.jobs, where="wheel --jobs")
+    require_spark_target(recipe)
+    context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
+    cache = context.cache()
+    spec = cache_spec(options.compile_cache, recipe)
+    root = build_root() if spec else cache.root
+    work = root / "work" / recipe.name
+    with recording(), recipe_work_lock(root, recipe.name).held():
+        with phase("prepare"):
+            prepared = _prepare(options, work, context)
+        tree = prepared.tree
+        extensions = _extension_set(options, tree, work)
+        runtime = _bundle_runtime(options, cache)
+        options = _with_bundle_runtime(options, runtime)
+        with phase("pins"):
+            _refuse_runtime_gaps(options, runtime, cache, tree)
+        with phase("vendor"):
+            vendored = _vendor(options, cache, tree, extensions)
+            require_complete(vendored.plan, cache)
+        with phase("build environment"):
+            deps = materialize(vendored.plan, cache, work)
+            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                      root=root if spec else None)
+            torch = build_torch(python, False)
+        with open_shared_cache(spec, label=_label(recipe, prepared), torch=torch.version,
+                               work=work, cache_root=cache.root, dist=None) as shared, \
+                phase("flashinfer aot"):
+            build = builder_alone(recipe, python=python, torch=torch.version, cache=cache,
+                                  work=work, offline=options.offline, jobs=options.jobs,
+                                  shared=shared)
+            assert build is not None  # check_part_name: the recipe builds flashinfer
+            aot = build()
+    toolchain = {**describe_toolchain(), **torch.toolchain()}
+    part = new_part("flashinfer", recipe, options.bundle, toolchain,
+                    {"flashinfer_aot": aot.to_dict()})
+    result = write_part(options.out, part, [aot.wheel])
+    result.built, result.lines = aot.to_dict(), aot.summary()
+    return result
