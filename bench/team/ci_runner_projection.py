@@ -29,15 +29,28 @@ is already at them).  Nothing here measures the runner's own cores.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 BENCH = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(BENCH))
-from schedule_sim import AFTER_S, BEFORE_S, _machine, load, plans  # noqa: E402
+
+
+def _schedule_sim() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("schedule_sim", BENCH / "schedule_sim.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+SIM = _schedule_sim()
+BEFORE_S: float = SIM.BEFORE_S
+AFTER_S: float = SIM.AFTER_S
 
 VLLM_TABLE = BENCH / "full-build" / "units-12.1a.json"
 FLASHINFER_TABLE = BENCH / "flashinfer" / "units-model-12.1a.json"
@@ -51,7 +64,8 @@ UNIT_TARGET = "_C"
 
 
 def _units(path: Path) -> list[dict[str, Any]]:
-    return load(path)
+    units: list[dict[str, Any]] = SIM.load(path)
+    return units
 
 
 def unit_speed(record: Path) -> dict[str, Any]:
@@ -81,8 +95,8 @@ def unit_speed(record: Path) -> dict[str, Any]:
 
 
 def _job(units: list[dict[str, Any]], scale: float) -> dict[str, Any]:
-    _name, (cores, total) = _machine(RUNNER)
-    result = plans(units, cores, total)
+    _name, (cores, total) = SIM._machine(RUNNER)
+    result: dict[str, Any] = SIM.plans(units, cores, total)
     rows: dict[str, Any] = {"usable_gib": result["usable_gib"]}
     for plan in ("pools", "first_build_rule"):
         row = dict(result[plan])
@@ -108,7 +122,7 @@ def project(speed: dict[str, Any] | None) -> dict[str, Any]:
             {**u, "seconds": u["seconds"] * flashinfer_scale} for u in flashinfer]
         jobs["one job"] = _job(scaled, 1.0)
         projections[name] = jobs
-    name, (cores_n, total) = _machine(RUNNER)
+    name, (cores_n, total) = SIM._machine(RUNNER)
     return {"runner": {"label": name, "cores": cores_n, "memory_bytes": total},
             "limit_s": LIMIT_S, "before_s": BEFORE_S, "after_s": AFTER_S,
             "tables": {"vllm": str(VLLM_TABLE.relative_to(BENCH.parent)),

@@ -451,7 +451,12 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
     from sparkbuild.wheelhouse.lock import refuse_contradicted_pins
 
-    check_destination(options.out, before_build=True)  # refused now, not after hours
+    if options.part is None:
+        check_destination(options.out, before_build=True)  # refused now, not after hours
+    else:
+        from sparkbuild.wheelhouse.parts import check_part_destination
+
+        check_part_destination(options.out)
     check_jobs(options.jobs, where="wheel --jobs")
     check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
@@ -555,10 +560,16 @@ def build_flashinfer_part(options: WheelOptions) -> PartResult:
     of vLLM compiles."""
     from sparkbuild.flashinfer.alongside import builder_alone
     from sparkbuild.toolchain.tools import describe_toolchain
-    from sparkbuild.wheelhouse.parts import check_part_name, new_part, write_part
+    from sparkbuild.wheelhouse.parts import (
+        check_part_destination,
+        check_part_name,
+        new_part,
+        write_part,
+    )
 
     recipe = options.recipe
     check_part_name("flashinfer", recipe)
+    check_part_destination(options.out)  # refused now, not after the build
     check_jobs(options.jobs, where="wheel --jobs")
     require_spark_target(recipe)
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)

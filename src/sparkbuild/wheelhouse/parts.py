@@ -138,7 +138,7 @@ class PartResult:
 def write_part(directory: Path, part: Part, wheels: Sequence[Path]) -> PartResult:
     """Copy ``wheels`` into ``directory`` (empty or absent) and write ``part.json`` last;
     ``part``'s own directory and wheels are set here."""
-    _check_part_destination(directory)
+    check_part_destination(directory)
     with staging_dir(directory) as staging:
         step(f"writing the part {part.name} to {directory}")
         part.wheels = []
@@ -152,7 +152,7 @@ def write_part(directory: Path, part: Part, wheels: Sequence[Path]) -> PartResul
     return PartResult(part)
 
 
-def _check_part_destination(directory: Path) -> None:
+def check_part_destination(directory: Path) -> None:
     """A part is written where nothing is, or over an earlier part."""
     if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
         raise DestinationError("the part's path exists and is not a directory",
@@ -320,7 +320,7 @@ def join_parts(options: JoinOptions) -> JoinResult:
     settings = dict(vllm["build_settings"])
     if "flashinfer" in by_name:
         settings["flashinfer_aot"] = by_name["flashinfer"].facts["flashinfer_aot"]
-    offline = bool(vllm["offline"]) or options.offline
+    offline = options.offline  # the build's own setting is in its build settings
     cache = RunContext.create(options.cache, offline=offline, recipe=recipe).cache()
     wheelhouse = write_wheelhouse(
         options.out, recipe=recipe, source=vllm["source"], patches=vllm["patches"],
