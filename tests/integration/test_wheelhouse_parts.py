@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbuild.wheelhouse.manifest import manifest_identity
 from support import example_recipe, pybind11_bare_repo
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
@@ -49,6 +50,17 @@ def _sparkbuild(*args: str | os.PathLike[str], cwd: Path) -> subprocess.Complete
     return subprocess.run([sys.executable, "-m", "sparkbuild", *map(str, args)],
                           capture_output=True, text=True, timeout=TIMEOUT, check=False,
                           cwd=cwd)
+
+
+def _differences(one: object, other: object, where: str = "") -> list[str]:
+    """Where two JSON values differ (for the failure's message)."""
+    if isinstance(one, dict) and isinstance(other, dict):
+        return [line for key in sorted(set(one) | set(other))
+                for line in _differences(one.get(key), other.get(key), f"{where}.{key}")]
+    if isinstance(one, list) and isinstance(other, list) and len(one) == len(other):
+        return [line for i, (a, b) in enumerate(zip(one, other, strict=True))
+                for line in _differences(a, b, f"{where}[{i}]")]
+    return [] if one == other else [f"{where}: {str(one)[:200]} | {str(other)[:200]}"]
 
 
 def _verified(house: Path, cwd: Path) -> dict[str, object]:
@@ -95,9 +107,10 @@ def test_the_joined_parts_have_the_one_job_fingerprint(tmp_path: Path) -> None:
     one_house, joined_house = _verified(tmp_path / "one", tmp_path), _verified(
         tmp_path / "joined", tmp_path)
     assert json.loads(joined.stdout)["fingerprint"] == joined_house["fingerprint"]
-    assert one_house["fingerprint"] == joined_house["fingerprint"]
     one_manifest = json.loads((tmp_path / "one" / "manifest.json").read_text())
     joined_manifest = json.loads((tmp_path / "joined" / "manifest.json").read_text())
+    assert one_house["fingerprint"] == joined_house["fingerprint"], _differences(
+        manifest_identity(one_manifest), manifest_identity(joined_manifest))
     assert one_manifest["wheels"] == joined_manifest["wheels"]
     assert one_manifest["libraries"] == joined_manifest["libraries"]
     # two runs: what the fingerprint leaves out differs, and the manifests' bytes with it
