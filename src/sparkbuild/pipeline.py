@@ -590,10 +590,15 @@ def build_flashinfer_part(options: WheelOptions) -> PartResult:
             vendored = _vendor(options, cache, tree, extensions)
             require_complete(vendored.plan, cache)
         with phase("build environment"):
-            deps = materialize(vendored.plan, cache, work)
-            python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                      root=root if spec else None)
-            torch = build_torch(python, False)
+            if options.use_existing_torch:  # the torch vLLM's part builds against
+                from sparkbuild.compile.existing_torch import use_existing_torch
+
+                python = use_existing_torch(tree, work / "logs")
+            else:
+                deps = materialize(vendored.plan, cache, work)
+                python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                          root=root if spec else None)
+            torch = build_torch(python, options.use_existing_torch)
         with open_shared_cache(spec, label=_label(recipe, prepared), torch=torch.version,
                                work=work, cache_root=cache.root, dist=None) as shared, \
                 phase("flashinfer aot"):
