@@ -56,9 +56,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from sparkbuild.errors import SparkbuildError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, usable_memory, with_team_cores
 from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
-from sparkbuild.jobplan.schedule import KnownUnit, simulate, simulate_team
+from sparkbuild.jobplan.schedule import KnownUnit, TeamShape, simulate, simulate_team
 from sparkbuild.jobplan.unit_order import longest_first
-from sparkbuild.recipe import parse_json, read_user_text
+from sparkbuild.store.user_files import parse_json, read_user_text
 
 GIB = 1024**3
 TODAY_BUDGET_GIB = 8.7
@@ -251,10 +251,12 @@ def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
     pooled = heavy_indices(plan, [table[i] for i in order])
     link = link_gbps * 1e9 / 8
     moves = [share["bytes"] / link + 4 * STEP_LATENCY_S] * len(order)
-    run = simulate_team([seconds[i] for i in order], [peaks[i] for i in order],
-                        host_cores=cores, servers=[cores] * (sparks - 1),
-                        local_share=share["local_share"], transfer=moves, pool=pooled,
-                        depth=plan.depth, start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
+    run = simulate_team(
+        [seconds[i] for i in order], [peaks[i] for i in order],
+        TeamShape(host_cores=cores, servers=[cores] * (sparks - 1),
+                  local_share=share["local_share"],
+                  start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link),
+        transfer=moves, pool=pooled, depth=plan.depth)
     return {"sparks": sparks, "compile_s": round(run.makespan, 1),
             "max_jobs": cores * sparks, "pool_depth": plan.depth,
             "local_pool_depth": local.depth, "pooled": len(pooled),

@@ -24,27 +24,30 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sparkbuild.errors import UsageError
 
-KINDS = ("path", "text", "flag", "seconds", "count", "choice", "names")
+SettingKind = Literal["path", "text", "flag", "seconds", "count", "choice", "names"]
+KINDS: tuple[SettingKind, ...] = ("path", "text", "flag", "seconds", "count", "choice", "names")
 """What a setting's value is: a path, any text, on/off (set and not ``0``), a number of
 seconds (at least 0), a positive whole number, one of ``choices``, a comma-separated
 list."""
-AUDIENCES = ("you", "sparkbuild")
+Audience = Literal["you", "sparkbuild"]
+AUDIENCES: tuple[Audience, ...] = ("you", "sparkbuild")
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str
+    kind: SettingKind
     """One of :data:`KINDS`."""
     default: str
     """What applies while it is unset, as the docs say it (the reader's caller may pass
     its own default where the meaning depends on the caller: ``seconds``)."""
     doc: str
     """What it does, one sentence."""
-    set_by: str = "you"
+    set_by: Audience = "you"
     """One of :data:`AUDIENCES`."""
     choices: tuple[str, ...] = ()
 
@@ -62,7 +65,7 @@ class Setting:
                           where=f"the environment variable {self.name}",
                           hint=f"unset {self.name}, or see docs/environment.md")
 
-    def _expect(self, kind: str) -> None:
+    def _expect(self, kind: SettingKind) -> None:
         if self.kind != kind:
             raise TypeError(f"{self.name} is a {self.kind} setting, not {kind}")
 

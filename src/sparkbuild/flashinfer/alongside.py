@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import step
+from sparkbuild.jobplan.job_plan import Reserved
 from sparkbuild.jobplan.machine import GIB
 from sparkbuild.team.sccache_server import launcher_environment
 
@@ -75,6 +76,12 @@ def builder_reserve(recipe: Recipe, cores: int | None = None) -> float:
     return reserved_bytes(cores or os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
 
 
+def builder_reservation(recipe: Recipe, cores: int) -> Reserved:
+    """What the compile's plan keeps for the builder on ``cores``, and why: the one
+    reservation ``doctor`` and ``wheel`` plan with."""
+    return Reserved(builder_reserve(recipe, cores), BUILDER_REASON)
+
+
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
                 offline: bool, compile_jobs: int, shared: SharedCache | None = None
                 ) -> Callable[[], AotResult] | None:
@@ -109,14 +116,14 @@ def builder_alone(recipe: Recipe, *, python: Path, torch: str | None, cache: Cac
 def _build_alone(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache,
                  work: Path, offline: bool, jobs: int | None,
                  launcher_env: dict[str, str]) -> AotResult:
-    from sparkbuild.flashinfer.builder import request_for_recipe
+    from sparkbuild.flashinfer.builder import AotPlace, request_for_recipe
     from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
-    request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
-                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs,
-                                 launcher_env=launcher_env)
+    request = request_for_recipe(recipe, AotPlace(
+        out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
+        offline=offline, jobs=jobs, launcher_env=launcher_env))
     return reusing_jit_cache(cache, request, torch)
 
 
@@ -130,15 +137,15 @@ def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResu
 
 def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
            offline: bool, jobs: int, launcher_env: dict[str, str]) -> AotResult:
-    from sparkbuild.flashinfer.builder import request_for_recipe
+    from sparkbuild.flashinfer.builder import AotPlace, request_for_recipe
     from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
 
     dist = work / "flashinfer-aot-dist"
     shutil.rmtree(dist, ignore_errors=True)
-    request = request_for_recipe(recipe, out=dist, python=python, cache_root=cache.root,
-                                 work=work / "flashinfer-aot", offline=offline, jobs=jobs,
-                                 launcher_env=launcher_env,
-                                 usable_bytes=reserved_bytes(os.cpu_count() or 1))
+    request = request_for_recipe(recipe, AotPlace(
+        out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
+        offline=offline, jobs=jobs, launcher_env=launcher_env,
+        usable_bytes=reserved_bytes(os.cpu_count() or 1)))
     return reusing_jit_cache(cache, request, torch)
 
 

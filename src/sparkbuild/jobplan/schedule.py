@@ -81,19 +81,31 @@ class TeamSchedule:
     """The highest sum of the peaks of the steps in flight on one server."""
 
 
-def simulate_team(seconds: Sequence[float], peaks: Sequence[float], *, host_cores: int,
-                  servers: Sequence[int], local_share: float,
+@dataclass(frozen=True, kw_only=True)
+class TeamShape:
+    """The machines of a team build, as sccache-dist uses them (:func:`simulate_team`)."""
+
+    host_cores: int
+    servers: Sequence[int]
+    """Each build server's cores."""
+    local_share: float
+    """The part of a unit's seconds that holds a core of the build host (preprocessing,
+    fatbinary, what sccache adds)."""
+    start_delay: float = 0.0
+    """When the servers start work (the client packaging its toolchains)."""
+
+
+def simulate_team(seconds: Sequence[float], peaks: Sequence[float], team: TeamShape, *,
                   transfer: Sequence[float] | None = None, jobs: int | None = None,
-                  pool: Collection[int] = (), depth: int = 0,
-                  start_delay: float = 0.0) -> TeamSchedule:
-    """Units ``0..n-1`` in order, as sccache-dist runs them: each first holds a core of the
-    build host for its ``local_share`` (preprocessing, fatbinary, what sccache adds), then
-    its remote part (plus ``transfer`` seconds) on the least-loaded server with a free core
-    (``servers``: each one's cores), or -- every server full -- on the build host (sccache's
-    local fallback).  At most ``jobs`` units in flight (default: every core of the team), the
-    ``pool`` units at most ``depth`` at once; the servers start work at ``start_delay``
-    (the client packaging its toolchains).  Dependencies are not modelled, as in
-    :func:`simulate`."""
+                  pool: Collection[int] = (), depth: int = 0) -> TeamSchedule:
+    """Units ``0..n-1`` in order, as sccache-dist runs them on ``team``: each first holds a
+    core of the build host for its local share, then its remote part (plus ``transfer``
+    seconds) on the least-loaded server with a free core, or -- every server full -- on the
+    build host (sccache's local fallback).  At most ``jobs`` units in flight (default: every
+    core of the team), the ``pool`` units at most ``depth`` at once.  Dependencies are not
+    modelled, as in :func:`simulate`."""
+    host_cores, servers, local_share = team.host_cores, team.servers, team.local_share
+    start_delay = team.start_delay
     count = len(seconds)
     if len(peaks) != count:
         raise ValueError("seconds and peaks differ in length")

@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
-from sparkbuild.recipe import parse_json, read_user_file
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_json, read_user_file
 from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT, manifest_fingerprint
 
 if TYPE_CHECKING:
@@ -45,26 +46,31 @@ def fingerprint(manifest: bytes) -> str:
 
 
 @dataclass(frozen=True)
-class InstalledDist:
+class InstalledDist(Record):
     name: str
     version: str
     record: str
     """The RECORD file, relative to the venv."""
     record_sha256: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "record": self.record,
-                "record_sha256": self.record_sha256}
+
+def _sorted(dists: dict[str, InstalledDist]) -> dict[str, InstalledDist]:
+    return dict(sorted(dists.items()))
 
 
 @dataclass
-class Installation:
+class Installation(Record):
     """What ``install`` wrote into the venv."""
 
+    json_order: ClassVar[tuple[str, ...]] = (
+        "schema", "fingerprint", "wheelhouse", "distributions", "manifest",
+    )
+
     fingerprint: str
-    origin: str
-    manifest_text: str
-    dists: dict[str, InstalledDist] = field(default_factory=dict)
+    origin: str = field(metadata=as_json("wheelhouse"))
+    manifest_text: str = field(metadata=as_json("manifest"))
+    dists: dict[str, InstalledDist] = field(
+        default_factory=dict, metadata=as_json("distributions", dump=_sorted))
     """By canonical project name."""
     own_files: dict[str, str] | None = None
     """pyvenv.cfg, bin/python*, bin/activate* and the profile files: path -> digest
@@ -74,12 +80,8 @@ class Installation:
     profile: list[dict[str, str]] | None = None
     """The node profile as written (the entries resolved on the node)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": RECORD_SCHEMA, "fingerprint": self.fingerprint,
-                "wheelhouse": self.origin,
-                "distributions": {k: d.to_dict() for k, d in sorted(self.dists.items())},
-                "manifest": self.manifest_text, "own_files": self.own_files,
-                "bytecode": self.bytecode, "profile": self.profile}
+    def json_extra(self) -> dict[str, Any]:
+        return {"schema": RECORD_SCHEMA}
 
     def manifest(self) -> dict[str, Any]:
         """The recorded manifest, parsed; :class:`VerifyError` when it is not an object."""

@@ -21,35 +21,41 @@ import json
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkbuild import __version__
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import env_entry_problem, parse_json
+from sparkbuild.recipe import env_entry_problem
 from sparkbuild.store.files import read_at_most, usable_path
+from sparkbuild.store.user_files import parse_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.wheelhouse.sbom import BuildFacts
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
 MANIFEST_LIMIT = 16 << 20
 """The largest manifest read (a vLLM wheelhouse's is some 100 KiB; one of 200 MB took
 1.2 GB of memory to parse): larger is refused before it is parsed."""
+WheelRole = Literal["built", "pin", "closure"]
+"""Why a wheel is in the wheelhouse: this build made it, a recipe pins it, or the pins and
+the built wheel depend on it."""
+WHEEL_ROLES: tuple[WheelRole, ...] = ("built", "pin", "closure")
 
 
 def build_manifest(
-    recipe: Recipe, *, target: Mapping[str, str], label: str, epoch: int,
-    source: dict[str, Any], patches: Sequence[Mapping[str, Any]],
-    toolchain: Mapping[str, str | None], build_settings: Mapping[str, Any],
-    wheels: Sequence[Mapping[str, Any]], overrides: Sequence[Mapping[str, Any]],
-    libraries: Sequence[Mapping[str, Any]], files: Mapping[str, str],
+    recipe: Recipe, facts: BuildFacts, *, target: Mapping[str, str],
+    build_settings: Mapping[str, Any], wheels: Sequence[Mapping[str, Any]],
+    overrides: Sequence[Mapping[str, Any]], libraries: Sequence[Mapping[str, Any]],
+    files: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The manifest of a wheelhouse for ``recipe``.
+    """The manifest of a wheelhouse for ``recipe``, built as ``facts`` says (its source,
+    patches, toolchain, label and ``SOURCE_DATE_EPOCH``, the same the SBOMs record).
 
     ``wheels``: every wheel with its sha256 (and ``role``: built, pin or closure); ``files``:
     the other files it vouches for (relative path -> sha256); ``libraries``: each shared
@@ -61,11 +67,11 @@ def build_manifest(
         "recipe": {"name": recipe.name, "package": recipe.package},
         "target": {**target, "cuda_archs": list(recipe.target.cuda_archs),
                    "allow_jit": recipe.target.allow_jit},
-        "local_label": label,
-        "source_date_epoch": epoch,
-        "source": source,
-        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in patches],
-        "toolchain": dict(toolchain),
+        "local_label": facts.label,
+        "source_date_epoch": facts.epoch,
+        "source": facts.source,
+        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in facts.patches],
+        "toolchain": dict(facts.toolchain),
         "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
         "wheels": [dict(wheel) for wheel in wheels],
         "overrides": [dict(override) for override in overrides],

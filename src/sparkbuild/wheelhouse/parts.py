@@ -28,9 +28,9 @@ from typing import TYPE_CHECKING, Any
 from sparkbuild import __version__
 from sparkbuild.console import step
 from sparkbuild.errors import DestinationError, HashMismatchError, UsageError, VerifyError
-from sparkbuild.recipe import parse_json, read_user_file
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_json, read_user_file
 from sparkbuild.wheelhouse.destination import check_destination, staging_dir, swap_into_place
 from sparkbuild.wheelhouse.verify import leaves_directory
 
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from sparkbuild.errors import SparkbuildError
     from sparkbuild.recipe import Recipe
     from sparkbuild.wheelhouse.verify import VerifyResult
-    from sparkbuild.wheelhouse.write import WheelhouseResult
+    from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseResult
 
 PART_NAMES = ("vllm", "flashinfer")
 PART_FILE = "part.json"
@@ -150,6 +150,17 @@ def write_part(directory: Path, part: Part, wheels: Sequence[Path]) -> PartResul
         swap_into_place(staging, directory)
     part.directory = directory
     return PartResult(part)
+
+
+def vllm_part(directory: Path, inputs: WheelhouseInputs, bundle: Path | None) -> PartResult:
+    """``wheel --part vllm``: the built wheels of ``inputs`` and what the wheelhouse is
+    written from (its source, patches, build settings and vendored sources) as a part."""
+    facts = {"source": inputs.source, "patches": inputs.patches,
+             "build_settings": inputs.build_settings, "vendored": list(inputs.vendored),
+             "offline": inputs.offline, "closure": inputs.closure,
+             "platform": inputs.platform, "bundled_closure": inputs.bundled_closure}
+    part = new_part("vllm", inputs.recipe, bundle, inputs.toolchain or {}, facts)
+    return write_part(directory, part, inputs.built_wheels)
 
 
 def check_part_destination(directory: Path) -> None:
@@ -309,7 +320,7 @@ def join_parts(options: JoinOptions) -> JoinResult:
     from sparkbuild.store.context import RunContext
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.wheelhouse.verify import verify_wheelhouse
-    from sparkbuild.wheelhouse.write import write_wheelhouse
+    from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
     check_destination(options.out, before_build=True)
     recipe = options.recipe
@@ -322,12 +333,12 @@ def join_parts(options: JoinOptions) -> JoinResult:
         settings["flashinfer_aot"] = by_name["flashinfer"].facts["flashinfer_aot"]
     offline = options.offline  # the build's own setting is in its build settings
     cache = RunContext.create(options.cache, offline=offline, recipe=recipe).cache()
-    wheelhouse = write_wheelhouse(
-        options.out, recipe=recipe, source=vllm["source"], patches=vllm["patches"],
+    wheelhouse = write_wheelhouse(options.out, WheelhouseInputs(
+        recipe=recipe, source=vllm["source"], patches=vllm["patches"],
         built_wheels=[w for name in recipe_parts(recipe) for w in by_name[name].wheel_paths()],
         build_settings=settings, cache_root=cache.root, offline=offline,
         platform=vllm["platform"], toolchain=by_name["vllm"].toolchain,
         closure=bool(vllm["closure"]), vendored=vllm["vendored"],
-        bundled_closure=vllm.get("bundled_closure"), kept_code=CodeCache(cache))
+        bundled_closure=vllm.get("bundled_closure"), kept_code=CodeCache(cache)))
     verified = verify_wheelhouse(options.out, libraries=wheelhouse.libraries, target_tags=False)
     return JoinResult(parts, wheelhouse, verified, verified.fingerprint)

@@ -57,30 +57,32 @@ def test_bench_schedule_sim_uses_this_simulator(capsys: pytest.CaptureFixture[st
 
 
 def test_a_team_runs_the_remote_parts_on_its_servers() -> None:
-    from sparkbuild.jobplan.schedule import simulate_team
+    from sparkbuild.jobplan.schedule import TeamShape, simulate_team
 
     # 4 units of 10 s, 10% local, 2 in flight: one host core does the local tenths (1 s
     # each, in turn), two one-core servers the remote 9 s parts: 1-10, 2-11, 11-20, 12-21
-    run = simulate_team([10] * 4, [1] * 4, host_cores=1, servers=[1, 1], local_share=0.1,
-                        jobs=2)
+    run = simulate_team([10] * 4, [1] * 4,
+                        TeamShape(host_cores=1, servers=[1, 1], local_share=0.1), jobs=2)
     assert run.fallback_seconds == 0 and run.remote_busy == 36.0
     assert run.host_busy == 4.0 and run.server_peak == 1.0 and run.makespan == 21.0
     # 3 in flight (every core of the team): the third finds both servers full and falls
     # back to the build host (3-12); the fourth starts at 10, waits for the host, 13-22
-    full = simulate_team([10] * 4, [1] * 4, host_cores=1, servers=[1, 1], local_share=0.1)
+    full = simulate_team([10] * 4, [1] * 4,
+                         TeamShape(host_cores=1, servers=[1, 1], local_share=0.1))
     assert full.fallback_seconds == 9.0 and full.makespan == 22.0
     # every server full: the remote part falls back to the build host
-    alone = simulate_team([10] * 2, [1] * 2, host_cores=1, servers=[], local_share=0.1)
+    alone = simulate_team([10] * 2, [1] * 2, TeamShape(host_cores=1, servers=[], local_share=0.1))
     assert alone.fallback_seconds == 18.0 and alone.makespan == 20.0
-    slow = simulate_team([10], [1], host_cores=1, servers=[1], local_share=0.1,
-                         transfer=[2.0], start_delay=5.0)
+    slow = simulate_team([10], [1],
+                         TeamShape(host_cores=1, servers=[1], local_share=0.1, start_delay=5.0),
+                         transfer=[2.0])
     assert slow.makespan == 16.0  # 1 local, then the server starts at 5: 5 + 9 + 2
 
 
 def test_a_team_keeps_the_heavy_pool() -> None:
-    from sparkbuild.jobplan.schedule import simulate_team
+    from sparkbuild.jobplan.schedule import TeamShape, simulate_team
 
-    run = simulate_team([10, 10], [8, 8], host_cores=2, servers=[4], local_share=0.0,
+    run = simulate_team([10, 10], [8, 8], TeamShape(host_cores=2, servers=[4], local_share=0.0),
                         pool={0, 1}, depth=1)
     assert run.makespan == 20.0 and run.server_peak == 8.0
 

@@ -23,7 +23,7 @@ from sparkbuild.wheelhouse.parts import (
     write_part,
 )
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 from support.wheels import zipped_wheel
 
 if TYPE_CHECKING:
@@ -160,10 +160,11 @@ def test_the_joined_wheelhouse_has_the_one_job_fingerprint(tmp_path: Path) -> No
     one_settings.update(jobs=2, units=[{"path": "a.cu", "seconds": 9.0}],
                         flashinfer_aot={**AOT, "seconds": 99.0, "wheel": "/x/y.whl"})
     one_settings["environment"]["MAX_JOBS"] = "2"
-    write_wheelhouse(tmp_path / "one-job", recipe=recipe, source=SOURCE, patches=PATCHES,
-                     built_wheels=[wheels["vllm"], wheels["flashinfer"]],
-                     build_settings=one_settings, cache_root=tmp_path / "cache", offline=False,
-                     platform=None, toolchain=TOOLCHAIN, closure=False)
+    write_wheelhouse(tmp_path / "one-job", WheelhouseInputs(
+        recipe=recipe, source=SOURCE, patches=PATCHES,
+        built_wheels=[wheels["vllm"], wheels["flashinfer"]], build_settings=one_settings,
+        cache_root=tmp_path / "cache", offline=False, platform=None, toolchain=TOOLCHAIN,
+        closure=False))
     one = verify_wheelhouse(tmp_path / "one-job", target_tags=False)
     assert (tmp_path / "one-job" / MANIFEST_NAME).read_bytes() != \
         (tmp_path / "joined" / MANIFEST_NAME).read_bytes()
