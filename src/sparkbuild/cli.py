@@ -72,7 +72,7 @@ def _vendor(args: argparse.Namespace) -> StageResult:
 
 
 def _wheel(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.pipeline import WheelOptions, build_wheel
+    from sparkbuild.pipeline import WheelOptions, build_flashinfer_part, build_wheel
     from sparkbuild.store.cache import default_cache_root
 
     bundle = Path(args.bundle) if args.bundle else None
@@ -104,8 +104,18 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         allow_unstartable=args.allow_unstartable,
         dist=args.dist,
         dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
+        part=args.part,
     )
-    return build_wheel(options)
+    return build_flashinfer_part(options) if args.part == "flashinfer" else build_wheel(options)
+
+
+def _join(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.wheelhouse.parts import JoinOptions, join_parts
+
+    return join_parts(JoinOptions(
+        parts=tuple(Path(p) for p in args.parts), out=Path(args.out), recipe=_recipe(args),
+        cache=Path(args.cache) if args.cache else None, offline=args.offline,
+        bundle=Path(args.bundle) if args.bundle else None))
 
 
 def _bundle(args: argparse.Namespace) -> StageResult:
@@ -378,9 +388,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "module level (a part of a build that no node installs)")
     _add_dist(p, "spread the compiles over a team's sccache-dist build servers (default: "
               "the recipe's [build] dist)")
+    p.add_argument("--part", choices=("vllm", "flashinfer"),
+                   help="build one part of the main job into the part directory --out "
+                   "(vLLM's wheels alone, or flashinfer's jit-cache wheel alone), for `join`")
     _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)
+
+    p = sub.add_parser("join", help="join the parts `wheel --part` built into one wheelhouse "
+                       "and verify it")
+    p.add_argument("parts", nargs="+", metavar="PART_DIR", help="a part directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="wheelhouse directory")
+    p.add_argument("--offline", action="store_true", help="no network at all: cache only")
+    p.add_argument("--bundle", metavar="FILE", help="the bundle the parts were built from")
+    _add_cache(p)
+    _add_common(p, recipe=True)
+    p.set_defaults(handler=_join)
 
     p = sub.add_parser("bundle", help="one archive with all an air-gapped build host needs")
     p.add_argument("--out", required=True, metavar="FILE", help="the bundle (.tar.xz)")

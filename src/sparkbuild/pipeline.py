@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendoring.materialize import Materialized
+    from sparkbuild.wheelhouse.parts import PartResult
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
@@ -105,6 +106,10 @@ class WheelOptions:
     """A sccache-dist scheduler URL overriding the recipe's ``[build] dist``."""
     dist_token_file: Path | None = None
     """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
+    part: str | None = None
+    """``--part vllm``: vLLM's wheels alone (no flashinfer builder beside the compile) into
+    the part directory ``out``, for ``join`` (sparkbuild.wheelhouse.parts); ``--part
+    flashinfer`` is :func:`build_flashinfer_part`'s."""
 
 
 
@@ -126,7 +131,8 @@ class WheelResult(Record):
     vendor: VendorResult
     plan: BuildPlan = field(metadata=as_json("build_plan"))
     build: BuildOutcome
-    wheelhouse: WheelhouseResult
+    wheelhouse: WheelhouseResult | PartResult
+    """The wheelhouse (with ``--part vllm``: the part directory)."""
     missed_by_reader: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict, metadata=as_json(dump=_rounded))
     compile_cache: CompileCacheResult | None = None
@@ -195,7 +201,8 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
     report = ready_for_build(tree, job_memory_gib=recipe.build.job_memory_gib,
                              existing_torch=options.use_existing_torch)
     plan = wheel_job_plan(recipe, MachineFacts.read(), jobs_flag=options.jobs,
-                          launcher=report.launcher, cache_root=cache.root)
+                          launcher=report.launcher, cache_root=cache.root,
+                          builder=options.part is None)
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
@@ -203,9 +210,16 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
 
 def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | None,
                    launcher: str | None, cache_root: Path,
-                   environ: Mapping[str, str] | None = None) -> BuildPlan:
+                   environ: Mapping[str, str] | None = None, builder: bool = True) -> BuildPlan:
     """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
-    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
+    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first; ``builder``
+    False: no flashinfer builder runs beside the compile (``--part vllm``), so no memory is
+    kept for one."""
+    if not builder:
+        from sparkbuild.jobplan.job_plan import recipe_job_plan
+
+        return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+                               job_memory_gib=None, launcher=launcher, environ=environ)
     return doctor_plan(recipe, machine, job_memory_gib=None, launcher=launcher,
                        cache_root=cache_root, jobs_flag=jobs_flag, environ=environ)
 
@@ -349,7 +363,7 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
 
 
 def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedBuild,
-                runtime: dict[str, Any] | None) -> WheelhouseResult:
+                runtime: dict[str, Any] | None) -> WheelhouseResult | PartResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
@@ -358,7 +372,7 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedB
 
     recipe, cache, aot = build.recipe, build.cache, build.aot
     settings = build_settings(build, node_profile=_node_profile(recipe))
-    return write_wheelhouse(options.out, WheelhouseInputs(
+    inputs = WheelhouseInputs(
         recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
         built_wheels=[*build.outcome.wheels, *([aot.wheel] if aot else [])],
@@ -366,10 +380,15 @@ def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedB
         offline=options.offline, platform=options.platform,
         toolchain={**describe_toolchain(), **build.torch.toolchain()},
         closure=options.closure,
-        vendored=built_in_sources(build.vendored, cache) if build.vendored else (),
+        vendored=list(built_in_sources(build.vendored, cache)) if build.vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
         kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
-    ))
+    )
+    if options.part == "vllm":
+        from sparkbuild.wheelhouse.parts import vllm_part
+
+        return vllm_part(options.out, inputs, options.bundle)
+    return write_wheelhouse(options.out, inputs)
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -417,7 +436,13 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
     from sparkbuild.wheelhouse.lock import refuse_contradicted_pins
 
-    check_destination(options.out, before_build=True)  # refused now, not after hours
+    if options.part is None:
+        check_destination(options.out, before_build=True)  # refused now, not after hours
+    else:
+        from sparkbuild.wheelhouse.parts import check_part_destination, check_part_name
+
+        check_part_destination(options.out)
+        check_part_name(options.part, options.recipe)
     check_jobs(options.jobs, where="wheel --jobs")
     check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
@@ -469,7 +494,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                     cache_root=cache.root, dist=link) as shared, aot_alongside(builder_for(
                         recipe, python=python, torch=torch.version, cache=cache, work=work,
                         offline=options.offline, compile_jobs=plan.max_jobs,
-                        shared=shared)) as aot_run:
+                        shared=shared) if options.part is None else None) as aot_run:
                 if shared is not None and shared.launcher:
                     plan = plan.with_launcher(shared.launcher, f"sccache, {shared.role}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
@@ -512,3 +537,67 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast, dist=dist, build_trace=trace,
                        extensions=extensions)
+
+
+def build_flashinfer_part(options: WheelOptions) -> PartResult:
+    """``wheel --part flashinfer``: flashinfer's model set alone, into the part directory
+    ``out`` (sparkbuild.wheelhouse.parts).  The tree is prepared and vendored as ``wheel``
+    does, for the build environment whose torch flashinfer's builder runs with; then the
+    builder runs with every core and the machine's memory (a kept build reused); nothing
+    of vLLM compiles."""
+    from sparkbuild.flashinfer.alongside import builder_alone
+    from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.wheelhouse.parts import (
+        check_part_destination,
+        check_part_name,
+        new_part,
+        write_part,
+    )
+
+    recipe = options.recipe
+    check_part_name("flashinfer", recipe)
+    check_part_destination(options.out)  # refused now, not after the build
+    check_jobs(options.jobs, where="wheel --jobs")
+    require_spark_target(recipe)
+    context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
+    cache = context.cache()
+    team = resolve_team(options)
+    root = build_root() if team.shared else cache.root
+    work = root / "work" / recipe.name
+    with recording(), recipe_work_lock(root, recipe.name).held():
+        with phase("prepare"):
+            opened = _open_bundle(options, cache)
+            prepared = _prepare(options, work, context, opened)
+        tree = prepared.tree
+        extensions = _extension_set(options, tree, work)
+        runtime = _bundle_runtime(opened)
+        options = _with_bundle_runtime(options, runtime)
+        with phase("pins"):
+            _refuse_runtime_gaps(options, runtime, cache, tree)
+        with phase("vendor"):
+            vendored = _vendor(options, cache, tree, extensions)
+            require_complete(vendored.plan, cache)
+        with phase("build environment"):
+            if options.use_existing_torch:  # the torch vLLM's part builds against
+                from sparkbuild.compile.existing_torch import use_existing_torch
+
+                python = use_existing_torch(tree, work / "logs")
+            else:
+                deps = materialize(vendored.plan, cache, work)
+                python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                          root=root if team.shared else None)
+            torch = build_torch(python, options.use_existing_torch)
+        with open_shared_cache(team.cache, label=_label(recipe, prepared),
+                               torch=torch.version, work=work, cache_root=cache.root,
+                               dist=None) as shared, phase("flashinfer aot"):
+            build = builder_alone(recipe, python=python, torch=torch.version, cache=cache,
+                                  work=work, offline=options.offline, jobs=options.jobs,
+                                  shared=shared)
+            assert build is not None  # check_part_name: the recipe builds flashinfer
+            aot = build()
+    toolchain = {**describe_toolchain(), **torch.toolchain()}
+    part = new_part("flashinfer", recipe, options.bundle, toolchain,
+                    {"flashinfer_aot": aot.to_dict()})
+    result = write_part(options.out, part, [aot.wheel])
+    result.built, result.lines = aot.to_dict(), aot.summary()
+    return result

@@ -98,6 +98,35 @@ def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache
                              launcher_env=launcher_environment(shared))
 
 
+def builder_alone(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache,
+                  work: Path, offline: bool, jobs: int | None,
+                  shared: SharedCache | None = None) -> Callable[[], AotResult] | None:
+    """flashinfer's part of the main job on a machine of its own (``wheel --part
+    flashinfer``): the builder of :func:`builder_for` with ``jobs`` (None: its own plan) and
+    the machine's memory, nothing compiling beside it; the same kept build and wheel."""
+    if recipe.flashinfer.jit_cache is not None:
+        return functools.partial(_take, recipe, cache=cache, work=work, offline=offline)
+    if not recipe.flashinfer.aot:
+        return None
+    return functools.partial(_build_alone, recipe, python=python, torch=torch, cache=cache,
+                             work=work, offline=offline, jobs=jobs,
+                             launcher_env=launcher_environment(shared))
+
+
+def _build_alone(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache,
+                 work: Path, offline: bool, jobs: int | None,
+                 launcher_env: dict[str, str]) -> AotResult:
+    from sparkbuild.flashinfer.builder import AotPlace, request_for_recipe
+    from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
+
+    dist = work / "flashinfer-aot-dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    request = request_for_recipe(recipe, AotPlace(
+        out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
+        offline=offline, jobs=jobs, launcher_env=launcher_env))
+    return reusing_jit_cache(cache, request, torch)
+
+
 def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResult:
     from sparkbuild.flashinfer.jit_cache import take_recipe_jit_cache
 

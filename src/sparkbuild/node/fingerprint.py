@@ -1,8 +1,11 @@
 """One fingerprint per fleet: the wheelhouse's identity, and what ``install`` recorded.
 
-The fingerprint of a wheelhouse is the sha256 of its ``manifest.json`` (which names every
-file of the wheelhouse by its own sha256), written ``sha256:<hex>``: ``install`` prints it
-and ``verify --installed`` prints it again, so two nodes compare by one line.
+The fingerprint of a wheelhouse is the sha256 of what its ``manifest.json`` says (which
+names every file of the wheelhouse by its own sha256), less the run's measures and the
+build machine's plan (:func:`sparkbuild.wheelhouse.manifest.manifest_fingerprint`), written
+``sha256:<hex>``: ``install`` prints it and ``verify --installed`` prints it again, so two
+nodes compare by one line, and a wheelhouse joined from parts compares with one built in
+one job.
 
 ``install`` records, in ``VENV/sparkbuild-wheelhouse.json``: the fingerprint, where the
 wheelhouse came from, the manifest's exact text, each installed distribution with the
@@ -14,7 +17,6 @@ record of the wrong shape is a named :class:`VerifyError`, never a traceback.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,7 +28,7 @@ from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.user_files import parse_json, read_user_file
-from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT
+from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT, manifest_fingerprint
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,8 +40,9 @@ RECORD_LIMIT = 4 * MANIFEST_LIMIT
 
 
 def fingerprint(manifest: bytes) -> str:
-    """``sha256:<hex>`` of a wheelhouse's manifest.json bytes."""
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+    """``sha256:<hex>`` of a wheelhouse's manifest.json bytes, less the run's measures
+    (:func:`sparkbuild.wheelhouse.manifest.manifest_fingerprint`)."""
+    return manifest_fingerprint(manifest)
 
 
 @dataclass(frozen=True)

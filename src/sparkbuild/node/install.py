@@ -14,10 +14,11 @@ file cannot add or swap a single file.  ``pip check`` then proves the set is con
 (its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
 lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
 the one judge of consistency (pip's resolver would refuse a recorded override outright).
-Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
-the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
-``verify --installed``.  A wheelhouse served over HTTP comes through
-:mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
+Last, the wheelhouse's fingerprint (the sha256 of its manifest, less the run's measures)
+is printed and recorded in the venv with what was installed
+(:mod:`sparkbuild.node.fingerprint`), for ``verify --installed``.  A wheelhouse served
+over HTTP comes through :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from
+the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
 hashes, named by path; the result says which file was used.  Every entry of that lock must
 be a wheel of the wheelhouse that verify checked, beside the lock (no URL, no path
@@ -109,7 +110,7 @@ class InstallResult(Record):
     pip_check: PipCheck = field(default_factory=PipCheck)
     notes: list[str] = field(default_factory=list, metadata=as_json(skip=True))
     fingerprint: str = ""
-    """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
+    """The wheelhouse's fingerprint (sparkbuild.node.fingerprint), recorded in the venv."""
     origin: str = field(default="", metadata=as_json("wheelhouse"))
     installed_from: str = LOCK_NAME
     """The wheelhouse file the projects were installed from (requirements.lock, pylock.toml)."""
@@ -328,7 +329,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
 
     The whole wheelhouse is verified against its manifest first; pip then reads the lock's
-    verified bytes (a copy, not the file), and the fingerprint recorded is the sha256 of the
+    verified bytes (a copy, not the file), and the fingerprint recorded is that of the
     manifest bytes that were verified.  ``origin``: where it came from (a URL,
     :func:`sparkbuild.node.remote.install_from_url`).  ``source`` ``"pylock"``: from
     ``pylock.toml`` through uv instead (verified with the rest; a local wheelhouse).

@@ -4,11 +4,19 @@ The manifest says where every byte of a wheelhouse came from (source, patches, t
 build settings), names every file it vouches for with its sha256 (the wheels, the lock and
 the ``simple/`` pages), and records what was decided on the way (overrides, the machine
 code of each library).  ``wheel`` writes it last; ``verify``, ``install`` and ``verify
---installed`` read it; the sha256 of its bytes is the wheelhouse's fingerprint.
+--installed`` read it.  The wheelhouse's fingerprint (:func:`manifest_fingerprint`) is the
+sha256 of what the manifest says less :data:`RUN_KEYS`: the run's measures (each unit's
+seconds and peak, what the compile cache served, what the build servers compiled) and the
+build machine's plan (MAX_JOBS, NVCC_THREADS, the launcher, the pool, the paths of the run),
+which differ from run to run and machine to machine while the wheelhouse's bytes do not.
+So a wheelhouse joined from parts built on two machines
+(:mod:`sparkbuild.wheelhouse.parts`) has the fingerprint of the one built in one job.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import stat
 from collections.abc import Mapping
@@ -74,6 +82,44 @@ def build_manifest(
 
 def render_manifest(manifest: Mapping[str, Any]) -> str:
     return json.dumps(manifest, indent=2) + "\n"
+
+
+RUN_KEYS: Mapping[str, tuple[str, ...]] = {
+    "build": ("jobs", "nvcc_threads", "launcher", "bundle", "compile_cache", "dist", "pool",
+              "units"),
+    "build.environment": ("MAX_JOBS", "NVCC_THREADS"),
+    "build.flashinfer_aot": ("wheel", "seconds", "log", "reused_since", "environment",
+                             "units"),
+}
+"""What the fingerprint leaves out, by the object that holds it: the run's measures and the
+build machine's plan (the module docstring)."""
+
+
+def manifest_identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest less :data:`RUN_KEYS`: what the fingerprint covers."""
+    identity = copy.deepcopy(dict(manifest))
+    for where, keys in RUN_KEYS.items():
+        holder: Any = identity
+        for step in where.split("."):
+            holder = holder.get(step) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            for key in keys:
+                holder.pop(key, None)
+    return identity
+
+
+def manifest_fingerprint(raw: bytes) -> str:
+    """``sha256:<hex>`` of a manifest's identity (:func:`manifest_identity`) as canonical
+    JSON; bytes that are no JSON object are fingerprinted as they are."""
+    try:
+        data = parse_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+    canonical = json.dumps(manifest_identity(data), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

@@ -72,6 +72,7 @@ from sparkbuild.wheelhouse.manifest import (
     MANIFEST_NAME,
     expected_hashes,
     load_manifest,
+    manifest_fingerprint,
     manifest_target,
     stand_in_line,
     stand_ins_of,
@@ -178,8 +179,8 @@ def _by_file(agreement: list[Agreement]) -> dict[str, Agreement]:
 @dataclass
 class VerifyResult(Record):
     json_order: ClassVar[tuple[str, ...]] = (
-        "wheelhouse", "stand_ins", "files_checked", "ok", "mismatches", "target_archs",
-        "allow_jit",
+        "wheelhouse", "fingerprint", "stand_ins", "files_checked", "ok", "mismatches",
+        "target_archs", "allow_jit",
     )
 
     directory: Path = field(metadata=as_json("wheelhouse"))
@@ -196,6 +197,8 @@ class VerifyResult(Record):
     """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the build took from another commit than the tree's pin (the manifest's)."""
+    fingerprint: str = ""
+    """The wheelhouse's fingerprint (:func:`.manifest.manifest_fingerprint`)."""
 
     def json_extra(self) -> dict[str, Any]:
         return {"ok": self.error is None}
@@ -203,6 +206,7 @@ class VerifyResult(Record):
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify {self.directory}: {verdict} ({self.checked} files re-hashed)"]
+        lines += [f"  wheelhouse fingerprint: {self.fingerprint}"] if self.fingerprint else []
         lines += [m.line() for m in self.mismatches]
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
@@ -282,8 +286,8 @@ def leaves_directory(name: str) -> bool:
 
 @dataclass
 class CheckedFiles:
-    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is their
-    sha256) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
+    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is
+    taken of them) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
 
     directory: Path
     manifest_bytes: bytes
@@ -724,6 +728,7 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     result = VerifyResult(directory, len(actual) + 1, checked.targets,
                           allow_jit=manifest_target(manifest).allow_jit)
     result.stand_ins = stand_ins_of(manifest)
+    result.fingerprint = manifest_fingerprint(checked.manifest_bytes)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
                                 + check_requirements(result, directory, inside)

@@ -64,6 +64,7 @@ from sparkbuild.vendoring.plan import SourcePlan, VendorEntry, VendorPlan, Vendo
 from sparkbuild.wheelhouse.closure import WheelhouseFile
 from sparkbuild.wheelhouse.lock import ClosureTarget, LockedRequirement, LockResult
 from sparkbuild.wheelhouse.overrides import Demand, Override
+from sparkbuild.wheelhouse.parts import JoinResult, Part, PartResult
 from sparkbuild.wheelhouse.requirements_check import RequirementsReport, TorchCheck, Unmet
 from sparkbuild.wheelhouse.standards import Agreement
 from sparkbuild.wheelhouse.verify import JudgedJitCache, LibraryArchs, Mismatch, VerifyResult
@@ -299,7 +300,7 @@ def verify() -> VerifyResult:
                         mismatches=[Mismatch("x.whl", "sha256 differs")],
                         libraries=[_library()], notes=["a note"],
                         requirements=_requirements(), agreement=agreement, allow_jit=False,
-                        stand_ins=[{"url": "u", "used": "1.1"}])
+                        stand_ins=[{"url": "u", "used": "1.1"}], fingerprint="sha256:" + "8" * 64)
 
 
 def verify_clean() -> VerifyResult:
@@ -495,6 +496,21 @@ class _Plain:
         return None
 
 
+def _part(name: str = "flashinfer") -> Part:
+    return Part(Path(f"/part-{name}"), name, "7" * 64, None,
+                [{"file": "flashinfer_jit_cache-0.6.18-cp39-abi3-linux_aarch64.whl",
+                  "sha256": "6" * 64, "size": 1024}], {"nvcc": "13.0.88"}, {})
+
+
+def wheel_part() -> PartResult:
+    return PartResult(_part(), built=_aot().to_dict(), lines=["flashinfer 0.6.18"])
+
+
+def join() -> JoinResult:
+    return JoinResult([_part("vllm"), _part()], _wheelhouse(), verify_clean(),
+                      fingerprint="sha256:" + "5" * 64)
+
+
 def _records() -> StageResult:
     return _Plain(records())
 
@@ -506,6 +522,7 @@ COMMANDS: dict[str, Callable[[], StageResult]] = {
     "flashinfer-aot-default": aot_default, "flashinfer-aot": aot_build,
     "flashinfer-aot-prebuilt": aot_prebuilt, "check": check, "selftest": selftest,
     "bundle": bundle, "lock": lock, "team-service": team_service, "prepare": prepare,
-    "patch-status": patch_status, "records": _records,
+    "patch-status": patch_status, "records": _records, "wheel-part": wheel_part,
+    "join": join,
 }
 """Each golden file's name and the record whose ``--json`` it holds."""
