@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkbuild.checks.check_plan import plan_check
-from sparkbuild.jobplan.machine import GIB, plan_build, read_memory
+from sparkbuild.jobplan.machine import GIB, MachineFacts, plan_build, read_memory
 from sparkbuild.patches.prepare import prepare_tree
 from sparkbuild.proc import run
 from sparkbuild.recipe import REPO_ROOT, Recipe, load_recipe
@@ -162,9 +162,10 @@ def _plans(budget_gib: float) -> list[str]:
     for name, machine in (("DGX Spark 128 GB, 20 cores", SPARK),
                           (f"this machine {total / 1e9:.0f} GB, {os.cpu_count()} cores",
                            {"total": total, "available": available, "cores": os.cpu_count() or 1})):
-        plan = plan_build(total_memory_bytes=machine["total"],
-                          available_memory_bytes=machine["available"],
-                          cores=machine["cores"], job_memory_gib=budget_gib)
+        plan = plan_build(
+            MachineFacts(total_memory_bytes=machine["total"],
+                         available_memory_bytes=machine["available"], cores=machine["cores"]),
+            job_memory_gib=budget_gib)
         rows.append(f"| {name} | {budget_gib:g} GiB | {plan.max_jobs} | "
                     f"{'; '.join(plan.reasons[:2])} |")
     return rows

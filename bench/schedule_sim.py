@@ -66,7 +66,7 @@ from sparkbuild.jobplan.pools import heavy_indices, plan_pools, single_plan_jobs
 from sparkbuild.jobplan.schedule import KnownUnit, TeamShape, simulate, simulate_team
 from sparkbuild.jobplan.team_pool import DistModel, ServerMemory
 from sparkbuild.jobplan.unit_order import longest_first
-from sparkbuild.recipe import parse_json, read_user_text
+from sparkbuild.store.user_files import parse_json, read_user_text
 from sparkbuild.team.gate_server import gate_slots
 
 GIB = 1024**3
@@ -269,11 +269,12 @@ def team(units: list[dict[str, Any]], sparks: int, cores: int, total: int,
     pooled = heavy_indices(plan, [table[i] for i in order])
     moves = [shares[i]["bytes"] / link + 4 * STEP_LATENCY_S for i in order]
     slots = gate_slots(plan)
-    shape = TeamShape(cores, [cores] * (sparks - 1), slots.slots if slots else None,
+    shape = TeamShape(host_cores=cores, servers=[cores] * (sparks - 1),
+                      local_share=[shares[i]["local_share"] for i in order],
+                      host_slots=slots.slots if slots else None,
                       start_delay=TOOLCHAIN_PACK_S + TOOLCHAIN_BYTES / link)
     run = simulate_team([seconds[i] for i in order], [peaks[i] for i in order], shape,
-                        local_share=[shares[i]["local_share"] for i in order], transfer=moves,
-                        jobs=plan.jobs, pool=pooled, depth=plan.depth)
+                        transfer=moves, jobs=plan.jobs, pool=pooled, depth=plan.depth)
     return {"sparks": sparks, "compile_s": round(run.makespan, 1),
             "max_jobs": plan.jobs, "pool_depth": plan.depth,
             "local_pool_depth": local.depth, "local_slots": slots.slots if slots else None,

@@ -64,22 +64,25 @@ def _patch(args: argparse.Namespace) -> StageResult:
 
 def _vendor(args: argparse.Namespace) -> StageResult:
     from sparkbuild.sources.mirrors import Mirrors
-    from sparkbuild.vendoring.plan import vendor_tree
+    from sparkbuild.vendoring.plan import FetchChoices, vendor_tree
 
     return vendor_tree(Path(args.tree), Path(args.cache), plan_only=args.plan,
-                       mirrors=Mirrors.parse(args.mirror), sparse=args.sparse)
+                       fetching=FetchChoices(mirrors=Mirrors.parse(args.mirror),
+                                             sparse=args.sparse))
 
 
 def _wheel(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.pipeline import WheelOptions, build_wheel
+    from sparkbuild.pipeline import WheelOptions, build_flashinfer_part, build_wheel
     from sparkbuild.store.cache import default_cache_root
 
     bundle = Path(args.bundle) if args.bundle else None
     cache = Path(args.cache) if args.cache else None
+    opened = None
     if bundle is not None and not args.recipe:
-        from sparkbuild.bundle.read import bundled_recipe
+        from sparkbuild.bundle.read import bundled_recipe, open_bundle
 
-        recipe = bundled_recipe(bundle, (cache or default_cache_root()).expanduser().resolve())
+        opened = open_bundle(bundle, (cache or default_cache_root()).expanduser().resolve())
+        recipe = bundled_recipe(opened)
     else:
         recipe = _recipe(args)
     options = WheelOptions(
@@ -93,6 +96,7 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         update_lock=args.update_lock,
         compile_cache=args.compile_cache,
         bundle=bundle,
+        opened=opened,
         use_existing_torch=args.use_existing_torch,
         mirrors=tuple(args.mirror),
         closure=not args.no_closure,
@@ -101,8 +105,18 @@ def _wheel(args: argparse.Namespace) -> StageResult:
         dist=args.dist,
         dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
         dist_server_memory_gib=args.dist_server_memory,
+        part=args.part,
     )
-    return build_wheel(options)
+    return build_flashinfer_part(options) if args.part == "flashinfer" else build_wheel(options)
+
+
+def _join(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.wheelhouse.parts import JoinOptions, join_parts
+
+    return join_parts(JoinOptions(
+        parts=tuple(Path(p) for p in args.parts), out=Path(args.out), recipe=_recipe(args),
+        cache=Path(args.cache) if args.cache else None, offline=args.offline,
+        bundle=Path(args.bundle) if args.bundle else None))
 
 
 def _bundle(args: argparse.Namespace) -> StageResult:
@@ -126,23 +140,22 @@ def _bundle(args: argparse.Namespace) -> StageResult:
 
 
 def _doctor(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.compile.doctor import run_doctor
-    from sparkbuild.team.dist_client import DistAsk
+    from sparkbuild.compile.doctor import DoctorOptions, run_doctor
 
     if args.node:
         from sparkbuild.node.preflight import run_preflight
 
         return run_preflight(Path(args.venv) if args.venv else None)
 
-    return run_doctor(
+    return run_doctor(DoctorOptions(
         tree=Path(args.tree) if args.tree else None, job_memory_gib=args.job_memory_gib,
         compile_cache=args.compile_cache,
         recipe=load_recipe(Path(args.recipe)) if args.recipe else None,
-        existing_torch=args.use_existing_torch,
-        dist=DistAsk(args.dist, Path(args.dist_token_file) if args.dist_token_file else None,
-                     args.dist_server_memory) if args.dist else None,
+        existing_torch=args.use_existing_torch, dist=args.dist,
+        dist_token_file=Path(args.dist_token_file) if args.dist_token_file else None,
+        dist_server_memory_gib=args.dist_server_memory,
         build_server=Path(args.build_server) if args.build_server else None,
-    )
+    ))
 
 
 def _team(args: argparse.Namespace) -> StageResult:
@@ -212,7 +225,7 @@ def _install(args: argparse.Namespace) -> StageResult:
 
 
 def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
-    from sparkbuild.flashinfer.builder import build_for_recipe
+    from sparkbuild.flashinfer.builder import AotPlace, build_for_recipe
     from sparkbuild.flashinfer.module_set import listing
     from sparkbuild.store.cache import default_cache_root
 
@@ -227,9 +240,16 @@ def _flashinfer_aot(args: argparse.Namespace) -> StageResult:
         from sparkbuild.wheelhouse.verify import take_judged_jit_cache
 
         return take_judged_jit_cache(recipe, cache, out=Path(args.out), offline=args.offline)
-    return build_for_recipe(recipe, out=Path(args.out), python=Path(args.python),
-                            cache_root=cache, work=cache / "work" / f"{recipe.name}-flashinfer-aot",
-                            offline=args.offline, jobs=args.jobs, only=only)
+    return build_for_recipe(recipe, AotPlace(
+        out=Path(args.out), python=Path(args.python), cache_root=cache,
+        work=cache / "work" / f"{recipe.name}-flashinfer-aot", offline=args.offline,
+        jobs=args.jobs, only=only))
+
+
+def _recipe_schema(args: argparse.Namespace) -> StageResult:
+    from sparkbuild.recipe_schema import RecipeSchema
+
+    return RecipeSchema()
 
 
 def _selftest(args: argparse.Namespace) -> StageResult:
@@ -374,9 +394,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "module level (a part of a build that no node installs)")
     _add_dist(p, "spread the compiles over a team's sccache-dist build servers (default: "
               "the recipe's [build] dist)")
+    p.add_argument("--part", choices=("vllm", "flashinfer"),
+                   help="build one part of the main job into the part directory --out "
+                   "(vLLM's wheels alone, or flashinfer's jit-cache wheel alone), for `join`")
     _add_mirror(p)
     _add_common(p, recipe=True)
     p.set_defaults(handler=_wheel)
+
+    p = sub.add_parser("join", help="join the parts `wheel --part` built into one wheelhouse "
+                       "and verify it")
+    p.add_argument("parts", nargs="+", metavar="PART_DIR", help="a part directory")
+    p.add_argument("--out", required=True, metavar="DIR", help="wheelhouse directory")
+    p.add_argument("--offline", action="store_true", help="no network at all: cache only")
+    p.add_argument("--bundle", metavar="FILE", help="the bundle the parts were built from")
+    _add_cache(p)
+    _add_common(p, recipe=True)
+    p.set_defaults(handler=_join)
 
     p = sub.add_parser("bundle", help="one archive with all an air-gapped build host needs")
     p.add_argument("--out", required=True, metavar="FILE", help="the bundle (.tar.xz)")
@@ -400,7 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compile-cache", metavar="URL", help="also check this shared compile "
                    "cache (sccache): redis://HOST:PORT[/DB], s3://BUCKET/PREFIX or a directory")
     p.add_argument("--recipe", metavar="FILE", help="also check this recipe's target (a plain "
-                   "12.1 is refused unless it opts in) and take its job_memory_gib")
+                   "12.1 is refused unless it opts in) and take its job_memory_gib, compile_cache "
+                   "and dist")
     p.add_argument("--use-existing-torch", action="store_true",
                    help="compare the installed torch, its CUDA and nvcc with the tree's pins")
     p.add_argument("--node", action="store_true", help="check this node before vLLM's first "
@@ -491,6 +525,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, recipe=True)
     p.set_defaults(handler=_flashinfer_aot)
 
+    p = sub.add_parser("recipe-schema", help="print the JSON schema of a recipe (on stdout, "
+                       "--json or not)")
+    _add_common(p)
+    p.set_defaults(handler=_recipe_schema, json=True)
+
     p = sub.add_parser("selftest", help="prove a piece of the toolchain on this machine")
     p.add_argument("what", choices=("e2m1",))
     p.add_argument("--gpu", action="store_true", help="also compare on the local GPU")
@@ -534,7 +573,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     as_json = bool(getattr(args, "json", False))
     try:
-        with interrupt_on_sigterm():  # children run in sessions of their own: see proc
+        with interrupt_on_sigterm():  # children run in process groups of their own: see proc
             result: StageResult = args.handler(args)
     except KeyboardInterrupt:
         _print_error(InterruptedRun("interrupted", hint="run the same command again"), as_json)

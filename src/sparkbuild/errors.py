@@ -2,8 +2,12 @@
 
 Every failure a user can cause or meet is a :class:`SparkbuildError` subclass with its own
 exit code and a message in three parts, as pip's diagnostic errors: *what* happened, *where*
-(a file, a hunk, a URL), and a *hint* on what to do.  ``sparkbuild.cli.main`` is the only
-place that catches them.
+(a file, a hunk, a URL), and a *hint* on what to do.  ``sparkbuild.cli.main`` catches every
+one to print it.  Elsewhere an ``except`` of the family raises again (the same error, or
+one with more context, after cleaning up), or is one of the few that name a failure as one
+finding of a check, keep a speed-up from failing a run, fall back to a plainer message, or
+try the next of several sources; none decides an ordinary branch, and a function that can
+find nothing returns nothing (``tests/unit/test_error_catches.py`` lists each).
 """
 
 from __future__ import annotations

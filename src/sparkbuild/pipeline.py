@@ -22,39 +22,33 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from sparkbuild.compile.build_record import BuildTorch, build_torch
-from sparkbuild.compile.doctor import ready_for_build
+from sparkbuild.compile.build_record import BuildTorch, FinishedBuild, build_torch
+from sparkbuild.compile.doctor import doctor_plan, ready_for_build
 from sparkbuild.compile.tree_build import BuildOutcome, BuildRequest, build_tree, ensure_build_env
 from sparkbuild.console import info, shown, step
 from sparkbuild.errors import SparkbuildError
-from sparkbuild.flashinfer.alongside import (
-    BUILDER_REASON,
-    aot_alongside,
-    builder_for,
-    builder_reserve,
-)
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
-from sparkbuild.jobplan.machine import BuildPlan
+from sparkbuild.flashinfer.alongside import aot_alongside, builder_for
+from sparkbuild.jobplan.machine import BuildPlan, MachineFacts
 from sparkbuild.jobplan.pools import write_plan_file
-from sparkbuild.jobplan.team_pool import server_memory
 from sparkbuild.jobplan.timeline import BuildTimeline, run_timeline, timeline_lines
 from sparkbuild.jobplan.unit_memory import remember_build
 from sparkbuild.recipe import check_jobs, check_source_date_epoch, require_spark_target
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.lock import recipe_work_lock
 from sparkbuild.store.phases import phase, recording
 from sparkbuild.team.compile_cache import (
     CompileCacheResult,
     build_root,
-    cache_spec,
     units_by_language,
 )
 from sparkbuild.team.dist_client import connect_for, team_plan
 from sparkbuild.team.dist_record import DistResult, write_build_trace
 from sparkbuild.team.gate_server import gate_slots
 from sparkbuild.team.sccache_server import dist_outcome, open_shared_cache
+from sparkbuild.team.team_options import resolve_team
 from sparkbuild.vendoring.fetch import vendor_for_recipe
 from sparkbuild.vendoring.fetch_log import vendor_unplanned
 from sparkbuild.vendoring.materialize import materialize, require_complete
@@ -64,19 +58,24 @@ from sparkbuild.wheelhouse.manifest import stand_in_line
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
+    from sparkbuild.bundle.read import UnpackedBundle
     from sparkbuild.checks.code_forecast import CodeForecast
     from sparkbuild.compile.extension_set import ExtensionSet
     from sparkbuild.errors import SparkbuildError
-    from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.patches.prepare import PrepareResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.vendoring.materialize import Materialized
+    from sparkbuild.wheelhouse.parts import PartResult
     from sparkbuild.wheelhouse.write import WheelhouseResult
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WheelOptions:
+    """What one ``wheel`` is asked, passed whole to its stages: the recipe and the flags
+    (a flag outranks the recipe's value; the job plan's ``--jobs``, ``$MAX_JOBS`` and the
+    recipe's ``jobs`` are weighed once, by :mod:`sparkbuild.jobplan.job_plan`)."""
+
     recipe: Recipe
     source: str | None = None
     """A source spec overriding the recipe's."""
@@ -90,6 +89,9 @@ class WheelOptions:
     """A shared compile cache URL overriding the recipe's ``[build] compile_cache``."""
     bundle: Path | None = None
     """Build from a bundle (``sparkbuild bundle``): verified, unpacked, offline."""
+    opened: UnpackedBundle | None = None
+    """``bundle`` as already verified and unpacked (:func:`sparkbuild.bundle.read.open_bundle`,
+    as ``wheel --bundle`` reads its recipe); None: :func:`build_wheel` opens it, once."""
     use_existing_torch: bool = False
     """Build against the torch of the running environment (vLLM's use_existing_torch)."""
     mirrors: tuple[str, ...] = ()
@@ -107,19 +109,35 @@ class WheelOptions:
     """The scheduler's client token (else ``$SPARKBUILD_DIST_TOKEN``)."""
     dist_server_memory_gib: float | None = None
     """Each build server's memory (``--dist-server-memory``), over the recipe's."""
+    part: str | None = None
+    """``--part vllm``: vLLM's wheels alone (no flashinfer builder beside the compile) into
+    the part directory ``out``, for ``join`` (sparkbuild.wheelhouse.parts); ``--part
+    flashinfer`` is :func:`build_flashinfer_part`'s."""
+
+
+
+def _rounded(seconds: dict[str, float]) -> dict[str, float]:
+    return {stage: round(value, 1) for stage, value in seconds.items()}
 
 
 @dataclass
-class WheelResult:
-    recipe: Recipe
+class WheelResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "recipe", "offline", "tree", "source", "patches", "vendor", "missed_by_reader",
+        "build_plan", "build", "compile_cache", "wheelhouse", "seconds", "timeline",
+        "code_forecast", "units",
+    )
+
+    recipe: Recipe = field(metadata=as_json(dump=lambda recipe: recipe.name))
     offline: bool
-    prepared: PrepareResult
+    prepared: PrepareResult = field(metadata=as_json(skip=True))
     vendor: VendorResult
-    plan: BuildPlan
+    plan: BuildPlan = field(metadata=as_json("build_plan"))
     build: BuildOutcome
-    wheelhouse: WheelhouseResult
+    wheelhouse: WheelhouseResult | PartResult
+    """The wheelhouse (with ``--part vllm``: the part directory)."""
     missed_by_reader: list[str] = field(default_factory=list)
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict, metadata=as_json(dump=_rounded))
     compile_cache: CompileCacheResult | None = None
     timeline: dict[str, Any] = field(default_factory=dict)
     """Every phase's seconds and the build's account (sparkbuild.jobplan.timeline)."""
@@ -128,35 +146,18 @@ class WheelResult:
     dist: DistResult | None = None
     build_trace: Path | None = None
     """The build's units as Chrome trace-event JSON (sparkbuild.jobplan.build_trace)."""
-    extensions: ExtensionSet | None = None
+    extensions: ExtensionSet | None = field(default=None, metadata=as_json("extension_set"))
     """The extensions chosen for the recipe's ``[model]`` (None: all, or ``--targets``)."""
 
     @property
     def error(self) -> SparkbuildError | None:
         return self.wheelhouse.error
 
-    def to_dict(self) -> dict[str, Any]:
+    def json_extra(self) -> dict[str, Any]:
         prepared = self.prepared.to_dict()
-        return {
-            "recipe": self.recipe.name,
-            "offline": self.offline,
-            "tree": prepared["tree"],
-            "source": prepared["source"],
-            "patches": prepared["patches"],
-            "vendor": self.vendor.to_dict(),
-            "missed_by_reader": self.missed_by_reader,
-            "build_plan": self.plan.to_dict(),
-            "build": self.build.to_dict(),
-            "compile_cache": self.compile_cache.to_dict() if self.compile_cache else None,
-            "wheelhouse": self.wheelhouse.to_dict(),
-            "seconds": {stage: round(value, 1) for stage, value in self.seconds.items()},
-            "timeline": self.timeline,
-            "code_forecast": self.code_forecast.to_dict() if self.code_forecast else None,
-            "units": self.build.timeline.units_table() if self.build.timeline else [],
-            "dist": self.dist.to_dict() if self.dist else None,
-            "build_trace": str(self.build_trace) if self.build_trace else None,
-            "extension_set": self.extensions.to_dict() if self.extensions else None,
-        }
+        return {"tree": prepared["tree"], "source": prepared["source"],
+                "patches": prepared["patches"],
+                "units": self.build.timeline.units_table() if self.build.timeline else []}
 
     def summary(self) -> list[str]:
         mode = "offline" if self.offline else "online"
@@ -203,7 +204,8 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
     report = ready_for_build(tree, job_memory_gib=recipe.build.job_memory_gib,
                              existing_torch=options.use_existing_torch)
     plan = wheel_job_plan(recipe, MachineFacts.read(), jobs_flag=options.jobs,
-                          launcher=report.launcher, cache_root=cache.root)
+                          launcher=report.launcher, cache_root=cache.root,
+                          builder=options.part is None)
     for line in plan.pool_lines():
         info(f"doctor: {line}")
     return plan
@@ -211,13 +213,18 @@ def _build_plan(options: WheelOptions, tree: Path, cache: Cache) -> BuildPlan:
 
 def wheel_job_plan(recipe: Recipe, machine: MachineFacts, *, jobs_flag: int | None,
                    launcher: str | None, cache_root: Path,
-                   environ: Mapping[str, str] | None = None) -> BuildPlan:
+                   environ: Mapping[str, str] | None = None, builder: bool = True) -> BuildPlan:
     """The plan ``wheel`` builds ``recipe`` with: ``doctor --recipe``'s for the same machine
-    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first."""
-    return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
-                           launcher=launcher, environ=environ,
-                           reserved_bytes=builder_reserve(recipe, machine.cores),
-                           reserved_for=BUILDER_REASON)
+    and cache (:func:`sparkbuild.compile.doctor.doctor_plan`), ``--jobs`` first; ``builder``
+    False: no flashinfer builder runs beside the compile (``--part vllm``), so no memory is
+    kept for one."""
+    if not builder:
+        from sparkbuild.jobplan.job_plan import recipe_job_plan
+
+        return recipe_job_plan(recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+                               job_memory_gib=None, launcher=launcher, environ=environ)
+    return doctor_plan(recipe, machine, job_memory_gib=None, launcher=launcher,
+                       cache_root=cache_root, jobs_flag=jobs_flag, environ=environ)
 
 
 def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
@@ -237,21 +244,25 @@ def _code_forecast(options: WheelOptions, tree: Path, work: Path, python: Path,
     return forecast
 
 
-def _prepare(options: WheelOptions, work: Path, context: RunContext) -> PrepareResult:
+def _open_bundle(options: WheelOptions, cache: Cache) -> UnpackedBundle | None:
+    """The run's bundle, opened (read and hashed) once: the one ``wheel --bundle`` opened
+    for its recipe, else now; None without ``--bundle``."""
+    if options.bundle is None or options.opened is not None:
+        return options.opened
+    from sparkbuild.bundle.read import open_bundle
+
+    return open_bundle(options.bundle, cache.root)
+
+
+def _prepare(options: WheelOptions, work: Path, context: RunContext,
+             unpacked: UnpackedBundle | None) -> PrepareResult:
     from sparkbuild.patches.prepare import prepare_tree
 
     recipe = options.recipe
-    if options.bundle is not None:
-        from sparkbuild.bundle.read import (
-            bundles_dir,
-            check_recipe,
-            import_bundle,
-            prepared_from_bundle,
-            unpack_bundle,
-        )
+    if unpacked is not None:
+        from sparkbuild.bundle.read import check_recipe, import_bundle, prepared_from_bundle
 
         cache = context.cache()
-        unpacked = unpack_bundle(options.bundle, bundles_dir(cache.root))
         check_recipe(unpacked, recipe)
         with phase("bundle import"):
             imported = import_bundle(unpacked, cache)
@@ -307,13 +318,13 @@ def _extension_set(options: WheelOptions, tree: Path, work: Path) -> ExtensionSe
     return extensions
 
 
-def _bundle_runtime(options: WheelOptions, cache: Cache) -> dict[str, Any] | None:
+def _bundle_runtime(unpacked: UnpackedBundle | None) -> dict[str, Any] | None:
     """The pins and closure the bundle carries (None without a bundle, or an old one)."""
-    if options.bundle is None:
+    if unpacked is None:
         return None
     from sparkbuild.bundle.read import bundled_runtime
 
-    return bundled_runtime(options.bundle, cache.root)
+    return bundled_runtime(unpacked)
 
 
 def _with_bundle_runtime(options: WheelOptions, runtime: dict[str, Any] | None
@@ -354,39 +365,33 @@ def _node_profile(recipe: Recipe) -> list[dict[str, str]]:
                                                   recipe.node.drop, str(recipe.path))]
 
 
-def _wheelhouse(options: WheelOptions, prepared: PrepareResult, plan: BuildPlan,
-                outcome: BuildOutcome, torch: BuildTorch, cache: Cache,
-                compile_cache: CompileCacheResult | None = None,
-                vendored: VendorResult | None = None,
-                runtime: dict[str, Any] | None = None,
-                aot: AotResult | None = None,
-                dist: DistResult | None = None,
-                extensions: ExtensionSet | None = None) -> WheelhouseResult:
+def _wheelhouse(options: WheelOptions, prepared: PrepareResult, build: FinishedBuild,
+                runtime: dict[str, Any] | None) -> WheelhouseResult | PartResult:
     from sparkbuild.compile.build_record import build_settings
     from sparkbuild.toolchain.kept_sass import CodeCache
     from sparkbuild.toolchain.tools import describe_toolchain
     from sparkbuild.vendoring.patched import built_in_sources
-    from sparkbuild.wheelhouse.write import write_wheelhouse
+    from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
-    recipe = options.recipe
-    settings = build_settings(
-        recipe, plan, outcome, offline=options.offline,
-        use_existing_torch=options.use_existing_torch, targets=options.targets,
-        bundle=options.bundle, compile_cache=compile_cache,
-        vendored=vendored.plan if vendored else None, cache=cache, aot=aot,
-        node_profile=_node_profile(recipe), dist=dist, extensions=extensions)
-    return write_wheelhouse(
-        options.out, recipe=recipe, source=prepared.source.to_dict(),
+    recipe, cache, aot = build.recipe, build.cache, build.aot
+    settings = build_settings(build, node_profile=_node_profile(recipe))
+    inputs = WheelhouseInputs(
+        recipe=recipe, source=prepared.source.to_dict(),
         patches=[outcome_.to_dict() for outcome_ in prepared.series.patches],
-        built_wheels=[*outcome.wheels, *([aot.wheel] if aot else [])],
+        built_wheels=[*build.outcome.wheels, *([aot.wheel] if aot else [])],
         build_settings=settings, cache_root=cache.root,
         offline=options.offline, platform=options.platform,
-        toolchain={**describe_toolchain(), **torch.toolchain()},
+        toolchain={**describe_toolchain(), **build.torch.toolchain()},
         closure=options.closure,
-        vendored=built_in_sources(vendored.plan, cache) if vendored else (),
+        vendored=list(built_in_sources(build.vendored, cache)) if build.vendored else (),
         bundled_closure=runtime.get("files") if runtime is not None else None,
         kept_code=CodeCache(cache),  # wheel alone: verify reads the machine code afresh
     )
+    if options.part == "vllm":
+        from sparkbuild.wheelhouse.parts import vllm_part
+
+        return vllm_part(options.out, inputs, options.bundle)
+    return write_wheelhouse(options.out, inputs)
 
 
 def _label(recipe: Recipe, prepared: PrepareResult) -> str:
@@ -434,31 +439,36 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
     from sparkbuild.wheelhouse.destination import check_destination, refuse_inside_source
     from sparkbuild.wheelhouse.lock import refuse_contradicted_pins
 
-    check_destination(options.out, before_build=True)  # refused now, not after hours
+    if options.part is None:
+        check_destination(options.out, before_build=True)  # refused now, not after hours
+    else:
+        from sparkbuild.wheelhouse.parts import check_part_destination, check_part_name
+
+        check_part_destination(options.out)
+        check_part_name(options.part, options.recipe)
     check_jobs(options.jobs, where="wheel --jobs")
-    servers_memory = server_memory(options.dist_server_memory_gib,  # refused now, not later
-                                   options.recipe.build.dist_server_memory_gib)
     check_source_date_epoch(os.environ.get("SOURCE_DATE_EPOCH"))  # the backend reads it too
     refuse_inside_source(options.out, _source_directory(options))
     recipe = options.recipe
     require_spark_target(recipe)  # before any work: plain sm_121 traps in every FP4 GEMM
     context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
     cache = context.cache()
-    spec = cache_spec(options.compile_cache, recipe)
-    link = connect_for(options.dist, recipe.build.dist, options.dist_token_file)
-    root = build_root() if spec or link else cache.root
+    team = resolve_team(options)  # a bad size of the servers' memory refused before the probe
+    spec, link = team.cache, connect_for(team)
+    root = build_root() if team.shared else cache.root
     work = root / "work" / recipe.name
     seconds: dict[str, float] = {}
     with recipe_work_lock(root, recipe.name).held():
         with _timed(seconds, "prepare"), phase("prepare"):
-            prepared = _prepare(options, work, context)
+            opened = _open_bundle(options, cache)
+            prepared = _prepare(options, work, context, opened)
         tree = prepared.tree
         extensions = _extension_set(options, tree, work)
         if extensions is not None:
             options = dataclasses.replace(options, targets=extensions.targets)
         refuse_left_out_at_start(tree, options.targets,  # the first start, named now
                                  allow=options.allow_unstartable)
-        runtime = _bundle_runtime(options, cache)
+        runtime = _bundle_runtime(opened)
         options = _with_bundle_runtime(options, runtime)
         with phase("pins"):
             refuse_contradicted_pins(recipe, tree, options.platform)
@@ -469,7 +479,7 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
             require_complete(vendored.plan, cache)
         with phase("doctor"):
             plan = _build_plan(options, tree, cache)
-            plan = team_plan(plan, link, plan.requested_jobs, servers_memory)
+            plan = team_plan(plan, link, plan.requested_jobs, team.server_memory)
         with _timed(seconds, "build"), phase("build environment"):
             deps = materialize(vendored.plan, cache, work)
             if options.use_existing_torch:
@@ -478,17 +488,17 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
                 python = use_existing_torch(tree, work / "logs")
             else:
                 python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
-                                          root=root if spec or link else None)
+                                          root=root if team.shared else None)
             torch = build_torch(python, options.use_existing_torch)
             with phase("code forecast"):
                 forecast = _code_forecast(options, tree, work, python, torch, deps, cache)
             with open_shared_cache(
                     spec, label=_label(recipe, prepared), torch=torch.version, work=work,
                     cache_root=cache.root, dist=link, gate=gate_slots(plan.pool),
-                    server_memory=servers_memory) as shared, aot_alongside(builder_for(
+                    server_memory=team.server_memory) as shared, aot_alongside(builder_for(
                         recipe, python=python, torch=torch.version, cache=cache, work=work,
                         offline=options.offline, compile_jobs=plan.max_jobs,
-                        shared=shared)) as aot_run:
+                        shared=shared) if options.part is None else None) as aot_run:
                 if shared is not None and shared.launcher:
                     plan = plan.with_launcher(shared.launcher, f"sccache, {shared.role}")
                 pool_file = write_plan_file(plan.pool, work / "logs" / "pool-plan.json",
@@ -521,9 +531,77 @@ def _build_wheel(options: WheelOptions, built: list[BuildTimeline]) -> WheelResu
         missed = [] if options.offline else vendor_unplanned(
             cache, recipe.name, vendored.plan, outcome.fetch_log, work / "scratch")
         with _timed(seconds, "wheelhouse"), phase("wheelhouse"):
-            wheelhouse = _wheelhouse(options, prepared, plan, outcome, torch, cache,
-                                     compile_cache, vendored, runtime, aot, dist, extensions)
+            finished = FinishedBuild(
+                recipe=recipe, plan=plan, outcome=outcome, torch=torch, cache=cache,
+                offline=options.offline, use_existing_torch=options.use_existing_torch,
+                targets=options.targets, bundle=options.bundle, compile_cache=compile_cache,
+                vendored=vendored.plan, aot=aot, dist=dist, extensions=extensions)
+            wheelhouse = _wheelhouse(options, prepared, finished, runtime)
     return WheelResult(recipe, options.offline, prepared, vendored, plan, outcome, wheelhouse,
                        [s.name for s in missed], seconds, compile_cache,
                        code_forecast=forecast, dist=dist, build_trace=trace,
                        extensions=extensions)
+
+
+def build_flashinfer_part(options: WheelOptions) -> PartResult:
+    """``wheel --part flashinfer``: flashinfer's model set alone, into the part directory
+    ``out`` (sparkbuild.wheelhouse.parts).  The tree is prepared and vendored as ``wheel``
+    does, for the build environment whose torch flashinfer's builder runs with; then the
+    builder runs with every core and the machine's memory (a kept build reused); nothing
+    of vLLM compiles."""
+    from sparkbuild.flashinfer.alongside import builder_alone
+    from sparkbuild.toolchain.tools import describe_toolchain
+    from sparkbuild.wheelhouse.parts import (
+        check_part_destination,
+        check_part_name,
+        new_part,
+        write_part,
+    )
+
+    recipe = options.recipe
+    check_part_name("flashinfer", recipe)
+    check_part_destination(options.out)  # refused now, not after the build
+    check_jobs(options.jobs, where="wheel --jobs")
+    require_spark_target(recipe)
+    context = RunContext.create(options.cache, offline=options.offline, recipe=recipe)
+    cache = context.cache()
+    team = resolve_team(options)
+    root = build_root() if team.shared else cache.root
+    work = root / "work" / recipe.name
+    with recording(), recipe_work_lock(root, recipe.name).held():
+        with phase("prepare"):
+            opened = _open_bundle(options, cache)
+            prepared = _prepare(options, work, context, opened)
+        tree = prepared.tree
+        extensions = _extension_set(options, tree, work)
+        runtime = _bundle_runtime(opened)
+        options = _with_bundle_runtime(options, runtime)
+        with phase("pins"):
+            _refuse_runtime_gaps(options, runtime, cache, tree)
+        with phase("vendor"):
+            vendored = _vendor(options, cache, tree, extensions)
+            require_complete(vendored.plan, cache)
+        with phase("build environment"):
+            if options.use_existing_torch:  # the torch vLLM's part builds against
+                from sparkbuild.compile.existing_torch import use_existing_torch
+
+                python = use_existing_torch(tree, work / "logs")
+            else:
+                deps = materialize(vendored.plan, cache, work)
+                python = ensure_build_env(cache, deps, vendored.plan.wheelset_key,
+                                          root=root if team.shared else None)
+            torch = build_torch(python, options.use_existing_torch)
+        with open_shared_cache(team.cache, label=_label(recipe, prepared),
+                               torch=torch.version, work=work, cache_root=cache.root,
+                               dist=None) as shared, phase("flashinfer aot"):
+            build = builder_alone(recipe, python=python, torch=torch.version, cache=cache,
+                                  work=work, offline=options.offline, jobs=options.jobs,
+                                  shared=shared)
+            assert build is not None  # check_part_name: the recipe builds flashinfer
+            aot = build()
+    toolchain = {**describe_toolchain(), **torch.toolchain()}
+    part = new_part("flashinfer", recipe, options.bundle, toolchain,
+                    {"flashinfer_aot": aot.to_dict()})
+    result = write_part(options.out, part, [aot.wheel])
+    result.built, result.lines = aot.to_dict(), aot.summary()
+    return result

@@ -4,7 +4,7 @@
 timeout, copies the output to a log file while feeding each line to an optional progress
 callback, and on failure raises :class:`CommandFailed` carrying the tail of the log.
 
-Every child starts in a session of its own: its own process group, and no controlling
+Every child starts through setsid: in a process group of its own, with no controlling
 terminal (so ssh or git cannot stop an unattended run to ask for a password).  A Ctrl-C
 in the terminal therefore reaches sparkbuild alone, and :func:`run` passes it on: the
 child's whole group gets SIGINT, and SIGKILL for whatever of it is still there after
@@ -127,7 +127,7 @@ def _pump(
 
 
 class _Group:
-    """A child started in its own session, and everything it started: stopped as one.
+    """A child started in a process group of its own, and everything it started: stopped as one.
 
     The leader is waited for without being reaped (``waitid(WNOWAIT)``), so that while
     the group is signalled its id cannot have been given to an unrelated process.
@@ -175,6 +175,22 @@ class _Group:
             self.reap()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Streams:
+    """What a run is fed and who watches its output as it comes (:func:`run`)."""
+
+    stdin_data: str | None = None
+    """Written to the child's stdin (else it reads nothing)."""
+    progress: Callable[[str], None] | None = None
+    """Called with each line of output."""
+    stop: threading.Event | None = None
+    """Once it is set (by a thread watching the output), the group is stopped as at the
+    deadline and the run fails."""
+
+
+NO_STREAMS = Streams()
+
+
 def run(
     cmd: Sequence[str | os.PathLike[str]],
     *,
@@ -182,20 +198,18 @@ def run(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     log: Path | None = None,
-    progress: Callable[[str], None] | None = None,
     check: bool = True,
     echo: bool = True,
-    stdin_data: str | None = None,
-    stop: threading.Event | None = None,
+    streams: Streams = NO_STREAMS,
 ) -> ProcResult:
-    """Run ``cmd``; ``env`` holds overrides on top of ``os.environ``.
+    """Run ``cmd``; ``env`` holds overrides on top of ``os.environ``; ``streams``: its
+    stdin and the watchers of its output.
 
     Raises :class:`ToolchainError` when the program does not exist and
     :class:`CommandFailed` (with the log tail) when it fails or times out and ``check``.
     On Ctrl-C the child's process group is stopped and ``KeyboardInterrupt`` re-raised.
-    ``stop``: once it is set (by a thread watching the output), the group is stopped as
-    at the deadline and the run fails.
     """
+    stdin_data, progress, stop = streams.stdin_data, streams.progress, streams.stop
     argv = [os.fspath(part) for part in cmd]
     changes = env_changes(env)
     if echo:
@@ -361,7 +375,7 @@ def _interrupt(signum: int, frame: object) -> None:
 def interrupt_on_sigterm() -> Iterator[None]:
     """Inside the block SIGTERM is a Ctrl-C: :func:`run` stops the child's group, and the
     run ends as interrupted.  (A job killer sends SIGTERM to sparkbuild's process group,
-    which, each in a session of its own, the children are no longer part of.)
+    which the children, each in a process group of its own, are no longer part of.)
 
     Only in the main thread, and only where SIGTERM still has its default action.
     """

@@ -1,10 +1,11 @@
 """Recipes: one TOML file that pins everything a build needs.
 
 A recipe names the source (and its commit or sha256), the patch series, the target
-architectures and platform, build settings and the wheel pins.  Unknown keys and wrong
-types are errors that name the key and its line.  A branch ref is resolved to a commit
-once and recorded in a lock file beside the recipe (``NAME.lock.json``), together with what
-the fetched tree itself requires of each pinned project.
+architectures and platform, build settings and the wheel pins.  Its tables and keys are
+declared once, in :mod:`sparkbuild.recipe_model` (re-exported here); unknown keys, wrong
+types and values out of their declared bounds are errors that name the key and its line.
+A branch ref is resolved to a commit once and recorded in a lock file beside the recipe
+(``NAME.lock.json``), together with what the fetched tree itself requires of each pinned project.
 
 A pin that contradicts a requirement of the wheels it ships beside must say so:
 ``override = "REASON"`` in its ``[[pins]]`` table.  Versions that must never ship are data,
@@ -19,19 +20,45 @@ import json
 import math
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import PinRefusedError, RecipeError, SparkbuildError, UsageError
+from sparkbuild.recipe_keys import Rule, required_keys
+from sparkbuild.recipe_model import ARCH as ARCH
+from sparkbuild.recipe_model import BACKENDS as BACKENDS
+from sparkbuild.recipe_model import BY_TABLE as BY_TABLE
+from sparkbuild.recipe_model import COMMIT as COMMIT
+from sparkbuild.recipe_model import DTYPES as DTYPES
+from sparkbuild.recipe_model import KV_DTYPES as KV_DTYPES
+from sparkbuild.recipe_model import KV_PAGE_SIZES as KV_PAGE_SIZES
+from sparkbuild.recipe_model import MODEL_FIELDS as MODEL_FIELDS
+from sparkbuild.recipe_model import PLAIN_SM121 as PLAIN_SM121
+from sparkbuild.recipe_model import PROJECT_NAME as PROJECT_NAME
+from sparkbuild.recipe_model import PYTHON_VERSION as PYTHON_VERSION
+from sparkbuild.recipe_model import QUANTIZATIONS as QUANTIZATIONS
+from sparkbuild.recipe_model import SHA256 as SHA256
+from sparkbuild.recipe_model import SPARK_ARCH as SPARK_ARCH
+from sparkbuild.recipe_model import TOP_TABLES as TOP_TABLES
+from sparkbuild.recipe_model import BuildSettings as BuildSettings
+from sparkbuild.recipe_model import FlashinferSettings as FlashinferSettings
+from sparkbuild.recipe_model import JitCacheInput as JitCacheInput
+from sparkbuild.recipe_model import ModelSettings as ModelSettings
+from sparkbuild.recipe_model import NodeSettings as NodeSettings
+from sparkbuild.recipe_model import Pin as Pin
+from sparkbuild.recipe_model import SourcePin as SourcePin
+from sparkbuild.recipe_model import StandIn as StandIn
+from sparkbuild.recipe_model import Target as Target
+from sparkbuild.recipe_model import VendorSettings as VendorSettings
 from sparkbuild.resources import recipes_dir, resource_root
+from sparkbuild.store.user_files import parse_json, parse_toml, read_user_text
 
 REPO_ROOT = resource_root()
 """The checkout's root, or the installed wheel's resource tree (see sparkbuild.resources)."""
@@ -40,36 +67,7 @@ KNOWN_BAD_NAME = "known_bad.toml"
 """The list of versions that must never ship, in ``recipes/`` (shipped with sparkbuild)."""
 
 
-# -- the one reader of TOML and JSON from users -------------------------------------------
-
-NESTED_TOO_DEEPLY = ("nested too deeply: arrays or tables inside one another beyond what "
-                     "the reader follows")
-
-
-def parse_toml(text: str) -> dict[str, Any]:
-    """``tomllib.loads`` for every TOML sparkbuild reads (a recipe, a bundle's recipe, a
-    structured edit, a tree's ``pyproject.toml`` or ``Cargo.lock``, a ``pylock.toml``).
-
-    Nesting deeper than the reader can follow (tomllib recurses, and raises
-    RecursionError) is a :class:`tomllib.TOMLDecodeError` like any other malformed file,
-    so each caller's own error names the file.
-    """
-    try:
-        return tomllib.loads(text)
-    except RecursionError:
-        raise tomllib.TOMLDecodeError(NESTED_TOO_DEEPLY) from None
-
-
-def parse_json(text: str, **options: Any) -> Any:
-    """``json.loads`` for JSON from users (a recipe's lock file, a bundle's manifest and
-    plan): too deep a nesting is a :class:`json.JSONDecodeError`, not a RecursionError."""
-    try:
-        return json.loads(text, **options)
-    except RecursionError:
-        raise json.JSONDecodeError(NESTED_TOO_DEEPLY, text[:64], 0) from None
-
-
-# -- the one reader of files users hand sparkbuild -----------------------------------------
+# -- the limits of the files a recipe names (read by sparkbuild.store.user_files) ---------
 
 RECIPE_LIMIT = 4 << 20
 """The largest recipe, series file or model config read (the shipped ones are a few KiB)."""
@@ -77,99 +75,6 @@ PATCH_LIMIT = 64 << 20
 """The largest patch file read."""
 LOCK_LIMIT = 16 << 20
 """The largest lock file read (a commit and the tree's requirement lines)."""
-
-
-class NotRegularFile(OSError):
-    """A path that names a FIFO, a device, a directory or a socket: never opened for reading
-    (a FIFO blocks until a writer comes, ``/dev/zero`` never ends); ``strerror`` says which."""
-
-
-def file_kind(mode: int) -> str:
-    """What a non-regular file is, for a message: ``a named pipe (FIFO)``, ``a directory``."""
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), "not a regular file")
-
-
-def open_regular(path: Path) -> IO[bytes]:
-    """``path`` opened for reading, only when it is a regular file (a symbolic link is
-    followed); :class:`NotRegularFile` otherwise.  The type is checked before the open and
-    again on the descriptor, which is opened without blocking, so a FIFO put in its place
-    meanwhile is refused too instead of waiting for a writer."""
-    mode = Path(path).stat().st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFile(0, file_kind(mode), str(path))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFile(0, file_kind(mode), str(path))
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
-
-
-def size_text(limit: int) -> str:
-    """``4 MiB``, ``64 KiB``: a limit as a message says it."""
-    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
-        if limit >= 1 << shift:
-            return f"{limit / (1 << shift):g} {unit}"
-    return f"{limit} bytes"
-
-
-def read_user_file(path: Path, what: str, limit: int, *,
-                   error: type[SparkbuildError] = RecipeError, hint: str | None = None) -> bytes:
-    """The bytes of ``path``, a file a user hands sparkbuild or a small file it keeps
-    (``what`` names it: "the recipe", "the dist token file").  Refused with ``error``, the
-    path as where: a path that cannot be opened, one that is no regular file (a FIFO, a
-    device, a directory: :func:`open_regular`) and a file over ``limit`` bytes, of which at
-    most ``limit + 1`` are read (the size ``stat`` gives is not trusted: a file grows).
-    The :class:`OSError` is the raised error's cause (``FileNotFoundError`` for a missing
-    file, which some callers say more about)."""
-    try:
-        with open_regular(path) as stream:
-            data = stream.read(limit + 1)
-    except NotRegularFile as exc:
-        raise error(f"{what} is {exc.strerror}, not a regular file", where=str(path),
-                    hint=hint or "give the path of a plain file") from exc
-    except OSError as exc:
-        raise error(f"cannot read {what}: {exc.strerror or exc}", where=str(path),
-                    hint=hint) from exc
-    if len(data) > limit:
-        raise error(f"{what} is over {size_text(limit)}: not read", where=str(path),
-                    hint=hint or f"{what} is far smaller: check the path")
-    return data
-
-
-def read_user_text(path: Path, what: str, limit: int, *,
-                   error: type[SparkbuildError] = RecipeError, hint: str | None = None) -> str:
-    """:func:`read_user_file` decoded as UTF-8; a file that is not is ``error`` too."""
-    data = read_user_file(path, what, limit, error=error, hint=hint)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise error(f"{what} is not UTF-8 text (byte {exc.start})", where=str(path),
-                    hint=hint) from exc
-
-
-@dataclass(frozen=True)
-class Pin:
-    name: str
-    version: str
-    sha256: str | None = None
-    override: str | None = None
-    """Why this pin may contradict a requirement of the wheels it ships beside."""
-
-    @property
-    def requirement(self) -> str:
-        return f"{self.name}=={self.version}"
-
-    @property
-    def key(self) -> str:
-        return canonicalize_name(self.name)
 
 
 @dataclass(frozen=True)
@@ -183,288 +88,6 @@ class TreeRequirements:
     """Pinned project (canonical name) -> the tree's requirement lines on it (maybe none)."""
 
 
-@dataclass(frozen=True)
-class SourcePin:
-    spec: str
-    """A source spec: ``git+URL@REF``, a path, ``PATH#sha256=HEX`` or ``pypi:NAME==VERSION``."""
-    sha256: str | None = None
-    branch: str | None = None
-    not_in_wheel: tuple[str, ...] = ()
-    """Projects the tree's requirement files list but its build leaves out of the wheel's
-    Requires-Dist (vLLM's setup.py drops flashinfer-cubin): ``lock`` and a bundle's closure,
-    which read the files, leave them out too."""
-
-
-SPARK_ARCH = "12.1a"
-"""The DGX Spark's target: arch-specific sm_121a (``12.1f``, family-specific, also serves)."""
-
-PLAIN_SM121 = frozenset({"12.1", "12.1+PTX"})
-"""Targets that compile CUTLASS's FP4 kernels to printf + trap (no block-scaled MMA)."""
-
-
-@dataclass(frozen=True)
-class Target:
-    cuda_archs: tuple[str, ...] = (SPARK_ARCH,)
-    platform: str = "manylinux_2_39_aarch64"
-    python: str = "3.12"
-    allow_plain_sm121: bool = False
-    """Opt-in for PTX-portable builds that knowingly lose the tensor-core FP4 kernels."""
-    allow_jit: bool = False
-    """Opt-in for kernels that reach the target as PTX only (the driver JIT-compiles them at
-    load); the manifest lists them as ``jit_kernels``.  Without it they fail the build."""
-
-    @property
-    def torch_cuda_arch_list(self) -> str:
-        return ";".join(self.cuda_archs)
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    jobs: int | None = None
-    """None: let doctor choose from memory and cores."""
-    job_memory_gib: float = 6.0
-    nvcc_threads: int | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    compile_cache: str | None = None
-    """A shared compile cache (sccache): ``redis://HOST:PORT[/DB]``, ``s3://BUCKET/PREFIX``
-    or a directory (relative to the recipe); ``wheel --compile-cache`` overrides it."""
-    dist: str | None = None
-    """A team's sccache-dist scheduler, ``http://HOST:PORT``: the build's compiles are
-    spread over its build servers (sparkbuild.team.dist_client); ``wheel --dist`` overrides
-    it.  The client token never goes in a recipe."""
-    dist_server_memory_gib: float | None = None
-    """Each build server's memory in GiB (what its ``doctor --build-server`` reports): the
-    heavy pool's depth with dist (sparkbuild.jobplan.team_pool); None: servers taken to be
-    like the build host.  ``--dist-server-memory`` overrides it."""
-
-
-@dataclass(frozen=True)
-class StandIn:
-    """``[[vendor.stand_in]]``: a source the tree pins at ``pinned``, built from ``used``."""
-
-    url: str
-    """The source's URL as the tree's CMake names it."""
-    pinned: str
-    """The commit the tree pins (GIT_TAG), full or abbreviated."""
-    used: str
-    """The commit built instead."""
-    reason: str
-
-    def matches(self, url: str, ref: str | None) -> bool:
-        """This entry is for the source at ``url`` pinned at ``ref``: a commit (7 to 40 hex
-        digits) that ``pinned`` abbreviates or that abbreviates it.  A tag, a branch or an
-        empty ref is never a commit's prefix, whatever its letters."""
-        if ref is None or not self.same_url(url):
-            return False
-        ref = ref.strip().lower()
-        if not _COMMIT.fullmatch(ref):
-            return False
-        return ref.startswith(self.pinned) or self.pinned.startswith(ref)
-
-    def same_url(self, url: str) -> bool:
-        """``url`` is this entry's, but for a trailing ``.git`` or ``/`` and case."""
-        return _same_url(url) == _same_url(self.url)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"url": self.url, "pinned": self.pinned, "used": self.used,
-                "reason": self.reason}
-
-
-def _same_url(url: str) -> str:
-    """A git URL as compared for a stand-in: no trailing ``.git`` or ``/``, any case."""
-    url = url.strip().rstrip("/").lower()
-    return url[:-4] if url.endswith(".git") else url
-
-
-@dataclass(frozen=True)
-class VendorSettings:
-    """``[vendor]``: where sources may come from, and what the build may do without."""
-
-    mirrors: tuple[str, ...] = ()
-    """URL rewrites ``BASE=REPLACEMENT`` (git's insteadOf); see sparkbuild.sources.mirrors."""
-    submodules: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Per source: only these submodules (CMake's GIT_SUBMODULES), e.g. no ROCm ones."""
-    exclude: tuple[str, ...] = ()
-    """Sources the build gets an empty directory for (reported, never silent)."""
-    sparse: bool = False
-    """Fetch git sources without what a build never reads (sparkbuild.vendoring.unread)."""
-    crates: bool = True
-    """False: the tree's Cargo crates are not vendored (a build host without crates.io);
-    the build then goes without the Rust extensions, which must be optional in the tree."""
-    stand_ins: tuple[StandIn, ...] = ()
-    """Sources built from another commit than the tree's pin, each named with its reason:
-    a source at another commit is refused unless an entry names it."""
-
-    def stand_in_for(self, url: str, ref: str | None) -> StandIn | None:
-        return next((entry for entry in self.stand_ins if entry.matches(url, ref)), None)
-
-
-@dataclass(frozen=True)
-class FlashinferSettings:
-    """``[flashinfer]``: flashinfer's kernels built ahead (sparkbuild.flashinfer.builder)."""
-
-    aot: bool = False
-    aot_args: tuple[str, ...] = ()
-    """flashinfer's own builder options (``--add-moe false``, ``--fa2-head-dim 128,128``),
-    and sparkbuild's ``--only GLOB`` (keep only the modules whose name matches): given, they
-    override the model's set (sparkbuild.flashinfer.module_set)."""
-    jit_cache: JitCacheInput | None = None
-    """A prebuilt flashinfer-jit-cache wheel taken instead of building (its ``url``, or a
-    ``path`` beside the recipe, pinned by ``sha256``)."""
-
-
-@dataclass(frozen=True)
-class JitCacheInput:
-    """``[flashinfer] jit_cache = { url = ..., sha256 = ... }``
-    (sparkbuild.flashinfer.jit_cache)."""
-
-    sha256: str
-    url: str | None = None
-    path: Path | None = None
-    cut_to_model: bool = False
-    """Keep only the modules of the model's set in the wheel the node gets."""
-
-
-@dataclass(frozen=True)
-class ModelSettings:
-    """``[model]``: what the node serves, for flashinfer's module set
-    (sparkbuild.flashinfer.model_config resolves it, module_set maps it).  ``config`` is a
-    Hugging Face ``config.json`` (no weights); every other key overrides what it says."""
-
-    config: Path | None = None
-    fields: dict[str, Any] = field(default_factory=dict)
-
-
-# -- [model]: each field's type and bounds ----------------------------------------------
-
-DTYPES = ("bfloat16", "float16")
-KV_DTYPES = ("auto", "bfloat16", "float16", "fp8", "fp8_e4m3")
-QUANTIZATIONS = ("nvfp4", "fp8-block", "none")
-BACKENDS = ("FLASHINFER", "FLASH_ATTN", "TRITON_ATTN", "FLEX_ATTENTION")
-KV_PAGE_SIZES = (16, 32, 64)
-"""The block sizes vLLM's FLASHINFER backend pages the KV cache in: the XQA page sizes
-(sparkbuild.flashinfer.module_set)."""
-_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-
-
-@dataclass(frozen=True)
-class ModelField:
-    """One field of ``[model]`` (or what a ``config.json`` gives for it): its type (a bool
-    is never an integer), its bounds (a list's: how many entries) and its choices."""
-
-    kind: type
-    """``int``, ``float``, ``bool``, ``str`` or ``list``."""
-    low: float | None = None
-    high: float | None = None
-    choices: tuple[str | int, ...] = ()
-    """A string's (compared after ``case``), or each entry's of a list."""
-    item: type | None = None
-    """A list's entries: ``str`` or ``int``."""
-    case: str = ""
-    """``lower`` or ``upper``: how a string is compared with the choices, and kept."""
-    unique: bool = False
-    """A list names each entry once."""
-
-    @property
-    def schema_type(self) -> type | tuple[type, ...]:
-        """The TOML type the recipe's table check takes for it."""
-        return (int, float) if self.kind is float else self.kind
-
-    def describe(self) -> str:
-        """What a value must be: ``an integer from 1 to 1024``, ``one of nvfp4, none``."""
-        bounds = "" if self.low is None or self.high is None else (
-            f" from {_number(self.low)} to {_number(self.high)}")
-        if self.kind is bool:
-            return "true or false"
-        if self.kind is int:
-            return "an integer" + bounds
-        if self.kind is float:
-            return "a finite number" + bounds
-        if self.kind is str:
-            return ("one of " + ", ".join(map(str, self.choices)) if self.choices
-                    else "a name of letters, digits and _")
-        entries = ", ".join(map(str, self.choices)) if self.choices else (
-            "strings" if self.item is str else "integers")
-        count = (f" ({_number(self.low or 0)} to {_number(self.high)} entries)"
-                 if self.high is not None else "")
-        return f"a list of {entries}{', each once' if self.unique else ''}{count}"
-
-    def checked(self, value: Any) -> Any | None:
-        """``value`` as the field holds it (a string in its case), or None when it breaks
-        the field's type, bounds or choices."""
-        if self.kind is list:
-            return self._checked_list(value)
-        if self.kind is bool:
-            return value if isinstance(value, bool) else None
-        if self.kind is str:
-            if not isinstance(value, str) or unsafe_characters(value):
-                return None
-            text = value.upper() if self.case == "upper" else (
-                value.lower() if self.case == "lower" else value)
-            fits = text in self.choices if self.choices else bool(_CLASS_NAME.fullmatch(text))
-            return text if fits else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        if self.kind is int and not isinstance(value, int):
-            return None
-        number = float(value)
-        if not math.isfinite(number) or not self._within(number):
-            return None
-        return value if self.kind is int else number
-
-    def _within(self, number: float) -> bool:
-        return ((self.low is None or number >= self.low)
-                and (self.high is None or number <= self.high))
-
-    def _checked_list(self, value: Any) -> list[Any] | None:
-        if not isinstance(value, list) or not self._within(len(value)):
-            return None
-        for entry in value:
-            if isinstance(entry, bool) or not isinstance(entry, self.item or str):
-                return None
-            if self.choices and entry not in self.choices:
-                return None
-            if isinstance(entry, str) and unsafe_characters(entry):
-                return None
-        if self.unique and len(set(value)) != len(value):
-            return None
-        return list(value)
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if value == int(value) else f"{value:g}"
-
-
-MODEL_FIELDS: dict[str, ModelField] = {
-    "architecture": ModelField(str),
-    "dtype": ModelField(str, choices=DTYPES, case="lower"),
-    "kv_cache_dtype": ModelField(str, choices=KV_DTYPES, case="lower"),
-    "head_dim": ModelField(int, 1, 1024),
-    "head_dim_vo": ModelField(int, 1, 1024),
-    "num_attention_heads": ModelField(int, 1, 1024),
-    "num_key_value_heads": ModelField(int, 1, 1024),
-    "quantization": ModelField(str, choices=QUANTIZATIONS, case="lower"),
-    "quantization_ignore": ModelField(list, 0, 4096, item=str),
-    "experts": ModelField(int, 0, 65536),
-    "experts_per_token": ModelField(int, 0, 1024),
-    "moe_intermediate_size": ModelField(int, 0, 1 << 20),
-    "sliding_window": ModelField(int, 0, 1 << 30),
-    "logits_soft_cap": ModelField(float, 0, 1e6),
-    "tensor_parallel_size": ModelField(int, 1, 1024),
-    "expert_parallel": ModelField(bool),
-    "attention_backend": ModelField(str, choices=BACKENDS, case="upper"),
-    "speculative_tokens": ModelField(int, 0, 16),
-    "kv_page_sizes": ModelField(list, 1, len(KV_PAGE_SIZES), choices=KV_PAGE_SIZES, item=int,
-                                unique=True),
-    "flashinfer_sampler": ModelField(bool),
-    "mtp_layers": ModelField(int, 0, 64),
-    "shared_experts": ModelField(bool),
-    "hybrid": ModelField(bool),
-}
-"""Every ``[model]`` field but ``config`` (docs/recipes.md lists them); a recipe's value and a
-``config.json``'s are both checked by it (:func:`check_model_field`)."""
-
-
 def check_model_field(name: str, value: Any, label: str, where: str | None) -> Any:
     """``value`` of the ``[model]`` field ``name`` as :data:`MODEL_FIELDS` holds it, or a
     :class:`RecipeError` that names ``label`` (``model.head_dim``, or a ``config.json``'s
@@ -472,22 +95,15 @@ def check_model_field(name: str, value: Any, label: str, where: str | None) -> A
     rule = MODEL_FIELDS[name]
     checked = rule.checked(value)
     if checked is None:
-        shown = repr(value)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise RecipeError(f"{label} must be {rule.describe()}, not {shown}", where=where,
-                          hint="docs/recipes.md lists each [model] field and what it takes")
+        raise _out_of_bounds(label, rule, value, where, "[model]")
     return checked
 
 
-@dataclass(frozen=True)
-class NodeSettings:
-    """``[node]``: the node profile's entries the recipe adds (``env``) or drops (``drop``),
-    and the modules every start of the package imports (``start_modules``), from which
-    ``install`` follows the package's imports (sparkbuild.node.start_check)."""
-
-    env: dict[str, str] = field(default_factory=dict)
-    drop: tuple[str, ...] = ()
-    start_modules: tuple[str, ...] = ()
+def _out_of_bounds(label: str, rule: Rule, value: Any, where: str | None,
+                   heading: str) -> RecipeError:
+    """``LABEL must be WHAT, not VALUE``: a key's value its declaration refuses."""
+    return RecipeError(f"{label} {rule.problem(value) or 'is refused'}", where=where,
+                       hint=f"docs/recipes.md lists each {heading} key and what it takes")
 
 
 MODEL_CONFIG = "model.config"
@@ -631,22 +247,12 @@ class Recipe:
              if isinstance(v, list)})
 
 
-_SCHEMA: dict[str, dict[str, type | tuple[type, ...]]] = {
-    "recipe": {"name": str, "description": str, "package": str},
-    "source": {"spec": str, "sha256": str, "branch": str, "not_in_wheel": list},
-    "series": {"path": str},
-    "target": {"cuda_archs": list, "platform": str, "python": str, "allow_plain_sm121": bool,
-               "allow_jit": bool},
-    "build": {"jobs": (int, str), "job_memory_gib": (int, float), "nvcc_threads": int, "env": dict,
-              "compile_cache": str, "dist": str, "dist_server_memory_gib": (int, float)},
-    "vendor": {"mirrors": list, "submodules": dict, "exclude": list, "sparse": bool,
-               "crates": bool, "stand_in": list},
-    "flashinfer": {"aot": bool, "aot_args": list, "jit_cache": dict},
-    "model": {"config": str, **{name: rule.schema_type for name, rule in MODEL_FIELDS.items()}},
-    "node": {"env": dict, "drop": list, "start_modules": list},
-}
-_REQUIRED = {"source": ("spec",), "series": ("path",)}
-_PIN_SCHEMA: dict[str, type] = {"name": str, "version": str, "sha256": str, "override": str}
+Types = dict[str, tuple[type, ...]]
+
+
+def _types(name: str) -> Types:
+    """The TOML types each key of the table ``name`` takes, from its declaration."""
+    return {key: rule.python_types for key, rule in BY_TABLE[name].rules.items()}
 
 
 def _line_of(text: str, table: str | None, key: str) -> int | None:
@@ -669,11 +275,13 @@ def _where(path: Path, text: str, table: str | None, key: str) -> str:
     return f"{path}:{line}" if line else str(path)
 
 
-def _check_table(
-    path: Path, text: str, name: str, table: Any, schema: dict[str, type | tuple[type, ...]]
-) -> dict[str, Any]:
+def _check_table(path: Path, text: str, name: str, table: Any, schema: Types) -> dict[str, Any]:
+    """``table`` as the table ``name``: no unknown key, each of its type and, for a
+    declared table (:data:`~sparkbuild.recipe_model.TABLES`), within its bounds; a top
+    table's required keys given."""
     if not isinstance(table, dict):
         raise RecipeError(f"[{name}] must be a table", where=_where(path, text, None, name))
+    declared = BY_TABLE.get(name)
     for key, value in table.items():
         if key not in schema:
             raise RecipeError(
@@ -682,15 +290,18 @@ def _check_table(
                 hint=f"known keys of [{name}]: {', '.join(sorted(schema))}",
             )
         expected = schema[key]
-        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
-            names = expected.__name__ if isinstance(expected, type) else "/".join(
-                t.__name__ for t in expected
-            )
+        if (isinstance(value, bool) and bool not in expected) or not isinstance(value, expected):
+            names = "/".join(kind.__name__ for kind in expected)
             raise RecipeError(
                 f"{name}.{key} must be {names}, not {type(value).__name__}",
                 where=_where(path, text, name, key),
             )
-    for key in _REQUIRED.get(name, ()):
+        rule = declared.rules[key] if declared is not None else None
+        if rule is not None and rule.problem(value) is not None:
+            raise _out_of_bounds(f"{name}.{key}", rule, value, _where(path, text, name, key),
+                                 declared.heading if declared else name)
+    required = required_keys(declared.model) if declared in TOP_TABLES else ()
+    for key in required:
         if key not in table:
             raise RecipeError(
                 f"missing key {name}.{key}",
@@ -705,11 +316,11 @@ def _parse_pins(path: Path, text: str, raw: Any) -> tuple[Pin, ...]:
         raise RecipeError("pins must be an array of tables ([[pins]])", where=str(path))
     pins = []
     for entry in raw:
-        table = _check_table(path, text, "pins", entry, dict(_PIN_SCHEMA))
-        for key in ("name", "version"):
+        table = _check_table(path, text, "pins", entry, _types("pins"))
+        for key in required_keys(Pin):
             if key not in table:
                 raise RecipeError(f"a [[pins]] entry lacks `{key}`", where=str(path))
-        if not _PROJECT_NAME.fullmatch(table["name"]):
+        if not PROJECT_NAME.fullmatch(table["name"]):
             raise RecipeError(f"pins: {table['name']!r} is not a project name",
                               where=pin_where(path, table["name"]),
                               hint="a project name is letters, digits, and . _ - inside, as "
@@ -746,7 +357,7 @@ class KnownBad:
             return version == self.version
 
 
-_KNOWN_BAD_KEYS = {"name": str, "version": str, "reason": str, "source": str}
+_KNOWN_BAD_KEYS: Types = {"name": (str,), "version": (str,), "reason": (str,), "source": (str,)}
 
 
 def known_bad_path() -> Path:
@@ -778,14 +389,15 @@ def load_known_bad(path: Path) -> tuple[KnownBad, ...]:
     return tuple(entries)
 
 
-def check_known_bad(name: str, version: str, *, role: str = "pin",
+def check_known_bad(name: str, version: str, *, what: str = "pin",
                     where: str | None = None) -> None:
-    """Refuse ``name==version`` when the known-bad list names it (PinRefusedError)."""
+    """Refuse ``name==version`` when the known-bad list names it (PinRefusedError);
+    ``what``: what the message calls it (``pin``, ``locked requirement``)."""
     path = known_bad_path()
     for entry in load_known_bad(path):
         if entry.matches(name, version):
             raise PinRefusedError(
-                f"refusing {role} {name}=={version}: {entry.reason}",
+                f"refusing {what} {name}=={version}: {entry.reason}",
                 where=where,
                 hint=f"{name} {version} is listed in {path} (source: {entry.source}); "
                 "pin another version in the recipe's [[pins]]",
@@ -793,7 +405,7 @@ def check_known_bad(name: str, version: str, *, role: str = "pin",
 
 
 def refuse_known_bad(pin: Pin, *, where: str | None = None) -> None:
-    check_known_bad(pin.name, pin.version, role="pin", where=where)
+    check_known_bad(pin.name, pin.version, what="pin", where=where)
 
 
 def _strings(path: Path, text: str, key: str, value: Any, *,
@@ -822,24 +434,21 @@ def _parse_vendor(path: Path, text: str, table: dict[str, Any]) -> VendorSetting
                           stand_ins=_parse_stand_ins(path, text, table.get("stand_in", [])))
 
 
-_STAND_IN_KEYS: dict[str, type | tuple[type, ...]] = {
-    "url": str, "pinned": str, "used": str, "reason": str}
-_COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
 def _parse_stand_ins(path: Path, text: str, raw: list[Any]) -> tuple[StandIn, ...]:
     found: list[StandIn] = []
     for entry in raw:
-        table = _check_table(path, text, "vendor.stand_in", entry, _STAND_IN_KEYS)
+        table = _check_table(path, text, "vendor.stand_in", entry, _types("vendor.stand_in"))
         where = _where(path, text, "vendor.stand_in", "url")
-        missing = [key for key in _STAND_IN_KEYS if not str(table.get(key, "")).strip()]
+        missing = [key for key in required_keys(StandIn) if not str(table.get(key, "")).strip()]
         if missing:
             raise RecipeError(f"a [[vendor.stand_in]] entry lacks {', '.join(missing)}",
                               where=where, hint='give url, pinned (the tree\'s commit), used '
                               '(the commit built instead) and reason = "WHY"')
         pinned, used = table["pinned"].strip().lower(), table["used"].strip().lower()
         for key, value in (("pinned", pinned), ("used", used)):
-            if not _COMMIT.fullmatch(value):
+            if not COMMIT.fullmatch(value):
                 raise RecipeError(f"vendor.stand_in.{key}: {value!r} is not a commit",
                                   where=_where(path, text, "vendor.stand_in", key),
                                   hint="7 to 40 hex digits of a git commit")
@@ -858,17 +467,14 @@ def _parse_stand_ins(path: Path, text: str, raw: list[Any]) -> tuple[StandIn, ..
     return tuple(found)
 
 
-_JIT_CACHE_KEYS: dict[str, type | tuple[type, ...]] = {
-    "url": str, "path": str, "sha256": str, "cut_to_model": bool}
-
-
 def _parse_jit_cache(path: Path, text: str, table: Any) -> JitCacheInput | None:
     if table is None:
         return None
     where = _where(path, text, "flashinfer", "jit_cache")
-    checked = _check_table(path, text, "flashinfer.jit_cache", table, _JIT_CACHE_KEYS)
+    checked = _check_table(path, text, "flashinfer.jit_cache", table,
+                           _types("flashinfer.jit_cache"))
     sha256 = str(checked.get("sha256", "")).lower()
-    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+    if not SHA256.fullmatch(sha256):
         raise RecipeError("flashinfer.jit_cache needs sha256 = the wheel's 64 hex digits",
                           where=where, hint="a prebuilt jit-cache is taken only pinned by hash")
     if ("url" in checked) == ("path" in checked):
@@ -906,21 +512,6 @@ def _build_env(path: Path, text: str, table: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _parse_jobs(path: Path, text: str, value: Any) -> int | None:
-    if value is None or value == "auto":
-        return None
-    if isinstance(value, int) and value > 0:
-        return value
-    raise RecipeError(
-        'build.jobs must be a positive integer or "auto"',
-        where=_where(path, text, "build", "jobs"),
-    )
-
-
-_ARCH = re.compile(r"\d+\.\d+[af]?(\+PTX)?")
-"""One entry of TORCH_CUDA_ARCH_LIST: ``12.1a``, ``12.1f``, ``9.0``, ``8.6+PTX``."""
-_PROJECT_NAME = re.compile(r"[A-Z0-9]|[A-Z0-9][A-Z0-9._-]*[A-Z0-9]", re.IGNORECASE)
-"""A valid project name (PEP 508)."""
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 """An environment variable's name, as the shell and systemd take it."""
 
@@ -1025,7 +616,7 @@ def _parse_archs(path: Path, text: str, value: Any) -> tuple[str, ...]:
         raise RecipeError("target.cuda_archs is empty: the build would target no GPU",
                           where=where, hint=f'name the target: cuda_archs = ["{SPARK_ARCH}"]')
     for arch in value:
-        if not isinstance(arch, str) or not _ARCH.fullmatch(arch):
+        if not isinstance(arch, str) or not ARCH.fullmatch(arch):
             raise RecipeError(f"target.cuda_archs: {arch!r} is not a CUDA arch", where=where,
                               hint=f'write MAJOR.MINOR with an optional a, f or +PTX, such '
                               f'as "{SPARK_ARCH}" (the DGX Spark)')
@@ -1035,7 +626,7 @@ def _parse_archs(path: Path, text: str, value: Any) -> tuple[str, ...]:
 def _parse_python(path: Path, text: str, value: Any) -> str:
     if value is None:
         return Target.python
-    if not re.fullmatch(r"3\.\d+", value):
+    if not PYTHON_VERSION.fullmatch(value):
         raise RecipeError(f"target.python: {value!r} is not a Python version",
                           where=_where(path, text, "target", "python"),
                           hint='give X.Y, such as "3.12"')
@@ -1066,7 +657,7 @@ def load_recipe(path: Path) -> Recipe:
         data = parse_toml(text)
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"recipe is not valid TOML: {exc}", where=str(path)) from exc
-    known = {*_SCHEMA, "pins"}
+    known = {table.name for table in TOP_TABLES}
     if "known_bad" in data and not set(data) & known:
         raise RecipeError("this is the known-bad list, not a recipe", where=str(path),
                           hint=shipped_recipes_hint())
@@ -1077,14 +668,15 @@ def load_recipe(path: Path) -> Recipe:
                 where=_where(path, text, None, key),
                 hint=f"a recipe has: {', '.join(sorted(known))}",
             )
-    for name in _REQUIRED:
+    for name in (t.name for t in TOP_TABLES if not t.array and required_keys(t.model)):
         if name not in data:
             raise RecipeError(
                 f"missing table [{name}]", where=str(path), hint=f"add a [{name}] table"
             )
     tables = {
-        name: _check_table(path, text, name, data.get(name, {}), schema)
-        for name, schema in _SCHEMA.items()
+        table.name: _check_table(path, text, table.name, data.get(table.name, {}),
+                                 _types(table.name))
+        for table in TOP_TABLES if not table.array
     }
     source = tables["source"]
     target = tables["target"]
@@ -1106,7 +698,7 @@ def load_recipe(path: Path) -> Recipe:
             allow_jit=target.get("allow_jit", False),
         ),
         build=BuildSettings(
-            jobs=_parse_jobs(path, text, build.get("jobs")),
+            jobs=None if build.get("jobs", "auto") == "auto" else build["jobs"],
             job_memory_gib=check_job_memory_gib(
                 build.get("job_memory_gib", BuildSettings.job_memory_gib),
                 where=_where(path, text, "build", "job_memory_gib")),

@@ -24,27 +24,31 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from sparkbuild.doc_tables import CLOSE, rewrite_main, rewritten, tables
 from sparkbuild.errors import UsageError
 
-KINDS = ("path", "text", "flag", "seconds", "count", "choice", "names")
+SettingKind = Literal["path", "text", "flag", "seconds", "count", "choice", "names"]
+KINDS: tuple[SettingKind, ...] = ("path", "text", "flag", "seconds", "count", "choice", "names")
 """What a setting's value is: a path, any text, on/off (set and not ``0``), a number of
 seconds (at least 0), a positive whole number, one of ``choices``, a comma-separated
 list."""
-AUDIENCES = ("you", "sparkbuild")
+Audience = Literal["you", "sparkbuild"]
+AUDIENCES: tuple[Audience, ...] = ("you", "sparkbuild")
 
 
 @dataclass(frozen=True)
 class Setting:
     name: str
-    kind: str
+    kind: SettingKind
     """One of :data:`KINDS`."""
     default: str
     """What applies while it is unset, as the docs say it (the reader's caller may pass
     its own default where the meaning depends on the caller: ``seconds``)."""
     doc: str
     """What it does, one sentence."""
-    set_by: str = "you"
+    set_by: Audience = "you"
     """One of :data:`AUDIENCES`."""
     choices: tuple[str, ...] = ()
 
@@ -62,7 +66,7 @@ class Setting:
                           where=f"the environment variable {self.name}",
                           hint=f"unset {self.name}, or see docs/environment.md")
 
-    def _expect(self, kind: str) -> None:
+    def _expect(self, kind: SettingKind) -> None:
         if self.kind != kind:
             raise TypeError(f"{self.name} is a {self.kind} setting, not {kind}")
 
@@ -242,36 +246,24 @@ def markdown_table(set_by: str) -> str:
 def page_tables(page: str) -> list[str]:
     """The generated tables of ``page``, in order (the text between each start and end
     marker)."""
-    found = []
-    rest = page
-    while TABLE_START in rest:
-        rest = rest[rest.index(TABLE_START):]
-        body, _, rest = rest.partition(TABLE_END)
-        found.append(body.partition("-->\n")[2].strip())
-    return found
+    return [table for _, table in tables(page, TABLE_START, TABLE_END)]
+
+
+def _table_for(marker: str) -> str:
+    """The marker line as it stands (it names its audience: ``... docs/environment.md` for
+    you -->``) and that audience's table."""
+    return marker + CLOSE + markdown_table(marker.rsplit(" for ", 1)[-1].strip()) + "\n"
 
 
 def written_page(page: str) -> str:
-    """``page`` with each generated table replaced by the declarations' own; the marker
-    line names its audience (``... docs/environment.md` for you -->``)."""
-    out, rest = [], page
-    while TABLE_START in rest:
-        head, _, rest = rest.partition(TABLE_START)
-        marker, _, rest = rest.partition("-->\n")
-        _, _, rest = rest.partition(TABLE_END)
-        audience = marker.rsplit(" for ", 1)[-1].strip()
-        out += [head, TABLE_START, marker, "-->\n", markdown_table(audience), "\n", TABLE_END]
-    return "".join([*out, rest])
+    """``page`` with each generated table replaced by the declarations' own, for the
+    audience its marker line names."""
+    return rewritten(page, TABLE_START, TABLE_END, _table_for)
 
 
 def main(argv: list[str]) -> int:
     """``python -m sparkbuild.settings PAGE``: write the page's tables anew."""
-    if len(argv) != 1:
-        print("usage: python -m sparkbuild.settings docs/environment.md", file=sys.stderr)
-        return 2
-    page = Path(argv[0])
-    page.write_text(written_page(page.read_text(encoding="utf-8")), encoding="utf-8")
-    return 0
+    return rewrite_main(argv, "python -m sparkbuild.settings docs/environment.md", written_page)
 
 
 if __name__ == "__main__":

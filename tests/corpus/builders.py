@@ -380,6 +380,15 @@ def node_wheelhouse(out: Path, *, role: str = "built", requires: tuple[str, ...]
     return out
 
 
+def first_wheel(manifest: dict[str, object]) -> dict[str, object]:
+    """The manifest's first wheel entry, for a case that edits it in place."""
+    wheels = manifest["wheels"]
+    assert isinstance(wheels, list)
+    entry = wheels[0]
+    assert isinstance(entry, dict)
+    return entry
+
+
 TAMPERED_MEMBER = f"{PACKAGE}/backdoor.py"
 
 

@@ -1111,7 +1111,7 @@ def _served_manifest_null(work: Path) -> Invocation:
     return Invocation(["install", url, "--venv", str(venv)], after=stop)
 
 
-ISSUE23_CASES = [
+MIXED_INPUT_CASES = [
     Case("recipe-job-memory-zero", "recipe", RecipeError,
          "build.job_memory_gib must be a number of GiB above 0, not 0",
          _recipe_with("job_memory_gib = 2.0", "job_memory_gib = 0"), PATCHING),
@@ -1328,7 +1328,7 @@ BASE_CASES: list[Case] = [
     *DISK_CASES,
     *CACHE_CASES,
     *WHEEL_CASES,
-    *ISSUE23_CASES,
+    *MIXED_INPUT_CASES,
     *TRUST_CASES,
 ]
 

@@ -219,14 +219,6 @@ def _manifest_edit(edit: Callable[[dict[str, object]], None]) -> Callable[[Path]
     return make
 
 
-def _wheel_entry(manifest: dict[str, object]) -> dict[str, object]:
-    wheels = manifest["wheels"]
-    assert isinstance(wheels, list)
-    entry = wheels[0]
-    assert isinstance(entry, dict)
-    return entry
-
-
 def _listed_twice(manifest: dict[str, object]) -> None:
     wheels = manifest["wheels"]
     assert isinstance(wheels, list)
@@ -447,7 +439,7 @@ exec {python} "$@"
 
 def _killed_install(work: Path) -> Invocation:
     """``install`` killed with SIGKILL while ``python -m venv`` runs: that stays running
-    (its own session), the venv is half made (no pip).  Then the same install again."""
+    (its own process group), the venv is half made (no pip).  Then the same install again."""
     out = _seal(_wheel_dir(work), edit=lambda m: m.update(target={"cuda_archs": ["12.1a"],
                                                                     "python": "3.99"}))
     fake = work / "bin" / "python3.99"
@@ -518,7 +510,7 @@ def _sbom_case(tamper: Callable[[dict[str, object]], None]) -> Callable[[Path], 
                             recipe={"name": "corpus", "package": b.PACKAGE},
                             local_label="sm121a.0", source_date_epoch=315532800,
                             source=source, patches=patches, toolchain=toolchain)
-            wheel = _wheel_entry(manifest)
+            wheel = b.first_wheel(manifest)
             facts = BuildFacts(b.PACKAGE, "corpus", 315532800, source=source,
                                patches=patches, toolchain=toolchain, label="sm121a.0")
             sbom = write_wheelhouse_sbom(out, facts, [SbomWheel(
@@ -682,7 +674,7 @@ def _sbom_component_not_object(data: dict[str, object]) -> None:
 
 def _installed_pep440(work: Path) -> Invocation:
     """A wheelhouse whose manifest spells demo's version 1.0.0 (PEP 440: 1.0), installed."""
-    out = _manifest_edit(lambda m: _wheel_entry(m).update(version="1.0.0"))(work)
+    out = _manifest_edit(lambda m: b.first_wheel(m).update(version="1.0.0"))(work)
     venv = work / "venv"
     subprocess.run([*CLI, "install", str(out), "--venv", str(venv)], check=True,
                    capture_output=True, timeout=300, env={**os.environ, **ISOLATED})
@@ -790,13 +782,13 @@ CASES: list[Case] = [
     # 7: the manifest's wheels against the files
     Case("verify-manifest-version-disagrees", "manifest", VerifyError,
          "manifest.json says version 9.9.9, the file is version 1.0",
-         _verify(_manifest_edit(lambda m: _wheel_entry(m).update(version="9.9.9"))), VERIFY),
+         _verify(_manifest_edit(lambda m: b.first_wheel(m).update(version="9.9.9"))), VERIFY),
     Case("install-manifest-version-disagrees", "manifest", VerifyError,
          "says version 9.9.9", _install(_manifest_edit(
-             lambda m: _wheel_entry(m).update(version="9.9.9"))), INSTALL),
+             lambda m: b.first_wheel(m).update(version="9.9.9"))), INSTALL),
     Case("verify-manifest-name-disagrees", "manifest", VerifyError,
          "manifest.json names it iniconfig, the file is demo",
-         _verify(_manifest_edit(lambda m: _wheel_entry(m).update(name="iniconfig"))), VERIFY),
+         _verify(_manifest_edit(lambda m: b.first_wheel(m).update(name="iniconfig"))), VERIFY),
     Case("verify-manifest-wheel-listed-twice", "manifest", VerifyError,
          "listed 2 times in manifest.json's wheels", _verify(_manifest_edit(_listed_twice)),
          VERIFY),

@@ -124,20 +124,12 @@ def _target(**target: object) -> Callable[[dict[str, object]], None]:
     return edit
 
 
-def _entry(manifest: dict[str, object]) -> dict[str, object]:
-    wheels = manifest["wheels"]
-    assert isinstance(wheels, list)
-    entry = wheels[0]
-    assert isinstance(entry, dict)
-    return entry
-
-
 def _no_role(manifest: dict[str, object]) -> None:
-    _entry(manifest).pop("role")
+    b.first_wheel(manifest).pop("role")
 
 
 def _libraries_listed(manifest: dict[str, object]) -> None:
-    manifest["libraries"] = [{"wheel": _entry(manifest)["file"], "library": "demo/_C.so"}]
+    manifest["libraries"] = [{"wheel": b.first_wheel(manifest)["file"], "library": "demo/_C.so"}]
 
 
 def _no_target_but_build_archs(manifest: dict[str, object]) -> None:
@@ -243,7 +235,7 @@ def _profile_message(work: Path) -> Invocation:
 
 def _size(value: object) -> Callable[[dict[str, object]], None]:
     def edit(manifest: dict[str, object]) -> None:
-        _entry(manifest)["size"] = value
+        b.first_wheel(manifest)["size"] = value
 
     return edit
 

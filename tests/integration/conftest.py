@@ -26,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``integration`` on the tests under tests/integration/ only.
 
-    This hook sees every collected item of the session, not only this directory's, so
+    This hook sees every collected item of the run, not only this directory's, so
     each item's path decides (``-m "not integration"`` must still select the unit tests).
     """
     for item in items:
@@ -59,7 +59,7 @@ def vllm_sdist() -> Callable[[str], Path]:
 
     Downloaded once from the index pip is configured with (sha256 checked against the
     index's) into the user's cache (~/.cache/sparkbuild, or $SPARKBUILD_CACHE as it was when
-    the session started), so later sessions need no network.  The path is the cache blob:
+    the test run started), so later runs need no network.  The path is the cache blob:
     its name is the sha256, not the sdist's file name.  Tests using it are ``network``.
     """
     cache = Cache(default_cache_root())

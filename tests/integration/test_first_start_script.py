@@ -1,29 +1,28 @@
 """bench/first-start/first_start.py on CPU: a tiny random model, its greedy reference twice
 (the same tokens), and the record's comparison, which must also catch a changed token.
 
-vLLM itself runs on the device (bench/first-start/fs.sh); here its JSON is stood in
+vLLM itself runs on a GPU machine (bench/first-start/fs.sh); here its JSON is stood in
 for by a second reference run, so only transformers (and torch) are needed.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.script_loader import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "first-start" / "first_start.py"
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("first_start", SCRIPT)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT)
 
 
 def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
@@ -76,7 +75,7 @@ def test_tiny_model_reference_and_record(tmp_path: Path) -> None:
 
 def test_the_record_tells_flashinfer_generated_sources_from_a_compile(tmp_path: Path) -> None:
     """flashinfer writes a module's generated sources and its log into the workspace before it
-    loads the prebuilt library (as the 2026-12-04 first-token run showed): not a compile.  A
+    loads the prebuilt library (bench/first-start/2026-12-04-first-token): not a compile.  A
     library or ninja's file there is one; so are an nvcc call and driver-JIT-compiled PTX."""
     fs = _script()
     (tmp_path / "ref.json").write_text(json.dumps({"tokens": [5, 6, 7], "margins": [1, 1, 1]}))
@@ -133,7 +132,7 @@ def test_the_network_guard_refuses_outbound_tcp_and_logs_it(tmp_path: Path) -> N
     assert kinds == ["udp_connect", "tcp_connect"]
 
 
-def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
+def test_the_gpu_machine_scripts_parse_and_name_only_files_that_exist() -> None:
     """prep_here.sh copies ``$HERE/NAME`` into .devrun/ and fs.sh runs ``$D/NAME``: each
     must be a file of bench/first-start (or the one prep_here copies from bench/real-build)."""
     import re
@@ -155,26 +154,20 @@ def test_the_device_scripts_parse_and_name_only_files_that_exist() -> None:
                    if not (here / n).exists()}
         assert missing == set(), f"{script} names {sorted(missing)}"
     ran = set(re.findall(r"\$D/([A-Za-z_][\w.-]*\.(?:py|sh))", (here / "fs.sh").read_text()))
-    assert ran - {"cudaroot.sh"} <= copied  # what fs.sh runs on the device was carried there
+    assert ran - {"cudaroot.sh"} <= copied  # what fs.sh runs on the GPU machine was carried there
 
 
 def _bench_script(name: str) -> ModuleType:
-    import sys
-
-    sys.path.insert(0, str(SCRIPT.parent))  # the scripts import each other, as on the device
+    sys.path.insert(0, str(SCRIPT.parent))  # the scripts import each other, as on the GPU machine
     try:
-        spec = importlib.util.spec_from_file_location(name, SCRIPT.parent / f"{name}.py")
-        assert spec and spec.loader
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        return load_script(SCRIPT.parent / f"{name}.py")
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    return module
 
 
 def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:
-    # 2026-12-03's device image held numpy 2.5.2 where vLLM 0.20.0's closure needs < 2.4, and
-    # numba 0.68.0 where vLLM pins 0.65.0; carrying by name alone missed both
+    # an image that holds numpy 2.5.2 where vLLM 0.20.0's closure needs < 2.4, and
+    # numba 0.68.0 where vLLM pins 0.65.0: carried by name alone, both would be missed
     mw = _bench_script("missing_wheels")
     image = mw.freeze_versions("# a comment\nnumpy==2.5.2\ntorch==2.11.0\nNumba==0.68.0\n")
     assert image == {"numpy": "2.5.2", "torch": "2.11.0", "numba": "0.68.0"}
@@ -186,7 +179,8 @@ def test_the_node_set_takes_the_image_s_own_version_or_carries_it() -> None:
 
 
 def test_llguidance_is_left_out_only_where_vllm_imports_it_lazily() -> None:
-    # vLLM 0.20.0 reads llguidance.LLMatcher as the engine imports (the 2026-12-05 tiny-MoE run)
+    # vLLM 0.20.0 reads llguidance.LLMatcher as the engine imports
+    # (bench/flashinfer-gpu/2026-12-05-tiny-moe-vllm)
     mw = _bench_script("missing_wheels")
     pins = [("llguidance", "1.3.0")]
     old = mw.sdist_version(Path("vllm-0.20.0.tar.gz"))

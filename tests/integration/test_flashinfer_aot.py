@@ -41,7 +41,7 @@ from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.sass import list_cuda_archs, read_sass
 from sparkbuild.wheelhouse.lock import parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
@@ -148,11 +148,11 @@ def test_verify_reads_every_kernel_native_sm_121a(built: dict[str, object]) -> N
 
     house = here / "wheelhouse"  # the jit-cache wheel alone (flashinfer-python is the node's)
     alone = _recipe(here / "house", name="house", model=MODEL, pin=False)
-    written = write_wheelhouse(house, recipe=load_recipe(alone),
-                               source={"kind": "directory", "spec": "."}, patches=[],
-                               built_wheels=[wheel], build_settings={},
-                               cache_root=here / "cache", offline=True, platform=None,
-                               closure=False)
+    written = write_wheelhouse(
+        house,
+        WheelhouseInputs(recipe=load_recipe(alone), source={"kind": "directory", "spec": "."},
+                         patches=[], built_wheels=[wheel], build_settings={},
+                         cache_root=here / "cache", offline=True, platform=None, closure=False))
     (shipped,) = [f for f in written.files if f.role == "built"]
     locked = {r.key: r for r in parse_lock((house / "requirements.lock").read_text(),
                                            where="lock")}

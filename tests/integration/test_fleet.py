@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sparkbuild.recipe import load_recipe
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -77,9 +77,11 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
                    capture_output=True, timeout=300)
     (root / "recipe.toml").write_text(RECIPE)
     out = root / "served" / "wheelhouse"
-    write_wheelhouse(out, recipe=load_recipe(root / "recipe.toml"), source={}, patches=[],
-                     built_wheels=sorted((root / "dist").glob("*.whl")), build_settings={},
-                     cache_root=root / "cache", offline=False, platform=None)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=load_recipe(root / "recipe.toml"), source={}, patches=[],
+                         built_wheels=sorted((root / "dist").glob("*.whl")), build_settings={},
+                         cache_root=root / "cache", offline=False, platform=None))
     return out
 
 

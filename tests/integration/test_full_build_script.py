@@ -1,14 +1,15 @@
-"""bench/full-build/run.sh with DRY=1: the device runner's commands for a part and for the
-whole build in one piece, nothing built; the payload carried in pieces; the one-piece
-recipe, the sources check, the report and the projection."""
+"""bench/full-build/run.sh with DRY=1: the commands it runs on the build machine (a GPU
+machine with no network) for a part and for the whole build in one piece, nothing built;
+the payload carried in pieces; the one-piece recipe, the sources check, the report and the
+projection."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,9 @@ from types import ModuleType
 import pytest
 
 from sparkbuild.recipe import load_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.script_loader import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "full-build"
 
@@ -42,11 +46,7 @@ def _dry(tmp_path: Path, *parts: str, devrun: Path | None = None) -> list[str]:
 
 
 def _script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ONE_PIECE / f"{name}.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ONE_PIECE / f"{name}.py")
 
 
 def test_a_part_builds_its_targets_without_the_closure(tmp_path: Path) -> None:
@@ -95,13 +95,14 @@ def test_a_part_with_a_bundle_of_its_own_builds_from_it(tmp_path: Path) -> None:
     assert f"--cache {tmp_path}/root/cache " in warm
 
 
-def test_a_today_part_gets_todays_plan_in_cold_caches_of_its_own(tmp_path: Path) -> None:
-    pools, today = _dry(tmp_path, "pools", "_moe_C", "today", "_moe_C")
+def test_a_single_plan_part_gets_one_max_jobs_in_cold_caches_of_its_own(tmp_path: Path) -> None:
+    pools, single = _dry(tmp_path, "pools", "_moe_C", "today", "_moe_C")
     assert "SPARKBUILD_JOB_PLAN" not in pools and f"CCACHE_DIR={tmp_path}/root/ccache " in pools
     assert f"--cache {tmp_path}/root/cache " in pools
-    assert "SPARKBUILD_JOB_PLAN=single" in today
-    assert f"CCACHE_DIR={tmp_path}/root/ccache-today " in today
-    assert f"--cache {tmp_path}/root/cache-today " in today
+    # run.sh builds a part whose name starts with "today" with the single plan
+    assert "SPARKBUILD_JOB_PLAN=single" in single
+    assert f"CCACHE_DIR={tmp_path}/root/ccache-today " in single
+    assert f"--cache {tmp_path}/root/cache-today " in single
 
 
 def _payload(tmp_path: Path, piece_bytes: int) -> Path:
@@ -189,7 +190,7 @@ def test_the_one_piece_recipe_is_vllm_0_29_0_at_12_1a_with_flashinfer_0_6_18(
     assert recipe.source.sha256 == \
         "c03feb07943ecae9e69e7dc424d7c5569ecf8d1292513aef2a4de67af381cd97"
     assert list(recipe.target.cuda_archs) == ["12.1a"]
-    assert recipe.target.platform == "manylinux_2_28_x86_64"  # the device's, not a Spark's
+    assert recipe.target.platform == "manylinux_2_28_x86_64"  # the build machine's, not a Spark's
     (pin,) = recipe.pins
     assert (pin.name, pin.version) == ("flashinfer-python", "0.6.18")
     assert recipe.flashinfer.aot and "--add-moe" in recipe.flashinfer.aot_args
@@ -253,8 +254,8 @@ def test_the_sources_check_finds_each_pin_in_the_snapshots_or_names_it(tmp_path:
     assert not (link / "vllm-project").exists()
 
 
-def test_the_report_reads_a_device_run_and_judges_it() -> None:
-    """Parts 2-3 of the 2026-12-02 run, as the device gave them: the report's figures are
+def test_the_report_reads_a_recorded_run_and_judges_it() -> None:
+    """Parts 2-3 as bench/full-build/part2-3 records them: the report's figures are
     the files' own, and the simulator's prediction is for the plan the build ran."""
     report = _script("report")
     part = BENCH / "part2-3"

@@ -19,7 +19,7 @@ from sparkbuild.proc import run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.tools import find_nvcc
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 pytestmark = pytest.mark.nvcc
@@ -93,12 +93,14 @@ def test_nothing_for_the_target(libraries: dict[str, Path]) -> None:
 
 def _wheelhouse(tmp_path: Path, library: Path, *, allow_jit: bool) -> Path:
     out = tmp_path / f"wheelhouse-{allow_jit}"
-    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
-                     source={"kind": "directory"}, patches=[],
-                     built_wheels=[demo_wheel(tmp_path, {"demo/_C.so": library.read_bytes()})],
-                     build_settings={},
-                     cache_root=tmp_path / "cache", offline=False, platform=None,
-                     toolchain={"python": "3.11"}, outside=NoNetwork())
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
+                         source={"kind": "directory"}, patches=[],
+                         built_wheels=[demo_wheel(tmp_path, {"demo/_C.so": library.read_bytes()})],
+                         build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                         platform=None, toolchain={"python": "3.11"}),
+        WheelhouseReaders(outside=NoNetwork()))
     return out
 
 

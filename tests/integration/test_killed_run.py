@@ -1,5 +1,5 @@
 """A ``wheel`` run killed with SIGKILL leaves its build running (each child runs in a
-session of its own); the next run finds that build in the lock file and stops it before it
+process group of its own); the next run finds that build in the lock file and stops it before it
 starts its own.
 
 The source is an sdist whose setup.py records its pid and sleeps: the "build" is still
@@ -80,7 +80,7 @@ def _run_twice(tmp_path: Path, pids: Path) -> None:
         if first.poll() is None:
             first.kill()
     (orphan,) = _pids(pids)
-    assert _alive(orphan), "the dead run's build should still be running (its own session)"
+    assert _alive(orphan), "the dead run's build should still be running (its own group)"
 
     second = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)

@@ -19,7 +19,7 @@ from sparkbuild.node.fingerprint import fingerprint
 from sparkbuild.node.profile import ON_NODE, declared_profile
 from sparkbuild.proc import run
 from sparkbuild.recipe import load_recipe
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 from support import unshare_works
 
 if TYPE_CHECKING:
@@ -63,9 +63,11 @@ def test_install_writes_the_profile_and_activate_sets_it(tmp_path: Path) -> None
                                                       recipe.node.env, recipe.node.drop,
                                                       str(recipe.path))]
     out = tmp_path / "wh"
-    write_wheelhouse(out, recipe=recipe, source={"kind": "directory", "spec": "."}, patches=[],
-                     built_wheels=[], build_settings={"node_profile": declared},
-                     cache_root=tmp_path / "cache", offline=False, platform=None)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=recipe, source={"kind": "directory", "spec": "."}, patches=[],
+                         built_wheels=[], build_settings={"node_profile": declared},
+                         cache_root=tmp_path / "cache", offline=False, platform=None))
     manifest_bytes = (out / "manifest.json").read_bytes()
     recorded = json.loads(manifest_bytes)["build"]["node_profile"]
     assert recorded == declared

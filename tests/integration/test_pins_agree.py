@@ -23,7 +23,7 @@ from sparkbuild.recipe import load_recipe
 from sparkbuild.wheelhouse.closure import RealOutside
 from sparkbuild.wheelhouse.lock import parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import zipped_wheel
 
 if TYPE_CHECKING:
@@ -214,10 +214,12 @@ def test_an_override_installs_and_pip_check_reports_it_an_unrecorded_one_fails(
     tree.mkdir()
     recipe = load_recipe(recipe_file(tmp_path, str(tree), override="alpha runs on beta 1.0"))
     out = tmp_path / "wheelhouse"
-    result = write_wheelhouse(out, recipe=recipe, source={}, patches=[],
-                              built_wheels=[built_app(tmp_path)], build_settings={},
-                              cache_root=tmp_path / "cache", offline=False,
-                              platform=None, outside=RealOutside())  # install: this Python
+    result = write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=recipe, source={}, patches=[], built_wheels=[built_app(tmp_path)],
+                         build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                         platform=None),
+        WheelhouseReaders(outside=RealOutside()))  # install: this Python
     (override,) = result.overrides
     assert [d.describe() for d in override.replaced] == ["alpha 1.0 requires beta>=2"]
     manifest = json.loads((out / "manifest.json").read_text())

@@ -1,4 +1,4 @@
-"""bench/full-build/pools.sh --dry-run: the device run's commands, in order, nothing run."""
+"""bench/full-build/pools.sh --dry-run: the build machine's commands, in order, nothing run."""
 
 from __future__ import annotations
 
@@ -27,13 +27,13 @@ def test_dry_run_prints_both_plans_then_the_warm_rebuild(tmp_path: Path) -> None
     lines = result.stdout.splitlines()
     wheels = [line for line in lines if " -m sparkbuild wheel " in line]
     assert len(wheels) == 3
-    today, pools, rebuild = wheels
-    assert "SPARKBUILD_JOB_PLAN=single" in today and "SPARKBUILD_JOB_PLAN=pools" in pools
-    assert "--bundle b1.tar" in today and "--bundle b1.tar" in pools
+    single, pools, rebuild = wheels
+    assert "SPARKBUILD_JOB_PLAN=single" in single and "SPARKBUILD_JOB_PLAN=pools" in pools
+    assert "--bundle b1.tar" in single and "--bundle b1.tar" in pools
     assert "--bundle b2.tar" in rebuild and "SPARKBUILD_JOB_PLAN=pools" in rebuild
     s = tmp_path / "s"
     # the two plans start cold, each with its own caches; the rebuild reuses the pool's
-    assert f"--cache {s}/cache-today" in today and f"CCACHE_DIR={s}/ccache-today" in today
+    assert f"--cache {s}/cache-today" in single and f"CCACHE_DIR={s}/ccache-today" in single
     assert f"--cache {s}/cache-pools" in pools and f"CCACHE_DIR={s}/ccache-pools" in pools
     assert f"--cache {s}/cache-pools" in rebuild and f"CCACHE_DIR={s}/ccache-pools" in rebuild
     for name, line in zip(("today", "pools", "rebuild"), wheels, strict=True):

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.proc import GRACE_SECONDS, OUTPUT_TAIL_LINES, run
+from sparkbuild.proc import GRACE_SECONDS, OUTPUT_TAIL_LINES, Streams, run
 
 
 def test_output_goes_to_the_log_and_progress_sees_each_line(tmp_path: Path) -> None:
     seen: list[str] = []
     log = tmp_path / "logs" / "step.log"
-    result = run(["sh", "-c", "echo '[1/2] a'; echo '[2/2] b'"], log=log, progress=seen.append)
+    result = run(["sh", "-c", "echo '[1/2] a'; echo '[2/2] b'"], log=log,
+                 streams=Streams(progress=seen.append))
     assert result.returncode == 0
     assert seen == ["[1/2] a", "[2/2] b"]
     assert log.read_text() == "[1/2] a\n[2/2] b\n"
@@ -132,7 +133,7 @@ def test_keyboard_interrupt_kills_the_whole_group(cmd: list[str]) -> None:
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt):
-            run(cmd, progress=seen, echo=False, timeout=60)
+            run(cmd, echo=False, timeout=60, streams=Streams(progress=seen))
     finally:
         signal.signal(signal.SIGINT, previous)
     assert pids, "the child never said its grandchild's pid"
@@ -143,14 +144,14 @@ def test_keyboard_interrupt_kills_the_whole_group(cmd: list[str]) -> None:
 DRIVER = r"""
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with it ignored
-from sparkbuild.proc import interrupt_on_sigterm, run
+from sparkbuild.proc import Streams, interrupt_on_sigterm, run
 
 def seen(line):
     print(line, flush=True)
 
 try:
     with interrupt_on_sigterm():
-        run(["sh", "-c", "sleep 300 & echo $!; wait"], progress=seen, echo=False)
+        run(["sh", "-c", "sleep 300 & echo $!; wait"], echo=False, streams=Streams(progress=seen))
 except KeyboardInterrupt:
     print("interrupted", flush=True)
     sys.exit(130)
@@ -160,7 +161,7 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_to_the_foreground_group_reaches_the_children(sig: signal.Signals) -> None:
     """A terminal's Ctrl-C (or ``timeout``'s SIGTERM) goes to sparkbuild's process group;
-    its children, in sessions of their own, are not in it: proc.run passes it on."""
+    its children, in process groups of their own, are not in it: proc.run passes it on."""
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER],
         stdout=subprocess.PIPE,
@@ -188,10 +189,12 @@ def test_a_set_stop_event_stops_the_run() -> None:
 
     began = time.monotonic()
     with pytest.raises(CommandFailed, match="stopped by its output's watcher"):
-        run(["sh", "-c", "echo ready; sleep 30"], progress=seen, stop=stop, echo=False)
+        run(["sh", "-c", "echo ready; sleep 30"], echo=False,
+            streams=Streams(progress=seen, stop=stop))
     assert time.monotonic() - began < 10
 
 
 def test_an_unset_stop_event_changes_nothing() -> None:
-    result = run(["sh", "-c", "echo done"], stop=threading.Event(), echo=False)
+    result = run(["sh", "-c", "echo done"], echo=False,
+                 streams=Streams(stop=threading.Event()))
     assert result.returncode == 0 and result.output == "done\n"

@@ -1,7 +1,7 @@
-"""The sccache session on a real Redis server: two "machines", a dead cache, doctor.
+"""The build's sccache server on a real Redis server: two "machines", a dead cache, doctor.
 
 Fast companions of test_compile_cache_redis.py (which builds the example): here one small
-CUDA unit and one C++ unit go through the launcher the session hands to the build.
+CUDA unit and one C++ unit go through the launcher the server hands to the build.
 """
 
 from __future__ import annotations

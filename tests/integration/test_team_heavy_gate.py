@@ -11,9 +11,10 @@ memory gives (4, deeper than the 1 slot the build host holds), and two light one
 Server 1 is killed (SIGKILL, by its PID) once the scheduler has given it a job: its steps,
 and those the scheduler has no free slot for, compile here (sccache's local fallback).
 The build must complete, every heavy unit's fallbacks must run one at a time (the heavy
-units' server holds one jobserver token), and the build host's compiles, sampled every
-0.1 s from /proc, must stay within the plan's local budget: one heavy unit and one light
-one at their measured peaks, x1.15 (the planner's headroom).
+units' server holds one jobserver token: two steps count as at once only where both
+were running across two passes over /proc, which no snapshot is), and the build host's
+compiles, sampled every 0.1 s from /proc, must stay within the plan's local budget: one
+heavy unit and one light one at their measured peaks, x1.15 (the planner's headroom).
 
 Every process the test starts is stopped by its PID, pass or fail.
 """
@@ -118,8 +119,7 @@ class Sampler:
         for name, root in self.roots.items():
             compiles = [p for p in _descendants(root) if _name(p) in COMPILERS]
             total += sum(_rss_kib(p) for p in compiles)
-            steps = [p for p in compiles if _name(p) in ("cicc", "ptxas", "cudafe++")
-                     and _state(p) != "Z"]  # a step that ended, not yet reaped
+            steps = _running_together(compiles)
             if len(steps) > self.most.get(name, 0):
                 self.most[name] = len(steps)
                 self.seen[name] = [f"{p} {_name(p)} {_state(p)}" for p in steps]
@@ -128,6 +128,31 @@ class Sampler:
     def run(self) -> None:
         while not self.stop.wait(0.1):
             self.sample()
+
+
+def _running_together(pids: list[int]) -> list[int]:
+    """The steps among ``pids`` that ran at one same moment.  Reading /proc is no snapshot:
+    the walk over a server's threads' children and the reads after it take milliseconds,
+    in which one step can end, be reaped and the server spawn the next (its jobserver
+    token passed on), so two steps read one after the other may never have overlapped.
+    Each is read twice, every first read before any second: a step running (not ended:
+    Z) at both reads, and the same process (its start time), ran through the moment
+    between the two passes, so all those counted ran together then."""
+    first = {p: _started(p) for p in pids if _is_step(p)}
+    return [p for p, started in first.items()
+            if started is not None and _is_step(p) and _started(p) == started]
+
+
+def _is_step(pid: int) -> bool:
+    return _name(pid) in ("cicc", "ptxas", "cudafe++") and _state(pid) not in ("Z", "?")
+
+
+def _started(pid: int) -> int | None:
+    """The process's start time (clock ticks after boot): a PID used again differs."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _peak_alone(source: Path, out: Path) -> int:

@@ -1,6 +1,6 @@
 """The unit watch on objects nvcc compiles here (no GPU), read by cuobjdump: a feature
 guard that compiles a kernel away at 9.0a (as vLLM's scaled_mm_c2x does for its sm89
-kernels, 2026-12-03) is refused as its object lands; the same kernel built where the guard
+kernels) is refused as its object lands; the same kernel built where the guard
 opens is not."""
 
 from __future__ import annotations

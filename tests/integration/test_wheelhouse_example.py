@@ -28,7 +28,7 @@ from sparkbuild.store.hashing import sha256_file
 from sparkbuild.wheelhouse.closure import RealOutside, fetch_pin
 from sparkbuild.wheelhouse.lock import find_uv, parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 from support import example_recipe
 
 if TYPE_CHECKING:
@@ -90,10 +90,12 @@ def install_report(output: str) -> dict[str, Any]:
 
 
 def wheelhouse(tmp_path: Path, wheel: Path, out: Path, *, offline: bool) -> None:
-    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
-                     source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
-                     built_wheels=[wheel], build_settings={"jobs": 1},
-                     cache_root=tmp_path / "cache", offline=offline, platform=None)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=load_recipe(tmp_path / "recipe.toml"),
+                         source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
+                         built_wheels=[wheel], build_settings={"jobs": 1},
+                         cache_root=tmp_path / "cache", offline=offline, platform=None))
 
 
 @pytest.mark.network
@@ -162,8 +164,8 @@ def test_wheelhouse_of_a_small_project(tmp_path: Path, monkeypatch: pytest.Monke
     with zipfile.ZipFile(built) as archive:
         assert {i.date_time for i in archive.infolist()} == {(1980, 1, 1, 0, 0, 0)}
 
-    # the caller's PYTHONPATH holds six already (the device, 2026-12-03: sparkbuild's own
-    # site held setuptools): the venv still gets its own copy, and pip check judges the venv
+    # the caller's PYTHONPATH holds six already (as where sparkbuild's own site holds
+    # setuptools): the venv still gets its own copy, and pip check judges the venv
     shadow = tmp_path / "shadow"
     (six_wheel,) = one.glob("six-*.whl")
     with zipfile.ZipFile(six_wheel) as archive:
@@ -188,11 +190,13 @@ def test_without_the_closure_the_nodes_projects_are_listed_not_missing(tmp_path:
     (tmp_path / "recipe.toml").write_text(RECIPE)
     wheel = build_wheel(make_project(tmp_path / "p1"), tmp_path / "dist")
     out = tmp_path / "wh"
-    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"),
-                     source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
-                     built_wheels=[wheel], build_settings={"jobs": 1},
-                     cache_root=tmp_path / "cache", offline=False, platform=None,
-                     closure=False)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=load_recipe(tmp_path / "recipe.toml"),
+                         source={"kind": "directory", "spec": str(tmp_path / "p1")}, patches=[],
+                         built_wheels=[wheel], build_settings={"jobs": 1},
+                         cache_root=tmp_path / "cache", offline=False, platform=None,
+                         closure=False))
     assert not list(out.glob("six-*.whl"))
     result = verify_wheelhouse(out)
     assert result.error is None
@@ -208,10 +212,11 @@ def test_closure_for_the_spark_platform(tmp_path: Path) -> None:
     pyproject.write_text(pyproject.read_text().replace('"six>=1.16"', '"PyYAML>=6"'))
     wheel = build_wheel(project, tmp_path / "dist")
     out = tmp_path / "wh"
-    write_wheelhouse(out, recipe=load_recipe(tmp_path / "recipe.toml"), source={},
-                     patches=[], built_wheels=[wheel], build_settings={},
-                     cache_root=tmp_path / "cache", offline=False,
-                     platform="manylinux_2_39_aarch64")
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=load_recipe(tmp_path / "recipe.toml"), source={}, patches=[],
+                         built_wheels=[wheel], build_settings={}, cache_root=tmp_path / "cache",
+                         offline=False, platform="manylinux_2_39_aarch64"))
     (yaml,) = out.glob("[Pp]y[Yy][Aa][Mm][Ll]-*.whl")
     assert "-cp312-cp312-" in yaml.name and yaml.name.endswith("_aarch64.whl")
     manifest = json.loads((out / "manifest.json").read_text())

@@ -62,6 +62,8 @@ def _broken_copy(tmp_path: Path, old: str, new: str) -> Path:
     ("subject-path: |", "subject-paths: |", "subject-paths"),
     ("${{ steps.attest.outputs.bundle-path }}", "${{ steps.attest.outputs.bundle }}",
      "bundle"),
+    # the join's edges to the two part jobs are checked too
+    ("needs: [vllm, flashinfer]", "needs: [vllm, flashinfr]", "flashinfr"),
 ])
 def test_actionlint_catches_a_broken_copy(tmp_path: Path, old: str, new: str,
                                           named: str) -> None:
@@ -76,11 +78,11 @@ def test_workflow_does_what_the_issue_asks() -> None:
     assert "  workflow_dispatch:" in on and "  workflow_call:" in on
     assert re.search(r"default: ubuntu-24\.04-arm\b", text)  # an arm64 runner
     assert "uses: actions/cache@v4" in text and "path: .sparkbuild-cache" in text
-    wheel = text.index('sparkbuild wheel "${args[@]}" > wheel.json')
+    wheel = text.index('sparkbuild wheel "${args[@]}" > "wheel-$PART.json"')
     assert "--json)" in text[text.index("args=(--recipe"):wheel]
     assert text.index('sparkbuild verify "$OUT" --json') > wheel
     uploads = text[text.index("Upload the wheelhouse"):]
-    for path in ("path: ${{ env.OUT }}\n", "${{ env.OUT }}/manifest.json", "wheel.json",
+    for path in ("path: ${{ env.OUT }}\n", "${{ env.OUT }}/manifest.json", "join.json",
                  "verify.json"):
         assert path in uploads
     assert "SPARKBUILD_COMPILE_CACHE: ${{ secrets.SPARKBUILD_COMPILE_CACHE }}" in text

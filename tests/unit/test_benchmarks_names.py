@@ -1,5 +1,5 @@
 """Runs are named by their date and what they measured, never by the work session that made
-them, and BENCHMARKS.md opens with today's headline figures.
+them, and BENCHMARKS.md opens with its headline figures.
 
 The scan reads every file under the repository root, .git, the venv and what .gitignore
 leaves out excepted; a file with a NUL byte in its first 8 KiB is binary and not read.
@@ -134,7 +134,7 @@ def test_benchmarks_opens_with_the_headline_figures() -> None:
 
 def test_the_scan_finds_every_form_of_a_session_number() -> None:
     text = "\n".join([
-        f"measured in {WORD} 12, on the device",
+        f"measured in {WORD} 12, on the GPU machine",
         f"{WORD.capitalize()}s 16 and 17 had all cores",
         f"bench/full-build/{WORD}-20-pools/wheel.json",
         f"the {WORD}_19 record",
@@ -169,7 +169,7 @@ def test_a_file_or_a_folder_named_by_a_session_number_is_found(tmp_path: Path) -
 
 def test_a_page_without_the_headline_block_is_refused(tmp_path: Path) -> None:
     page = tmp_path / "BENCHMARKS.md"
-    page.write_text("# Benchmarks\n\n## E2M1 (issue 3)\n\n+6.62 per value\n")
+    page.write_text("# Benchmarks\n\n## E2M1\n\n+6.62 per value\n")
     assert headline_problems(page) == ["the first section is not '## Headline figures'"]
 
 

@@ -193,7 +193,7 @@ def _links(path: Path) -> list[tuple[int, str]]:
     ("| a | `install --no-such-flag DIR\\|URL` |\n", "`sparkbuild install` has no --no-such-flag"),
     ("A span over a line break: `verify\n--no-such-flag`.\n",
      "`sparkbuild verify` has no --no-such-flag"),
-    ("Here `install --venv V` (pending: issue 19).\n", "marked pending but the CLI has it"),
+    ("Here `install --venv V` (pending: a later release).\n", "marked pending but the CLI has it"),
     ("```bash\nsparkbuild install DIR --venv V   # pending: lands soon\n```\n",
      "marked pending but the CLI has it"),
 ])
@@ -207,7 +207,7 @@ def test_the_checker_catches(tmp_path: Path, text: str, expected: str) -> None:
     "Written with its program: `pip install --no-deps`, `git apply --check`.\n",
     "`pytest -m \"not integration\"` runs the unit tests.\n",
     "`doctor --teleport` (pending: a later round) checks a node.\n",
-    "```bash\nsparkbuild teleport-kernels --out DIR   # pending: issue 19\n```\n",
+    "```bash\nsparkbuild teleport-kernels --out DIR   # pending: not yet\n```\n",
     "```bash\nsparkbuild wheel --out w > wheel.json  # --no-such-flag in a comment\n```\n",
     "The cache is `~/.cache/sparkbuild`, the module `sparkbuild.resources`.\n",
     "```bash\npython -m sparkbuild wheel --mirror=https://a/=file:///b/ --jobs 4 && ls -la\n```\n",

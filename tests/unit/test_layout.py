@@ -16,17 +16,23 @@ PACKAGE = Path(__file__).resolve().parents[2] / "src" / "sparkbuild"
 
 TOP_LEVEL = frozenset({
     "__init__", "__main__", "cli", "pipeline", "errors", "proc", "console", "recipe",
-    "resources", "settings",
+    "recipe_keys", "recipe_model", "recipe_schema", "resources", "settings", "records",
+    "doc_tables",
 })
 """The only modules allowed at the top of the package."""
 
-FOUNDATION = frozenset({"errors", "proc", "console", "recipe", "resources", "settings",
-                        "__init__"})
+FOUNDATION = frozenset({"errors", "proc", "console", "resources", "settings", "records",
+                        "doc_tables", "__init__"})
 """Top-level modules every room may use."""
+
+RECIPE = frozenset({"recipe", "recipe_keys", "recipe_model", "recipe_schema"})
+"""Top-level modules of the recipe: every room but the store may use them, and they may use
+the store (its readers of user files); no store module loads them."""
 
 RANK = {
     "foundation": 0,
     "store": 1,
+    "recipe": 1,
     "toolchain": 2,
     "sources": 3,
     "patches": 4,
@@ -54,7 +60,7 @@ def room_of(module: str) -> str:
     head = parts[1]
     if head in FOUNDATION:
         return "foundation"
-    return head
+    return "recipe" if head in RECIPE else head
 
 
 def module_name(path: Path) -> str:
@@ -122,6 +128,17 @@ def test_only_the_named_modules_stay_at_the_top() -> None:
     rooms = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file()}
     assert rooms == set(ROOMS)
     assert [room for room in sorted(RANK, key=RANK.__getitem__) if room in rooms] == list(ROOMS)
+
+
+def test_no_store_module_loads_the_recipe() -> None:
+    """The store sits beneath the recipe (the recipe reads its files with the store's
+    readers): importing a store module loads no recipe module (a type named under
+    ``TYPE_CHECKING`` loads nothing)."""
+    recipe = {f"sparkbuild.{name}" for name in RECIPE}
+    loading = {module_name(path): sorted(loaded_with(module_name(path)) & recipe)
+               for path in sorted((PACKAGE / "store").glob("*.py"))}
+    assert {name: found for name, found in loading.items() if found} == {}
+    assert "sparkbuild.recipe" in loaded_with("sparkbuild.flashinfer.model_config")
 
 
 def room_docstring(package: Path) -> str:

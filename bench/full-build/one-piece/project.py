@@ -28,12 +28,13 @@ at a time, 2 cores, without FA2): the table is 0.20.0's, the closest measured.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, for bench/
+from bench.script_loader import schedule_sim
 
 BENCH = Path(__file__).resolve().parents[2]
 GIB = 1024**3
@@ -41,14 +42,6 @@ GOAL_S = 1800.0
 PRE = ("bundle verify", "bundle import", "tree copy", "prepare", "pins", "vendor", "doctor",
        "build environment", "code forecast", "metadata", "configure")
 POST = ("link", "install and package", "wheel rewrite", "verify", "wheelhouse")
-
-
-def _schedule_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedule_sim", BENCH / "schedule_sim.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _phases(path: Path) -> dict[str, float]:
@@ -63,7 +56,7 @@ def _kernels(path: Path) -> int:
 
 def project(units_path: Path, *, cores: int, memory_gib: float, start_s: float,
             call_s: float, calls: int, flashinfer: list[float]) -> dict[str, Any]:
-    sim = _schedule_sim()
+    sim = schedule_sim()
     units = sim.load(units_path)
     plans = sim.plans(units, cores, int(memory_gib * GIB))
     unit_seconds = sum(float(u["seconds"]) for u in units)

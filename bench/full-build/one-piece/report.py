@@ -22,12 +22,13 @@ that needs it is None, and the acceptance is then False.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository, for bench/
+from bench.script_loader import schedule_sim
 
 GIB = 1024**3
 EXPECTED_12_1A = ("_C_stable_libtorch", "_moe_C_stable_libtorch", "_vllm_fa2_C",
@@ -35,15 +36,6 @@ EXPECTED_12_1A = ("_C_stable_libtorch", "_moe_C_stable_libtorch", "_vllm_fa2_C",
 """vLLM 0.29.0's libraries with kernels at 12.1a (setup.py's CUDA extensions whose arch
 lists take 12.1a: sources.py ROLES); _deep_gemm_C holds host code only (its kernels are
 JIT-compiled at run time), cumem_allocator, spinloop and fs_io_C no kernels."""
-
-
-def _schedule_sim() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "schedule_sim.py"
-    spec = importlib.util.spec_from_file_location("schedule_sim", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _read(folder: Path, name: str, missing: list[str]) -> dict[str, Any]:
@@ -76,7 +68,7 @@ def predicted_compile(units: list[dict[str, Any]], cores: int, memory_gib: float
     timed = [dict(u) for u in units if u.get("seconds") is not None]
     if not timed:
         return None
-    sim = _schedule_sim()
+    sim = schedule_sim()
     for unit in timed:
         unit["peak_rss_gib"] = float(unit.get("peak_rss_gib") or 2.9)
     result: dict[str, Any] = sim.plans(timed, cores, int(memory_gib * GIB))

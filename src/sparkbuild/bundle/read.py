@@ -11,6 +11,8 @@ must lie inside the bundle.
 The files the recipe names besides its series (``[model] config``, a ``[flashinfer]
 jit_cache`` path) travel in the bundle too: :func:`bundled_recipe` gives the recipe that
 reads the bundle's copies, each checked against the sha256 the bundle recorded for it.
+:func:`open_bundle` is the one read (and hash) of a bundle's bytes a run makes: its recipe,
+tree, cache entries and runtime are all read from what it gives.
 The verified copy is kept under the work directory, keyed by the bundle's sha256, so a
 second run with the same bundle skips the verification.  :func:`import_bundle` puts the
 sources and wheels into the cache under their upstream keys; :func:`prepared_from_bundle`
@@ -39,7 +41,6 @@ from sparkbuild.bundle.archive import MANIFEST, TOP, members_of
 from sparkbuild.bundle.write import PLAN, RUNTIME_DIR, VERIFIED_MARKER
 from sparkbuild.console import count_progress, info, step
 from sparkbuild.errors import SourceError, UnsafeArchiveError, UsageError, VerifyError
-from sparkbuild.recipe import parse_json
 from sparkbuild.sources.archive import (
     ArchiveMember,
     MemberCheck,
@@ -51,6 +52,7 @@ from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import CacheLock
 from sparkbuild.store.phases import phase
 from sparkbuild.store.tree_sync import sync_tree
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.vendoring.fetch import store_tree_tarball
 from sparkbuild.vendoring.index import (
     FLASHINFER_AOT_WHEELS,
@@ -352,9 +354,9 @@ def _import_runtime(unpacked: UnpackedBundle, cache: Cache) -> list[str]:
     return [f"{len(runtime['pins'])} pins", f"{len(runtime['files'])} closure wheels"]
 
 
-def bundled_runtime(bundle: Path, cache_root: Path) -> dict[str, Any] | None:
+def bundled_runtime(unpacked: UnpackedBundle) -> dict[str, Any] | None:
     """The ``runtime`` record of a bundle (pins and closure); None for a bundle without."""
-    runtime = unpack_bundle(bundle, bundles_dir(cache_root)).plan.get("runtime")
+    runtime = unpacked.plan.get("runtime")
     return runtime if isinstance(runtime, dict) else None
 
 
@@ -420,12 +422,18 @@ def bundles_dir(cache_root: Path) -> Path:
     return cache_root / "work" / "bundles"
 
 
-def bundled_recipe(bundle: Path, cache_root: Path) -> Recipe:
-    """The recipe a bundle carries (the bundle is verified and unpacked first), reading the
-    bundle's copies of the files it names (:func:`with_carried_files`)."""
+def open_bundle(bundle: Path, cache_root: Path) -> UnpackedBundle:
+    """``bundle`` verified and unpacked where the cache keeps bundles (:func:`bundles_dir`):
+    the one read of its bytes a run makes; its recipe, tree, cache entries and runtime are
+    all read from the result."""
+    return unpack_bundle(bundle, bundles_dir(cache_root))
+
+
+def bundled_recipe(unpacked: UnpackedBundle) -> Recipe:
+    """The recipe a bundle carries, reading the bundle's copies of the files it names
+    (:func:`with_carried_files`)."""
     from sparkbuild.recipe import load_recipe
 
-    unpacked = unpack_bundle(bundle, bundles_dir(cache_root))
     return with_carried_files(unpacked, load_recipe(unpacked.recipe_path))
 
 

@@ -7,8 +7,9 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
+from sparkbuild.records import Record
 from sparkbuild.vendoring.unread import (
     GIT_NAMES,
     MEDIA_SUFFIXES,
@@ -18,18 +19,16 @@ from sparkbuild.vendoring.unread import (
 
 
 @dataclass
-class StripReport:
+class StripReport(Record):
     """What :func:`strip_tree` left out of one tree."""
+
+    json_order: ClassVar[tuple[str, ...]] = ("name", "files", "bytes")
 
     name: str
     paths: list[str] = field(default_factory=list)
     """The top-most paths removed (a directory stands for everything below it)."""
     files: int = 0
     bytes: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "files": self.files, "bytes": self.bytes,
-                "paths": self.paths}
 
 
 def _size(path: Path) -> tuple[int, int]:

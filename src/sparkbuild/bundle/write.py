@@ -51,20 +51,22 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild import __version__
 from sparkbuild.bundle.archive import TOP, sweep_partials, write_archive
 from sparkbuild.bundle.strip import StripReport, strip_tree
 from sparkbuild.console import step, warn
 from sparkbuild.errors import DestinationError, RecipeError, SparkbuildError, VerifyError
-from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT, read_user_text
+from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.cache import Cache, default_cache_root
 from sparkbuild.store.context import RunContext
 from sparkbuild.store.files import writer_gone
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.lock import recipe_work_lock
+from sparkbuild.store.user_files import read_user_text
 from sparkbuild.vendoring.index import FLASHINFER_AOT_WHEELS, source_entry, wheelset_entry
 from sparkbuild.vendoring.unread import referenced_paths
 
@@ -88,7 +90,12 @@ TREE_SKIPPED = frozenset({"build", ".deps", "dist"})
 
 
 @dataclass
-class BundleResult:
+class BundleResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "out", "size", "sha256", "raw_bytes", "members", "deduplicated", "sources", "stripped",
+        "wheels", "excluded", "runtime", "recipe_files",
+    )
+
     out: Path
     size: int
     sha256: str
@@ -99,24 +106,13 @@ class BundleResult:
     stripped: list[StripReport]
     wheels: list[str]
     excluded: list[str]
-    seconds: float
-    error: SparkbuildError | None = None
+    seconds: float = field(metadata=as_json(dump=rounded(1)))
+    error: SparkbuildError | None = field(default=None, metadata=as_json(skip=True))
     runtime: dict[str, Any] | None = None
     """plan.json's ``runtime``: the pins and closure carried; None when not asked for."""
     recipe_files: dict[str, dict[str, str]] = field(default_factory=dict)
     """plan.json's ``recipe_files``: each file the recipe names, by key (its copy, sha256)."""
-    without_wheels: bool = False
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "out": str(self.out), "size": self.size, "sha256": self.sha256,
-            "raw_bytes": self.raw_bytes, "members": self.members,
-            "deduplicated": self.deduplicated, "sources": self.sources,
-            "stripped": [report.to_dict() for report in self.stripped],
-            "wheels": self.wheels, "excluded": self.excluded,
-            "runtime": self.runtime, "recipe_files": self.recipe_files,
-            "seconds": round(self.seconds, 1),
-        }
+    without_wheels: bool = field(default=False, metadata=as_json(skip=True))
 
     def summary(self) -> list[str]:
         mib = 1 << 20

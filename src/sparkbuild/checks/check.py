@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sparkbuild.checks.check_plan import CheckPlan, plan_check, unit_key
-from sparkbuild.checks.check_result import CheckResult, UnitOutcome
+from sparkbuild.checks.check_result import CheckResult, UnitOutcome, UnitStatus
 from sparkbuild.console import count_progress, info, step
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.job_plan import recipe_job_plan
+from sparkbuild.jobplan.machine import MachineFacts
 from sparkbuild.proc import format_command, run
 from sparkbuild.toolchain import sass
 from sparkbuild.toolchain.compile_flags import gencode_codes
@@ -78,7 +79,7 @@ def header_provider(header: str, record: BuildRecord, cuda_root: Path) -> str | 
 def classify(
     command: UnitCommand, returncode: int, output: str, record: BuildRecord,
     cuda_root: Path, native_code: str,
-) -> tuple[str, str, tuple[str, ...]]:
+) -> tuple[UnitStatus, str, tuple[str, ...]]:
     """(status, reason, missing headers) of one finished compile."""
     native = any(native_code in code for code in command.gencode)
     arch_note = "" if native else (f"; compiled for {', '.join(command.gencode) or 'no arch'}"

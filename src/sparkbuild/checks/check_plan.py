@@ -26,6 +26,7 @@ from sparkbuild.errors import ToolchainError, UsageError
 from sparkbuild.patches.engine import RECORD_DIR, git_apply
 from sparkbuild.patches.series import load_series, parse_diff, render_diff
 from sparkbuild.recipe import require_spark_target
+from sparkbuild.records import Record, as_json
 from sparkbuild.toolchain import sass, tools
 from sparkbuild.toolchain.archs import entry_for
 from sparkbuild.toolchain.cmake_recorder import (
@@ -279,19 +280,15 @@ def gencodes(record: BuildRecord, root: Path) -> dict[str, tuple[str, ...]]:
 
 
 @dataclass(frozen=True)
-class GencodeCoverage:
+class GencodeCoverage(Record):
     """A unit whose ``-gencode`` gives ``target`` no SASS: ``ptx`` (``code``: the virtual
     arch the driver would JIT at load) or ``none``."""
 
     unit: str
     target: str
     gencode: tuple[str, ...]
-    kind: str
-    code: str | None
-
-    def to_dict(self) -> dict[str, object]:
-        return {"unit": self.unit, "target": self.target, "gencode": list(self.gencode),
-                "coverage": self.kind, "ptx_arch": self.code}
+    kind: sass.CoverageKind = field(metadata=as_json("coverage"))
+    code: str | None = field(metadata=as_json("ptx_arch"))
 
     def describe(self) -> str:
         what = f"PTX only ({self.code})" if self.kind == sass.PTX_ONLY else "no code"

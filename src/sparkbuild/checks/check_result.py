@@ -13,10 +13,11 @@ pass either.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError
 from sparkbuild.proc import format_command
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.toolchain.kernel_policy import kernel_names, refused
 
 if TYPE_CHECKING:
@@ -26,7 +27,10 @@ if TYPE_CHECKING:
     from sparkbuild.jobplan.machine import BuildPlan
     from sparkbuild.toolchain.sass import Coverage, SassSummary
 
-STATUSES = ("ok", "failed", "skipped-missing-headers", "skipped-missing-sources", "not-built")
+UnitStatus = Literal["ok", "failed", "skipped-missing-headers", "skipped-missing-sources",
+                     "not-built"]
+STATUSES: tuple[UnitStatus, ...] = ("ok", "failed", "skipped-missing-headers",
+                                    "skipped-missing-sources", "not-built")
 HEADERS_HINT = (
     "CUTLASS headers: set VLLM_CUTLASS_SRC_DIR to a CUTLASS checkout at the tag the tree "
     "pins (offline: `git archive` that tag from a local mirror, or unpack the "
@@ -35,44 +39,50 @@ HEADERS_HINT = (
     "`pip install 'sparkbuild[check]'`")
 
 
+
+def _command(command: tuple[str, ...]) -> str | None:
+    return format_command(command) if command else None
+
+
 @dataclass(frozen=True)
-class UnitOutcome:
+class UnitOutcome(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "path", "status", "reason", "seconds", "target", "gencode", "missing_headers", "sass",
+        "why", "coverage",
+    )
+
     path: str
-    status: str
+    status: UnitStatus
     """One of :data:`STATUSES`; not-built: the tree's CMake does not compile it."""
     reason: str
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(dump=rounded(2)))
     target: str | None = None
     gencode: tuple[str, ...] = ()
     missing_headers: tuple[str, ...] = ()
     log: Path | None = None
-    command: tuple[str, ...] = ()
-    sass: SassSummary | None = None
+    command: tuple[str, ...] = field(default=(), metadata=as_json(dump=_command))
+    sass: SassSummary | None = field(default=None, metadata=as_json(skip=True))
     why: str = ""
     """Why check chose it: touched, gencode, named, all."""
-    guard_stubs: tuple[str, ...] = ()
+    guard_stubs: tuple[str, ...] = field(default=(), metadata=as_json(skip=True))
     """Kernels that only print and trap or exit (trap-only ones included)."""
     coverage: tuple[Coverage, ...] = ()
     """Every kernel of the object per target arch: native, PTX only or none."""
-    coverage_failure: str | None = None
+    coverage_failure: str | None = field(default=None, metadata=as_json(skip=True))
     """Why its kernels fail: no code for a target, or PTX only without ``allow_jit``."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path, "status": self.status, "reason": self.reason,
-            "seconds": round(self.seconds, 2), "target": self.target,
-            "gencode": list(self.gencode), "missing_headers": list(self.missing_headers),
-            "sass": ({**self.sass.to_dict(), "guard_stub_kernels": list(self.guard_stubs)}
-                     if self.sass else None),
-            "why": self.why,
-            "coverage": [c.to_dict() for c in self.coverage],
-            "log": str(self.log) if self.log else None,
-            "command": format_command(self.command) if self.command else None,
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"sass": ({**self.sass.to_dict(), "guard_stub_kernels": list(self.guard_stubs)}
+                         if self.sass else None)}
 
 
 @dataclass
-class CheckResult:
+class CheckResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "tree", "archs", "nvcc", "selection", "touched", "gencode_changed", "units", "counts",
+        "plan", "configure_stops", "notes", "seconds", "allow_jit", "no_target_sass",
+    )
+
     tree: Path
     archs: tuple[str, ...]
     nvcc: str
@@ -81,7 +91,7 @@ class CheckResult:
     plan: BuildPlan
     configure_stops: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(dump=rounded(2)))
     gencode_changed: list[str] = field(default_factory=list)
     selection: str = "series"
     """series (touched or gencode moved), named (--unit) or all (--all)."""
@@ -96,7 +106,7 @@ class CheckResult:
         return [u for u in self.no_target_sass if refused(u.kind, allow_jit=self.allow_jit)
                 and (self.selection != "named" or u.unit in named)]
 
-    def with_status(self, status: str) -> list[UnitOutcome]:
+    def with_status(self, status: UnitStatus) -> list[UnitOutcome]:
         return [unit for unit in self.units if unit.status == status]
 
     def problems(self) -> list[tuple[type[SparkbuildError], str]]:
@@ -155,19 +165,9 @@ class CheckResult:
             hint = "name units with --unit PATH, or check every unit with --all"
         return kind("\n".join(text for _, text in problems), where=where, hint=hint)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tree": str(self.tree), "archs": list(self.archs), "nvcc": self.nvcc,
-            "selection": self.selection, "touched": self.touched,
-            "gencode_changed": self.gencode_changed,
-            "units": [unit.to_dict() for unit in self.units],
-            "counts": {status: len(self.with_status(status)) for status in STATUSES},
-            "plan": self.plan.to_dict(), "configure_stops": self.configure_stops,
-            "notes": self.notes, "seconds": round(self.seconds, 2),
-            "allow_jit": self.allow_jit,
-            "no_target_sass": [u.to_dict() for u in self.no_target_sass],
-            "coverage": self.coverage_counts(),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"counts": {status: len(self.with_status(status)) for status in STATUSES},
+                "coverage": self.coverage_counts()}
 
     def coverage_counts(self) -> dict[str, dict[str, int]]:
         """Per target: kernels native, PTX only and none over every compiled unit."""

@@ -28,7 +28,7 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sparkbuild.checks.check_plan import (
     GencodeCoverage,
@@ -42,6 +42,7 @@ from sparkbuild.checks.start_imports import setup_extensions
 from sparkbuild.checks.target_code import target_arch_fact
 from sparkbuild.console import info, step, warn
 from sparkbuild.errors import SparkbuildError, VerifyError
+from sparkbuild.records import EMPTY, Record, as_json, rounded
 from sparkbuild.toolchain import sass, tools
 from sparkbuild.toolchain.cmake_recorder import record_build
 from sparkbuild.toolchain.kernel_policy import refused
@@ -73,11 +74,17 @@ class ForecastInputs:
     """The materialized fetched projects (FetchContent name -> directory)."""
 
 
+ForecastStatus = Literal["clear", "lacking", "unknown"]
+FORECAST_STATUSES: tuple[ForecastStatus, ...] = ("clear", "lacking", "unknown")
+
+
 @dataclass
-class CodeForecast:
+class CodeForecast(Record):
     """The forecast's result: the units read and those lacking native code for a target."""
 
-    status: str
+    json_order: ClassVar[tuple[str, ...]] = ("status", "units", "reason", "seconds", "lacking")
+
+    status: ForecastStatus
     """``clear`` (every unit read has native code), ``lacking`` (some have none) or
     ``unknown`` (the tree could not be read, or no CUDA unit of the build was found)."""
     units: int = 0
@@ -85,18 +92,11 @@ class CodeForecast:
     lacking: dict[str, list[GencodeCoverage]] = field(default_factory=dict)
     """Extension -> its units with no SASS for a target."""
     reason: str = ""
-    seconds: float = 0.0
-    reused: str | None = None
+    seconds: float = field(default=0.0, metadata=as_json(dump=rounded(2)))
+    reused: str | None = field(default=None, metadata=as_json("reused_since", omit=EMPTY))
     """When the kept forecast this one is was made (sparkbuild.checks.kept_forecast)."""
-    generators: list[str] = field(default_factory=list)
+    generators: list[str] = field(default_factory=list, metadata=as_json(skip=True))
     """The tree's configure-time generator scripts that ran, tree-relative."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "units": self.units, "reason": self.reason,
-                "seconds": round(self.seconds, 2),
-                "lacking": {target: [c.to_dict() for c in found]
-                            for target, found in self.lacking.items()},
-                **({"reused_since": self.reused} if self.reused else {})}
 
     def describe(self) -> str:
         """One line per extension: how many units, of which kind, and the first few."""

@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.checks import check_plan, code_forecast
 from sparkbuild.checks.check_plan import GencodeCoverage
-from sparkbuild.checks.code_forecast import CodeForecast
+from sparkbuild.checks.code_forecast import FORECAST_STATUSES, CodeForecast
+from sparkbuild.records import one_of
 from sparkbuild.store.env_key import key_items
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain import cmake_recorder, compile_flags
+from sparkbuild.toolchain.sass import COVERAGE_KINDS
 from sparkbuild.vendoring.kept_plan import recorder_inputs
 
 if TYPE_CHECKING:
@@ -80,8 +82,11 @@ def _coverage(item: dict[str, Any]) -> GencodeCoverage:
     gencode = item["gencode"]
     if not isinstance(gencode, list) or not all(isinstance(g, str) for g in gencode):
         raise TypeError("gencode")
-    return GencodeCoverage(str(item["unit"]), str(item["target"]), tuple(gencode),
-                           str(item["coverage"]), item["ptx_arch"])
+    kind = one_of(item["coverage"], COVERAGE_KINDS)
+    if kind is None:
+        raise ValueError("coverage")
+    return GencodeCoverage(str(item["unit"]), str(item["target"]), tuple(gencode), kind,
+                           item["ptx_arch"])
 
 
 def kept(cache: Cache, key: str, tree: Path) -> CodeForecast | None:
@@ -97,8 +102,11 @@ def kept(cache: Cache, key: str, tree: Path) -> CodeForecast | None:
             path = tree / relative
             if not path.is_file() or sha256_file(path, progress=False) != digest:
                 return None
+        status = one_of(stored["status"], FORECAST_STATUSES)
+        if status is None:
+            raise ValueError("status")
         found = CodeForecast(
-            str(stored["status"]), int(stored["units"]),
+            status, int(stored["units"]),
             {str(target): [_coverage(item) for item in items]
              for target, items in stored["lacking"].items()},
             str(stored["reason"]), float(stored["seconds"]), reused=entry["when"])

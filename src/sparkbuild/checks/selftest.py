@@ -22,13 +22,14 @@ import re
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.console import step
 from sparkbuild.errors import CommandFailed, SparkbuildError, ToolchainError, VerifyError
 from sparkbuild.proc import run
+from sparkbuild.records import Record
 from sparkbuild.resources import csrc_dir
 from sparkbuild.settings import CSRC
 from sparkbuild.toolchain import sass, tools
@@ -59,7 +60,7 @@ _MISMATCH = re.compile(r"^MISMATCH .*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
-class CheckRun:
+class CheckRun(Record):
     """One checker program's verdict, read from its ``RESULT key=value ...`` line."""
 
     name: str
@@ -74,12 +75,12 @@ class CheckRun:
     def as_expected(self) -> bool:
         return self.ok != self.must_fail
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "as_expected": self.as_expected}
+    def json_extra(self) -> dict[str, Any]:
+        return {"as_expected": self.as_expected}
 
 
 @dataclass(frozen=True)
-class SassProbe:
+class SassProbe(Record):
     arch: str
     expect_hardware: bool
     e2m1_instructions: int
@@ -92,12 +93,17 @@ class SassProbe:
             return self.e2m1_instructions > 0
         return self.e2m1_instructions == 0 and self.fp64_instructions == 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.ok}
 
 
 @dataclass
-class SelftestResult:
+class SelftestResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "nvcc", "nvcc_version", "work_dir", "checks", "sass_probes",
+        "added_instructions_per_value",
+    )
+
     nvcc: str
     nvcc_version: str
     work_dir: Path
@@ -116,16 +122,8 @@ class SelftestResult:
             return None
         return (counts["sm_121"] - counts["sm_121a"]) / 8
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "nvcc": self.nvcc,
-            "nvcc_version": self.nvcc_version,
-            "work_dir": str(self.work_dir),
-            "checks": [check.to_dict() for check in self.checks],
-            "sass_probes": [probe.to_dict() for probe in self.sass_probes],
-            "added_instructions_per_value": self.added_instructions_per_value(),
-            "notes": list(self.notes),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"added_instructions_per_value": self.added_instructions_per_value()}
 
     def summary(self) -> list[str]:
         lines = [f"e2m1 selftest with nvcc {self.nvcc_version} ({self.nvcc})"]
@@ -360,11 +358,7 @@ def sass_probes(build_dir: Path, logs: Path) -> list[SassProbe]:
 
 
 def _cuobjdump_available() -> bool:
-    try:
-        sass.find_cuobjdump()
-    except ToolchainError:
-        return False
-    return sass.find_nvdisasm() is not None
+    return sass.installed_cuobjdump() is not None and sass.find_nvdisasm() is not None
 
 
 # ---- the selftest ------------------------------------------------------------------------

@@ -80,35 +80,56 @@ def build_torch(python: Path, existing_torch: bool) -> BuildTorch:
     return BuildTorch(str(version) if version is not None else None, site)
 
 
-def build_settings(recipe: Recipe, plan: BuildPlan, outcome: BuildOutcome, *, offline: bool,
-                   use_existing_torch: bool, targets: Sequence[str], bundle: Path | None,
-                   compile_cache: CompileCacheResult | None, vendored: VendorPlan | None,
-                   cache: Cache, aot: AotResult | None,
-                   node_profile: list[dict[str, str]],
-                   dist: DistResult | None = None,
-                   extensions: ExtensionSet | None = None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class FinishedBuild:
+    """The facts of one finished ``wheel`` build, passed whole to the wheelhouse: what the
+    manifest records of it and what the wheelhouse is written from."""
+
+    recipe: Recipe
+    plan: BuildPlan
+    outcome: BuildOutcome
+    torch: BuildTorch
+    cache: Cache
+    offline: bool
+    use_existing_torch: bool
+    targets: Sequence[str]
+    """The extensions built (() = all)."""
+    bundle: Path | None = None
+    compile_cache: CompileCacheResult | None = None
+    vendored: VendorPlan | None = None
+    aot: AotResult | None = None
+    """flashinfer's jit-cache built alongside (None without ``[flashinfer] aot``)."""
+    dist: DistResult | None = None
+    extensions: ExtensionSet | None = None
+
+
+def build_settings(build: FinishedBuild, *, node_profile: list[dict[str, str]]
+                   ) -> dict[str, Any]:
     """The manifest's ``build_settings`` of one build."""
     from sparkbuild.vendoring.patched import dependency_records
 
+    plan, outcome, vendored = build.plan, build.outcome, build.vendored
+    compile_cache, dist, aot, extensions = (build.compile_cache, build.dist, build.aot,
+                                            build.extensions)
     return {
-        "archs": list(recipe.target.cuda_archs),
+        "archs": list(build.recipe.target.cuda_archs),
         "jobs": plan.max_jobs,
         "nvcc_threads": plan.nvcc_threads,
         "launcher": plan.launcher,
-        "offline": offline,
-        "use_existing_torch": use_existing_torch,
-        "targets": list(targets) or "all",
-        "bundle": str(bundle) if bundle else None,
+        "offline": build.offline,
+        "use_existing_torch": build.use_existing_torch,
+        "targets": list(build.targets) or "all",
+        "bundle": str(build.bundle) if build.bundle else None,
         "environment": {key: outcome.env[key] for key in RECORDED_ENVIRONMENT
                         if key in outcome.env},
         "compile_cache": compile_cache.to_dict() if compile_cache else None,
         "dist": dist.to_dict() if dist else None,
         "pool": plan.pool.to_dict() if plan.pool else None,
         "units": outcome.timeline.units_table() if outcome.timeline else [],
-        "dependencies": dependency_records(vendored, cache) if vendored else [],
+        "dependencies": dependency_records(vendored, build.cache) if vendored else [],
         "flashinfer_aot": aot.to_dict() if aot else None,
         "node_profile": node_profile,
-        "start_modules": list(recipe.node.start_modules),
+        "start_modules": list(build.recipe.node.start_modules),
         "extension_set": extensions.to_dict() if extensions else None,
         "placeholders": [source.placeholder.to_dict() for source in vendored.excluded
                          if source.placeholder is not None] if vendored else [],

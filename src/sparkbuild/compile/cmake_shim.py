@@ -44,7 +44,7 @@ VOLATILE = frozenset({"PWD", "OLDPWD", "SHLVL", "_", "PIP_BUILD_TRACKER", "PIP_R
                       "DISPLAY", "COLUMNS", "LINES", "COLORTERM", "LS_COLORS", "WINDOWID",
                       "TMUX", "TMUX_PANE", "STY", "MAIL", "LESS", "PAGER", "EDITOR",
                       QUIET.name})
-"""Variables that differ between two identical builds (the shell's session, the terminal,
+"""Variables that differ between two identical builds (the shell's login, the terminal,
 pip's per-build tracker) and that no CMake file of a build reads."""
 VOLATILE_PREFIXES = ("SSH_", "XDG_", "TERM", "DBUS_", "GPG_", "KRB5")
 SET_AT_BUILD = frozenset({DEPTH_VARIABLE})

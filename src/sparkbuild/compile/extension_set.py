@@ -29,7 +29,7 @@ import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.checks.check_plan import gencodes
 from sparkbuild.checks.code_forecast import followed_projects
@@ -38,6 +38,7 @@ from sparkbuild.checks.start_imports import setup_extensions
 from sparkbuild.checks.target_code import ArchFact, target_arch_fact
 from sparkbuild.console import info
 from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.model_registry import backend_module, model_modules
 from sparkbuild.sources.module_imports import import_refusals
 from sparkbuild.sources.package_reach import (
@@ -62,7 +63,9 @@ SHOWN_SITES = 3
 
 
 @dataclass(frozen=True)
-class ExtensionChoice:
+class ExtensionChoice(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("name", "target")
+
     name: str
     """The dotted extension name of setup.py (``vllm.vllm_flash_attn._vllm_fa2_C``)."""
     built: bool
@@ -76,10 +79,8 @@ class ExtensionChoice:
     def target(self) -> str:
         return self.name.rsplit(".", 1)[-1]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "target": self.target, "built": self.built,
-                "reason": self.reason, "arch": self.arch, "units": self.units,
-                "native_units": self.native_units}
+    def json_extra(self) -> dict[str, Any]:
+        return {"target": self.target}
 
 
 @dataclass(frozen=True)
@@ -93,10 +94,12 @@ class ModelRoots:
 
 
 @dataclass
-class ExtensionSet:
+class ExtensionSet(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("archs", "model", "targets")
+
     archs: tuple[str, ...]
     model: ModelRoots | None
-    choices: list[ExtensionChoice]
+    choices: list[ExtensionChoice] = field(metadata=as_json("extensions"))
     left_out_sources: list[Placeholder] = field(default_factory=list)
     """Sources only left-out extensions use: placeholders, not fetched."""
     notes: list[str] = field(default_factory=list)
@@ -125,16 +128,8 @@ class ExtensionSet:
         """Built extensions whose units the arch lists give no code for the target."""
         return [choice for choice in self.choices if choice.built and choice.arch == "no_code"]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"archs": list(self.archs),
-                "model": None if self.model is None else {
-                    "architecture": self.model.architecture,
-                    "attention_backend": self.model.attention_backend,
-                    "modules": list(self.model.modules), "notes": list(self.model.notes)},
-                "targets": list(self.targets),
-                "extensions": [choice.to_dict() for choice in self.choices],
-                "left_out_sources": [source.to_dict() for source in self.left_out_sources],
-                "notes": list(self.notes)}
+    def json_extra(self) -> dict[str, Any]:
+        return {"targets": self.targets}
 
     def summary(self) -> list[str]:
         head = (f"for {self.model.architecture} ({self.model.attention_backend} attention) at "

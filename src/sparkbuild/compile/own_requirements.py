@@ -20,8 +20,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from sparkbuild.errors import ToolchainError
-from sparkbuild.toolchain.sass import find_cuobjdump, find_nvdisasm
+from sparkbuild.toolchain.sass import find_nvdisasm, installed_cuobjdump
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -32,10 +31,7 @@ DISTRIBUTION = "sparkbuild"
 
 
 def _cuobjdump() -> Path | None:
-    try:
-        return find_cuobjdump()
-    except ToolchainError:
-        return None
+    return installed_cuobjdump()
 
 
 TOOL_WHEELS: dict[str, Callable[[], Path | None]] = {

@@ -48,7 +48,8 @@ from sparkbuild.jobplan.ninja_shim import (
 )
 from sparkbuild.jobplan.timeline import BuildMarks, build_timeline, read_runs
 from sparkbuild.jobplan.unit_memory import MemorySampler
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.settings import FETCH_LOG, OFFLINE
 from sparkbuild.store.files import venv_python
@@ -121,27 +122,17 @@ class BuildRequest:
 
 
 @dataclass
-class BuildOutcome:
+class BuildOutcome(Record):
     wheels: list[Path]
     log: Path
-    seconds: float
-    compiled_units: list[str]
+    seconds: float = field(metadata=as_json(dump=rounded(1)))
+    compiled_units: list[str] = field(metadata=as_json(dump=len))
     env: dict[str, str]
-    fetch_log: Path
-    python: Path
-    timeline: BuildTimeline | None = None
+    fetch_log: Path = field(metadata=as_json(skip=True))
+    python: Path = field(metadata=as_json(skip=True))
+    timeline: BuildTimeline | None = field(default=None, metadata=as_json(skip=True))
     unit_code: dict[str, Any] | None = None
     """What the unit watch read (UnitCodeWatch.to_dict)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wheels": [str(path) for path in self.wheels],
-            "log": str(self.log),
-            "seconds": round(self.seconds, 1),
-            "compiled_units": len(self.compiled_units),
-            "env": self.env,
-            "unit_code": self.unit_code,
-        }
 
 
 def _no_spaces(values: Mapping[str, str]) -> None:
@@ -389,8 +380,8 @@ def build_tree(request: BuildRequest, python: Path) -> BuildOutcome:
             watch(line)
 
         try:
-            run(command, cwd=request.tree, env=env, log=log, progress=reader,
-                timeout=BUILD_TIMEOUT, stop=watch.stop)
+            run(command, cwd=request.tree, env=env, log=log, timeout=BUILD_TIMEOUT,
+                streams=Streams(progress=reader, stop=watch.stop))
         except CommandFailed as failure:
             if watch.refusal is not None:
                 raise refused_while_compiling(watch.refusal, request.code_targets,

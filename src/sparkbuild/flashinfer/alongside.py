@@ -33,10 +33,11 @@ import os
 import shutil
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from sparkbuild.console import step
+from sparkbuild.jobplan.job_plan import Reserved
 from sparkbuild.jobplan.machine import GIB
 from sparkbuild.team.sccache_server import launcher_environment
 
@@ -45,7 +46,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from sparkbuild.flashinfer.builder import AotResult
-    from sparkbuild.jobplan.team_pool import TeamFacts
     from sparkbuild.recipe import Recipe
     from sparkbuild.store.cache import Cache
     from sparkbuild.team.sccache_server import SharedCache
@@ -77,6 +77,12 @@ def builder_reserve(recipe: Recipe, cores: int | None = None) -> float:
     return reserved_bytes(cores or os.cpu_count() or 1) if recipe.flashinfer.aot else 0.0
 
 
+def builder_reservation(recipe: Recipe, cores: int) -> Reserved:
+    """What the compile's plan keeps for the builder on ``cores``, and why: the one
+    reservation ``doctor`` and ``wheel`` plan with."""
+    return Reserved(builder_reserve(recipe, cores), BUILDER_REASON)
+
+
 def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
                 offline: bool, compile_jobs: int, shared: SharedCache | None = None
                 ) -> Callable[[], AotResult] | None:
@@ -88,10 +94,23 @@ def builder_for(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache
         return functools.partial(_take, recipe, cache=cache, work=work, offline=offline)
     if not recipe.flashinfer.aot:
         return None
-    team = shared.dist.team() if shared is not None and shared.dist is not None else None
-    return functools.partial(_build, recipe, python=python, torch=torch, cache=cache,
-                             work=work, offline=offline, jobs=alongside_jobs(compile_jobs),
-                             launcher_env=launcher_environment(shared), team=team)
+    return _Builder(recipe, python=python, torch=torch, cache=cache, work=work,
+                    offline=offline, jobs=alongside_jobs(compile_jobs), shared=shared,
+                    usable_bytes=reserved_bytes(os.cpu_count() or 1))
+
+
+def builder_alone(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache,
+                  work: Path, offline: bool, jobs: int | None,
+                  shared: SharedCache | None = None) -> Callable[[], AotResult] | None:
+    """flashinfer's part of the main job on a machine of its own (``wheel --part
+    flashinfer``): the builder of :func:`builder_for` with ``jobs`` (None: its own plan) and
+    the machine's memory, nothing compiling beside it; the same kept build and wheel."""
+    if recipe.flashinfer.jit_cache is not None:
+        return functools.partial(_take, recipe, cache=cache, work=work, offline=offline)
+    if not recipe.flashinfer.aot:
+        return None
+    return _Builder(recipe, python=python, torch=torch, cache=cache, work=work,
+                    offline=offline, jobs=jobs, shared=shared)
 
 
 def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResult:
@@ -102,19 +121,38 @@ def _take(recipe: Recipe, *, cache: Cache, work: Path, offline: bool) -> AotResu
     return take_recipe_jit_cache(recipe, cache.root, out=dist, offline=offline)
 
 
-def _build(recipe: Recipe, *, python: Path, torch: str | None, cache: Cache, work: Path,
-           offline: bool, jobs: int, launcher_env: dict[str, str],
-           team: TeamFacts | None = None) -> AotResult:
-    from sparkbuild.flashinfer.builder import request_for_recipe
-    from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
+@dataclass(frozen=True, kw_only=True)
+class _Builder:
+    """One run of flashinfer's builder for the recipe, called when the build starts: the
+    kept build reused, else the pinned wheel's builder through the build's sccache, its
+    heavy pool sized by the team's servers when ``shared`` is a dist build's."""
 
-    dist = work / "flashinfer-aot-dist"
-    shutil.rmtree(dist, ignore_errors=True)
-    request = dataclasses.replace(request_for_recipe(
-        recipe, out=dist, python=python, cache_root=cache.root, work=work / "flashinfer-aot",
-        offline=offline, jobs=jobs, launcher_env=launcher_env,
-        usable_bytes=reserved_bytes(os.cpu_count() or 1)), team=team)
-    return reusing_jit_cache(cache, request, torch)
+    recipe: Recipe = field(kw_only=False)
+    python: Path
+    torch: str | None
+    cache: Cache
+    work: Path
+    offline: bool
+    jobs: int | None
+    """None: the builder's own plan."""
+    shared: SharedCache | None = None
+    usable_bytes: float | None = None
+    """The memory the builder plans with (None: the machine's)."""
+
+    def __call__(self) -> AotResult:
+        from sparkbuild.flashinfer.builder import AotPlace, request_for_recipe
+        from sparkbuild.flashinfer.kept_builds import reusing_jit_cache
+
+        shared = self.shared
+        team = shared.dist.team() if shared is not None and shared.dist is not None else None
+        dist = self.work / "flashinfer-aot-dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        request = dataclasses.replace(request_for_recipe(self.recipe, AotPlace(
+            out=dist, python=self.python, cache_root=self.cache.root,
+            work=self.work / "flashinfer-aot", offline=self.offline, jobs=self.jobs,
+            launcher_env=launcher_environment(shared), usable_bytes=self.usable_bytes)),
+            team=team)
+        return reusing_jit_cache(self.cache, request, self.torch)
 
 
 @dataclass

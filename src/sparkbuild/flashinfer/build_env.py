@@ -35,10 +35,11 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import ClassVar, Literal
 
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json
 
 HEADER_WHEELS = ("nvidia-cublas==13.10.0.20", "nvidia-curand==10.4.5.25",
                  "nvidia-cuda-nvrtc==13.5.37")
@@ -55,21 +56,29 @@ LINK_LIBRARIES = ("nvrtc", "cublas", "cublasLt")
 STUB_SONAME = "libcuda.so.1"
 
 
+LibcudaKind = Literal["toolkit stub", "driver", "sparkbuild stub from cuda.h"]
+"""Which libcuda.so the link is given: the toolkit's stub, the driver's, or one sparkbuild
+makes from cuda.h."""
+
+
 @dataclass(frozen=True)
-class Libcuda:
+class Libcuda(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("kind", "path")
+
     path: Path
-    kind: str
-    """``toolkit stub``, ``driver`` or ``sparkbuild stub``."""
+    kind: LibcudaKind
 
     def line(self) -> str:
         return f"libcuda for the link: {self.kind} ({self.path})"
 
 
 @dataclass
-class LinkEnvironment:
+class LinkEnvironment(Record):
     """What the builder's environment gets (:meth:`env`), and what it says of it."""
 
-    include_dirs: list[Path]
+    json_order: ClassVar[tuple[str, ...]] = ("headers", "libcuda", "libraries", "link_dir")
+
+    include_dirs: list[Path] = field(metadata=as_json(skip=True))
     headers: dict[str, str]
     """header -> where it was found."""
     libcuda: Libcuda
@@ -86,11 +95,6 @@ class LinkEnvironment:
         return [*(f"{header}: {where}" for header, where in self.headers.items()),
                 self.libcuda.line(),
                 *(f"lib{name}.so for the link: {where}" for name, where in self.libraries.items())]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"headers": self.headers, "libcuda": {"kind": self.libcuda.kind,
-                                                     "path": str(self.libcuda.path)},
-                "libraries": self.libraries, "link_dir": str(self.link_dir)}
 
 
 def environment_site(python: Path) -> list[Path]:

@@ -38,7 +38,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.console import info, step
 from sparkbuild.errors import (
@@ -87,6 +87,7 @@ from sparkbuild.jobplan.unit_memory import (
     remember_build,
 )
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.toolchain.archs import flashinfer_arch_list
@@ -137,10 +138,10 @@ class AotRequest:
     system's share); the heavy pool's depth is what it holds."""
     job_memory_gib: float = 8.7
     offline: bool = True
+    """Whether a missing header wheel may be downloaded (never offline)."""
     team: TeamFacts | None = None
     """A dist build's team (the build's scheduler): the heavy pool takes the depth the
     servers' memory holds, as the compile's does (sparkbuild.jobplan.team_pool)."""
-    """Whether a missing header wheel may be downloaded (never offline)."""
 
     @property
     def headers(self) -> tuple[str, ...]:
@@ -159,17 +160,23 @@ class AotRequest:
 
 
 @dataclass
-class AotResult:
+class AotResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheel", "version", "flashinfer_version", "archs", "flashinfer_cuda_arch_list",
+        "aot_args", "modules", "sources", "seconds", "size", "log", "reused_since", "prebuilt",
+        "environment",
+    )
+
     wheel: Path
     version: str
     flashinfer_version: str
     archs: tuple[str, ...]
-    args: tuple[str, ...]
+    args: tuple[str, ...] = field(metadata=as_json("aot_args"))
     modules: list[str] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = field(default=0.0, metadata=as_json(dump=rounded(1)))
     size: int = 0
     log: Path | None = None
-    reused: str | None = None
+    reused: str | None = field(default=None, metadata=as_json("reused_since"))
     """When the kept build this wheel was copied from was made (flashinfer/kept_builds.py)."""
     sources: int = 0
     units: list[dict[str, Any]] = field(default_factory=list)
@@ -179,15 +186,8 @@ class AotResult:
     prebuilt: str | None = None
     """Taken prebuilt instead of built: from where (flashinfer/jit_cache.py)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheel": str(self.wheel), "version": self.version,
-                "flashinfer_version": self.flashinfer_version, "archs": list(self.archs),
-                "flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs),
-                "aot_args": list(self.args), "modules": self.modules,
-                "sources": self.sources, "seconds": round(self.seconds, 1), "size": self.size,
-                "log": str(self.log) if self.log else None, "reused_since": self.reused,
-                "prebuilt": self.prebuilt, "environment": self.environment,
-                "units": self.units}
+    def json_extra(self) -> dict[str, Any]:
+        return {"flashinfer_cuda_arch_list": flashinfer_arch_list(self.archs)}
 
     def summary(self) -> list[str]:
         how = (f"reused from the cache (built {self.reused} in {self.seconds:.0f} s)"
@@ -458,23 +458,34 @@ def aot_environment(request: AotRequest, site: Path) -> dict[str, str]:
     return env
 
 
-def build_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
-                     work: Path, offline: bool, jobs: int | None = None,
-                     cuda_home: Path | None = None, only: tuple[str, ...] = ()
-                     ) -> AotResult:
+@dataclass(frozen=True, kw_only=True)
+class AotPlace:
+    """Where one jit-cache build of a recipe runs and with what: the command's flags, or
+    what ``wheel`` gives the builder alongside its compile."""
+
+    out: Path
+    python: Path
+    """The interpreter whose site the builder's wheels are installed for."""
+    cache_root: Path
+    work: Path
+    offline: bool
+    jobs: int | None = None
+    cuda_home: Path | None = None
+    """None: the CUDA of this nvcc."""
+    only: tuple[str, ...] = ()
+    """Only the modules whose name matches one of these globs."""
+    launcher_env: dict[str, str] = field(default_factory=dict)
+    usable_bytes: float | None = None
+
+
+def build_for_recipe(recipe: Recipe, place: AotPlace) -> AotResult:
     """``sparkbuild flashinfer-aot``: the recipe's target and module set (the model's, or
     ``[flashinfer] aot_args``), with the pinned wheel's builder (``wheel`` reuses a kept
     build: flashinfer/kept_builds.py)."""
-    return build_jit_cache(request_for_recipe(
-        recipe, out=out, python=python, cache_root=cache_root, work=work, offline=offline,
-        jobs=jobs, cuda_home=cuda_home, only=only))
+    return build_jit_cache(request_for_recipe(recipe, place))
 
 
-def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: Path,
-                       work: Path, offline: bool, jobs: int | None = None,
-                       cuda_home: Path | None = None, only: tuple[str, ...] = (),
-                       launcher_env: dict[str, str] | None = None,
-                       usable_bytes: float | None = None) -> AotRequest:
+def request_for_recipe(recipe: Recipe, place: AotPlace) -> AotRequest:
     """The build the recipe asks for: its target, its module set (``only``: the modules
     whose name matches one of these globs), the pinned wheel and its builder's wheels
     (downloaded now when online and missing), and this nvcc."""
@@ -483,19 +494,20 @@ def request_for_recipe(recipe: Recipe, *, out: Path, python: Path, cache_root: P
 
     pin = pinned_flashinfer(recipe)
     chosen = recipe_set(recipe)
+    only, offline = place.only, place.offline
     modules = tuple(select(chosen.modules, only)) if chosen is not None else ()
     args = recipe.flashinfer.aot_args
     if chosen is None and only:
         args = (*args, *(a for glob in only for a in ("--only", glob)))
     nvcc = find_nvcc()
-    wheel, wheel_dir = aot_wheels(pin, python, cache_root, offline=offline)
+    wheel, wheel_dir = aot_wheels(pin, place.python, place.cache_root, offline=offline)
     version = nvcc.version
     return AotRequest(
-        flashinfer_wheel=wheel, wheel_dir=wheel_dir, python=python,
-        archs=recipe.target.cuda_archs, out=out, work=work,
-        cuda_home=cuda_home or cuda_root(nvcc),
+        flashinfer_wheel=wheel, wheel_dir=wheel_dir, python=place.python,
+        archs=recipe.target.cuda_archs, out=place.out, work=place.work,
+        cuda_home=place.cuda_home or cuda_root(nvcc),
         cuda_version=f"{version.major}.{version.minor}" if version else "0.0",
-        args=args, jobs=jobs, sha256=pin.sha256, modules=modules,
-        launcher_env=tuple(sorted((launcher_env or {}).items())), cache_root=cache_root,
-        usable_bytes=usable_bytes, job_memory_gib=recipe.build.job_memory_gib,
+        args=args, jobs=place.jobs, sha256=pin.sha256, modules=modules,
+        launcher_env=tuple(sorted(place.launcher_env.items())), cache_root=place.cache_root,
+        usable_bytes=place.usable_bytes, job_memory_gib=recipe.build.job_memory_gib,
         offline=offline)

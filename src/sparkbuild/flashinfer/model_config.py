@@ -17,7 +17,9 @@ only the table's.  What is read from a config (the names vLLM's own configs read
 * MTP: ``num_nextn_predict_layers`` / ``mtp_num_hidden_layers`` (that the model has
   MTP layers; how many tokens it speculates is the deployment's ``speculative_tokens``).
 
-Every value, the config's and the table's, is checked by the recipe's ``MODEL_FIELDS`` (its
+Every value, the config's and the table's, is checked by the recipe's ``MODEL_FIELDS``
+(sparkbuild.recipe_model declares each field once, with the value it takes while neither
+gives it, and ``model_precedence`` says which wins) (its
 type, a bool never an integer, its bounds and choices), and the whole for consistency (the
 heads over the KV heads and the ranks, the experts a token is routed to): a wrong one is a
 :class:`~sparkbuild.errors.RecipeError` naming the config's key and file, or the field.
@@ -25,24 +27,21 @@ heads over the KV heads and the ranks, the experts a token is routed to): a wron
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import (
-    MODEL_FIELDS,
-    RECIPE_LIMIT,
-    check_model_field,
-    parse_json,
-    read_user_text,
-)
+from sparkbuild.recipe import MODEL_FIELDS, RECIPE_LIMIT, check_model_field
+from sparkbuild.recipe_model import model_precedence
+from sparkbuild.records import Record
+from sparkbuild.store.user_files import parse_json, read_user_text
 
 if TYPE_CHECKING:
     from sparkbuild.recipe import ModelSettings
 
 @dataclass(frozen=True)
-class ModelFacts:
+class ModelFacts(Record):
     """The model as the module set reads it (every field resolved)."""
 
     architecture: str
@@ -94,12 +93,8 @@ class ModelFacts:
             return self.moe_intermediate_size
         return self.moe_intermediate_size // self.tensor_parallel_size
 
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["quantization_ignore"] = list(self.quantization_ignore)
-        data["kv_page_sizes"] = list(self.kv_page_sizes)
-        data["head_group_ratio"] = self.head_group_ratio
-        return data
+    def json_extra(self) -> dict[str, Any]:
+        return {"head_group_ratio": self.head_group_ratio}
 
 
 CONFIG_KEYS: dict[str, tuple[str, ...]] = {
@@ -262,23 +257,27 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def _merged(settings: ModelSettings, where: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """The config's fields, then the table's over them, each checked by its field's rule
-    (naming the config's key and file, or the recipe's field); and where each came from."""
-    given: dict[str, tuple[Any, str, str]] = {}
-    sources: dict[str, str] = {}
-    if settings.config is not None:
-        for name, found in _read_config(settings.config).items():
-            given[name] = (found.value, f"{settings.config.name}: {found.key}",
-                           str(settings.config))
-            sources[name] = "config.json"
+    """Every field's value by :func:`~sparkbuild.recipe_model.model_precedence` (the
+    recipe's, else the config's, else the declared one), each given value checked by its
+    field's rule (naming the config's key and file, or the recipe's field); and where each
+    given one came from (the config's only where the recipe does not override it)."""
+    recipe: dict[str, Any] = {}
     for name, value in settings.fields.items():
         if name not in MODEL_FIELDS:
             raise RecipeError(f"unknown key model.{name}", where=where,
                               hint=f"known keys of [model]: config, {', '.join(MODEL_FIELDS)}")
-        given[name], sources[name] = (value, f"model.{name}", where), "recipe"
-    merged = {name: check_model_field(name, value, label, place)
-              for name, (value, label, place) in given.items()}
-    return merged, sources
+        recipe[name] = check_model_field(name, value, f"model.{name}", where)
+    config: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    path = settings.config
+    found = _read_config(path) if path is not None else {}
+    file = path.name if path is not None else ""
+    for name, given in found.items():
+        sources[name] = "recipe" if name in recipe else "config.json"
+        if name not in recipe:  # a field the recipe overrides is not the config's to judge
+            config[name] = check_model_field(name, given.value, f"{file}: {given.key}", str(path))
+    sources.update((name, "recipe") for name in recipe)
+    return model_precedence(config, recipe), sources
 
 
 def _inconsistency(facts: ModelFacts) -> str | None:
@@ -311,35 +310,19 @@ def resolve_model(settings: ModelSettings, where: str) -> ModelFacts:
     checked by ``MODEL_FIELDS`` and the whole for consistency."""
     merged, sources = _merged(settings, where)
     missing = [k for k in ("head_dim", "num_attention_heads", "num_key_value_heads")
-               if k not in merged]
+               if merged[k] is None]
     if missing:
         raise RecipeError(f"[model] does not give {', '.join(missing)}", where=where,
                           hint="name a config.json (config = ...) or give the fields")
-    dtype = merged.get("dtype", "bfloat16")
-    kv = merged.get("kv_cache_dtype", "auto")
-    kv = dtype if kv == "auto" else ("fp8_e4m3" if kv == "fp8" else kv)
-    head_dim = merged["head_dim"]
-    facts = ModelFacts(
-        architecture=merged.get("architecture", "unknown"), dtype=dtype,
-        kv_cache_dtype=kv, head_dim=head_dim, head_dim_vo=merged.get("head_dim_vo", head_dim),
-        num_attention_heads=merged["num_attention_heads"],
-        num_key_value_heads=merged["num_key_value_heads"],
-        quantization=merged.get("quantization", "none"),
-        quantization_ignore=tuple(merged.get("quantization_ignore", ())),
-        experts=merged.get("experts", 0), experts_per_token=merged.get("experts_per_token", 0),
-        moe_intermediate_size=merged.get("moe_intermediate_size", 0),
-        sliding_window=merged.get("sliding_window", 0),
-        logits_soft_cap=merged.get("logits_soft_cap", 0.0),
-        tensor_parallel_size=merged.get("tensor_parallel_size", 1),
-        expert_parallel=merged.get("expert_parallel", False),
-        attention_backend=merged.get("attention_backend", "FLASHINFER"),
-        speculative_tokens=merged.get("speculative_tokens", 0),
-        kv_page_sizes=tuple(merged.get("kv_page_sizes", ())),
-        flashinfer_sampler=merged.get("flashinfer_sampler", True),
-        mtp_layers=merged.get("mtp_layers", 0),
-        shared_experts=merged.get("shared_experts", False),
-        hybrid=merged.get("hybrid", False),
-        config=str(settings.config) if settings.config else None, sources=sources)
+    kv = merged["kv_cache_dtype"]
+    merged["kv_cache_dtype"] = merged["dtype"] if kv == "auto" else (
+        "fp8_e4m3" if kv == "fp8" else kv)
+    if merged["head_dim_vo"] is None:
+        merged["head_dim_vo"] = merged["head_dim"]
+    for name in ("quantization_ignore", "kv_page_sizes"):
+        merged[name] = tuple(merged[name])
+    facts = ModelFacts(**merged, config=str(settings.config) if settings.config else None,
+                       sources=sources)
     problem = _inconsistency(facts)
     if problem is not None:
         named = [name for name in sorted(FIELDS_OF) if name in sources and name in problem]

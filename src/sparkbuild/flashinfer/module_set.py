@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.console import shown
 from sparkbuild.errors import RecipeError
 from sparkbuild.flashinfer.unreachable_stubs import rules_for
 from sparkbuild.recipe import KV_PAGE_SIZES
+from sparkbuild.records import Record, as_json
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -60,9 +61,11 @@ HEADERS_BY_MODULE = {
 
 
 @dataclass(frozen=True)
-class ModuleSpec:
+class ModuleSpec(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("name", "route", "reason", "generator")
+
     name: str
-    gen: str
+    gen: str = field(metadata=as_json("generator"))
     """``module:function`` of flashinfer's generator."""
     reason: str
     route: str = "default"
@@ -89,11 +92,8 @@ class ModuleSpec:
         return {"name": self.name, "gen": self.gen, "args": list(self.args),
                 "kwargs": dict(self.kwargs)}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "route": self.route, "reason": self.reason,
-                "generator": self.gen, "args": list(self.args), "kwargs": dict(self.kwargs),
-                "headers": list(self.headers),
-                "unreachable_stubs": [rule.to_dict() for rule in rules_for(self.name)]}
+    def json_extra(self) -> dict[str, Any]:
+        return {"headers": self.headers, "unreachable_stubs": rules_for(self.name)}
 
 
 ALL_HEADERS = ("cublas", "curand")
@@ -117,16 +117,17 @@ def needed_libraries(modules: Iterable[ModuleSpec]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class Excluded:
+class Excluded(Record):
     what: str
     reason: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"what": self.what, "reason": self.reason}
-
 
 @dataclass
-class ModuleSet:
+class ModuleSet(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "arch", "read_against", "count", "modules", "excluded", "notes", "headers", "model",
+    )
+
     model: ModelFacts
     arch: str
     modules: list[ModuleSpec]
@@ -141,11 +142,9 @@ class ModuleSet:
     def headers(self) -> tuple[str, ...]:
         return tuple(sorted({h for m in self.modules for h in m.headers}))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"arch": self.arch, "read_against": READ_AGAINST, "count": len(self.modules),
-                "modules": [m.to_dict() for m in self.modules],
-                "excluded": [e.to_dict() for e in self.excluded], "notes": self.notes,
-                "headers": list(self.headers), "model": self.model.to_dict()}
+    def json_extra(self) -> dict[str, Any]:
+        return {"read_against": READ_AGAINST, "count": len(self.modules),
+                "headers": self.headers}
 
     @property
     def error(self) -> None:
@@ -461,18 +460,19 @@ def select(modules: Iterable[ModuleSpec], only: tuple[str, ...]) -> list[ModuleS
 
 
 @dataclass
-class DefaultSetListing:
+class DefaultSetListing(Record):
     """``--list`` when ``aot_args`` override the model's set: flashinfer decides the set."""
 
-    args: tuple[str, ...]
+    json_order: ClassVar[tuple[str, ...]] = ("set", "aot_args", "modules", "note")
+
+    args: tuple[str, ...] = field(metadata=as_json("aot_args"))
 
     @property
     def error(self) -> None:
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"set": "flashinfer default", "aot_args": list(self.args), "modules": None,
-                "note": DEFAULT_SET_NOTE}
+    def json_extra(self) -> dict[str, Any]:
+        return {"set": "flashinfer default", "modules": None, "note": DEFAULT_SET_NOTE}
 
     def summary(self) -> list[str]:
         return [f"[flashinfer] aot_args {' '.join(self.args) or '(none)'} override the model's "

@@ -18,11 +18,10 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sparkbuild.jobplan.machine import GIB, BuildPlan, plan_build, read_memory, with_pools
+from sparkbuild.jobplan.machine import GIB, BuildPlan, MachineFacts, plan_build, with_pools
 from sparkbuild.jobplan.pools import pools_enabled
 from sparkbuild.jobplan.unit_memory import known_units, measured_for
 from sparkbuild.recipe import BuildSettings
@@ -34,20 +33,6 @@ if TYPE_CHECKING:
 
     from sparkbuild.jobplan.schedule import KnownUnit
     from sparkbuild.recipe import Recipe
-
-
-@dataclass(frozen=True)
-class MachineFacts:
-    """What the plan needs of the machine it runs on."""
-
-    total_memory_bytes: int
-    available_memory_bytes: int
-    cores: int
-
-    @classmethod
-    def read(cls) -> MachineFacts:
-        total, available = read_memory()
-        return cls(total, available, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -99,29 +84,39 @@ def asked_for(build: BuildSettings, *, jobs_flag: int | None = None,
     return Asked(jobs, jobs_by, threads, threads_by)
 
 
+@dataclass(frozen=True)
+class Reserved:
+    """Memory kept out of the plan for work beside the compile, and what it is kept for."""
+
+    bytes: float = 0.0
+    reason: str = ""
+
+
+NOTHING_RESERVED = Reserved()
+
+
 def resolve_job_plan(machine: MachineFacts, build: BuildSettings, asked: Asked, *,
                      arch_count: int, units: UnitTable | None, launcher: str | None = None,
-                     reserved_bytes: float = 0.0, reserved_for: str = "",
+                     reserved: Reserved = NOTHING_RESERVED,
                      environ: Mapping[str, str] | None = None) -> BuildPlan:
     """The plan: MAX_JOBS and NVCC_THREADS from memory and cores at ``build``'s per-job
     budget, what was asked winning; with ``units`` (a unit table, empty for a first build)
     the pool plan over it, unless ``$SPARKBUILD_JOB_PLAN`` is ``single``; without, one
-    MAX_JOBS for every unit.  ``reserved_bytes`` of the available memory are kept for
-    ``reserved_for``."""
-    available = max(0, int(machine.available_memory_bytes - reserved_bytes))
+    MAX_JOBS for every unit.  ``reserved.bytes`` of the available memory are kept for
+    ``reserved.reason``."""
+    available = max(0, int(machine.available_memory_bytes - reserved.bytes))
     total, cores, budget = machine.total_memory_bytes, machine.cores, build.job_memory_gib
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=cores,
-                      job_memory_gib=budget, nvcc_threads=asked.nvcc_threads,
+    facts = MachineFacts(total, available, cores)
+    plan = plan_build(facts, job_memory_gib=budget, nvcc_threads=asked.nvcc_threads,
                       arch_count=arch_count, launcher=launcher, requested_jobs=asked.jobs,
                       requested_by=asked.jobs_by, threads_by=asked.threads_by)
     if units is not None and pools_enabled(environ):
-        plan = with_pools(plan, total_memory_bytes=total, available_memory_bytes=available,
-                          cores=cores, job_memory_gib=budget, measured=dict(units.measured),
+        plan = with_pools(plan, facts, job_memory_gib=budget, measured=dict(units.measured),
                           killed=units.killed, requested_jobs=asked.jobs,
                           requested_by=asked.jobs_by, known=units.known)
-    if reserved_bytes:
+    if reserved.bytes:
         plan = dataclasses.replace(plan, reasons=(
-            *plan.reasons, f"{reserved_for}: {reserved_bytes / GIB:.1f} GiB of the available "
+            *plan.reasons, f"{reserved.reason}: {reserved.bytes / GIB:.1f} GiB of the available "
             "memory kept for it"))
     return plan
 
@@ -129,7 +124,7 @@ def resolve_job_plan(machine: MachineFacts, build: BuildSettings, asked: Asked, 
 def recipe_job_plan(recipe: Recipe | None, machine: MachineFacts, *,
                     units_from: Path | None, jobs_flag: int | None = None,
                     job_memory_gib: float | None = None, launcher: str | None = None,
-                    reserved_bytes: float = 0.0, reserved_for: str = "",
+                    reserved: Reserved = NOTHING_RESERVED,
                     environ: Mapping[str, str] | None = None) -> BuildPlan:
     """The plan a build of ``recipe`` (None: the default build settings, one arch) runs with
     on ``machine``: what :func:`asked_for` finds, ``job_memory_gib`` in place of the
@@ -146,5 +141,4 @@ def recipe_job_plan(recipe: Recipe | None, machine: MachineFacts, *,
     return resolve_job_plan(
         machine, build, asked_for(build, jobs_flag=jobs_flag, environ=environ),
         arch_count=len(recipe.target.cuda_archs) if recipe is not None else 1, units=units,
-        launcher=launcher, reserved_bytes=reserved_bytes, reserved_for=reserved_for,
-        environ=environ)
+        launcher=launcher, reserved=reserved, environ=environ)

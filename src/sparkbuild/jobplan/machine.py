@@ -15,12 +15,13 @@ import dataclasses
 import math
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbuild.jobplan.pools import PoolPlan, jobs_by_cores, jobs_by_memory, plan_pools
 from sparkbuild.jobplan.team_pool import SERVERS_ALIKE, DistModel, ServerMemory, plan_team
+from sparkbuild.records import Record, as_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -32,7 +33,7 @@ MAX_SYSTEM_RESERVE_GIB = 4.0
 
 
 @dataclass(frozen=True)
-class BuildPlan:
+class BuildPlan(Record):
     max_jobs: int
     nvcc_threads: int
     launcher: str | None
@@ -40,18 +41,13 @@ class BuildPlan:
     pool: PoolPlan | None = None
     """The heavy units' job pool (sparkbuild.jobplan.pools); None: the single plan, one
     MAX_JOBS for every unit."""
-    requested_jobs: int | None = None
+    requested_jobs: int | None = field(default=None, metadata=as_json(skip=True))
     """The MAX_JOBS that was asked for (``--jobs``, ``$MAX_JOBS``, the recipe's), which wins
     over the plan's own; None: the plan chose."""
 
     def env(self) -> dict[str, str]:
         """The variables vLLM's setup.py reads."""
         return {"MAX_JOBS": str(self.max_jobs), "NVCC_THREADS": str(self.nvcc_threads)}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"max_jobs": self.max_jobs, "nvcc_threads": self.nvcc_threads,
-                "launcher": self.launcher, "reasons": list(self.reasons),
-                "pool": self.pool.to_dict() if self.pool else None}
 
     def with_launcher(self, launcher: str, why: str) -> BuildPlan:
         """The plan with another compiler launcher (the shared cache's sccache), and why."""
@@ -65,6 +61,20 @@ class BuildPlan:
         return [f"job plan: MAX_JOBS={self.pool.jobs}, heavy units in pool sparkbuild_heavy "
                 f"of depth {self.pool.depth} ({self.pool.basis})",
                 *(f"  - {reason}" for reason in self.pool.reasons)]
+
+
+@dataclass(frozen=True)
+class MachineFacts:
+    """What the plan needs of the machine it runs on."""
+
+    total_memory_bytes: int
+    available_memory_bytes: int
+    cores: int
+
+    @classmethod
+    def read(cls) -> MachineFacts:
+        total, available = read_memory()
+        return cls(total, available, os.cpu_count() or 1)
 
 
 def gib_text(value: float) -> str:
@@ -84,10 +94,8 @@ def _nvcc_threads(nvcc_threads: int | None, arch_count: int, by: str) -> tuple[i
 
 
 def plan_build(
+    machine: MachineFacts,
     *,
-    total_memory_bytes: int,
-    available_memory_bytes: int,
-    cores: int,
     job_memory_gib: float,
     nvcc_threads: int | None = None,
     arch_count: int = 1,
@@ -102,6 +110,9 @@ def plan_build(
     3 to 8 GiB); 10% of the memory, at most 4 GiB, stays with the system.
     ``requested_by`` and ``threads_by`` say where a requested number came from.
     """
+    total_memory_bytes, available_memory_bytes = (machine.total_memory_bytes,
+                                                  machine.available_memory_bytes)
+    cores = machine.cores
     threads, threads_reason = _nvcc_threads(nvcc_threads, arch_count, threads_by)
     reserve = system_reserve(total_memory_bytes)
     usable = usable_memory(total_memory_bytes, available_memory_bytes)
@@ -142,14 +153,15 @@ def usable_memory(total_memory_bytes: int, available_memory_bytes: int) -> float
     return max(0.0, available_memory_bytes - system_reserve(total_memory_bytes))
 
 
-def with_pools(plan: BuildPlan, *, total_memory_bytes: int, available_memory_bytes: int,
-               cores: int, job_memory_gib: float, measured: dict[str, int] | None = None,
+def with_pools(plan: BuildPlan, machine: MachineFacts, *, job_memory_gib: float,
+               measured: dict[str, int] | None = None,
                killed: tuple[str, ...] = (), requested_jobs: int | None = None,
                requested_by: str = "", known: Sequence[KnownUnit] | None = None) -> BuildPlan:
     """``plan`` with the pool plan: every core, the heavy units in a pool (an explicit
     MAX_JOBS still wins, as the pool's ceiling)."""
-    pool = plan_pools(cores=cores, job_memory_gib=job_memory_gib,
-                      usable_bytes=usable_memory(total_memory_bytes, available_memory_bytes),
+    pool = plan_pools(cores=machine.cores, job_memory_gib=job_memory_gib,
+                      usable_bytes=usable_memory(machine.total_memory_bytes,
+                                                 machine.available_memory_bytes),
                       nvcc_threads=plan.nvcc_threads, measured=measured, killed=killed,
                       known=known)
     jobs = requested_jobs or pool.jobs

@@ -271,7 +271,7 @@ def _run_logged(real: str, args: list[str], build_dir: Path
 
 
 def _run_ninja(real: str, args: list[str]) -> tuple[int, list[str]]:
-    # Not proc.run: that starts ninja in a session of its own, out of the process group of
+    # Not proc.run: that starts ninja in a process group of its own (setsid), out of the group of
     # the build that sparkbuild's proc.run stops (and records for the cache lock), so a
     # stopped or killed build would leave ninja and its nvcc jobs running.  This process
     # is the build's, started by cmake, and keeps to the standard library and ninja_graph.

@@ -23,11 +23,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sparkbuild.jobplan.heavy_units import is_heavy, rule_match
 from sparkbuild.jobplan.schedule import KnownUnit, simulate
 from sparkbuild.jobplan.unit_order import longest_first, max_by_source
+from sparkbuild.records import Record, as_json, rounded
 from sparkbuild.settings import JOB_PLAN
 from sparkbuild.store.files import write_text_atomic
 
@@ -65,19 +66,34 @@ def pools_enabled(environ: Mapping[str, str] | None = None) -> bool:
     return JOB_PLAN.choice(environ) != "single"
 
 
+
+def _in_gib(size: int) -> float:
+    return round(size / GIB, 2)
+
+
+_round = rounded(1)
+
+
 @dataclass(frozen=True)
-class PoolPlan:
+class PoolPlan(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "pool", "jobs", "depth", "basis", "threshold_gib", "heavy_budget_gib", "light_budget_gib",
+        "measured_units", "heavy_measured", "patterns", "killed", "reasons", "single_plan_jobs",
+        "predicted_makespan_s", "single_plan_makespan_s", OLD_MAKESPAN_KEY,
+    )
+
     jobs: int
     """MAX_JOBS: every core (per nvcc thread)."""
     depth: int
     """How many heavy units may compile at once."""
     basis: str
     """``rule`` (nothing measured yet) or ``measured``."""
-    threshold_bytes: int
+    threshold_bytes: int = field(metadata=as_json("threshold_gib", dump=_in_gib))
     """A measured unit above this peak is heavy: the fair share, usable memory / jobs."""
-    heavy_budget_bytes: int
-    light_budget_bytes: int
-    measured: Mapping[str, int] = field(default_factory=dict)
+    heavy_budget_bytes: int = field(metadata=as_json("heavy_budget_gib", dump=_in_gib))
+    light_budget_bytes: int = field(metadata=as_json("light_budget_gib", dump=_in_gib))
+    measured: Mapping[str, int] = field(default_factory=dict,
+                                        metadata=as_json("measured_units", dump=len))
     """``source|flags`` -> peak bytes, for this target arch."""
     patterns: tuple[str, ...] = HEAVY_PATTERNS
     killed: tuple[str, ...] = ()
@@ -85,19 +101,22 @@ class PoolPlan:
     reasons: tuple[str, ...] = ()
     single_plan_jobs: int = 0
     """The single plan's MAX_JOBS on the same machine (one budget for every unit)."""
-    predicted_seconds: float | None = None
+    predicted_seconds: float | None = field(
+        default=None, metadata=as_json("predicted_makespan_s", dump=_round))
     """The simulated compile makespan of this plan (measured basis only)."""
-    single_plan_seconds: float | None = None
+    single_plan_seconds: float | None = field(
+        default=None, metadata=as_json("single_plan_makespan_s", dump=_round))
     """... and of the single plan, on the same unit table."""
-    seconds: Mapping[str, float] = field(default_factory=dict)
+    seconds: Mapping[str, float] = field(default_factory=dict,
+                                         metadata=as_json("timed_units", dump=len))
     """``source|flags`` -> measured seconds: the ninja wrapper starts units longest first."""
-    local_depth: int | None = None
+    local_depth: int | None = field(default=None, metadata=as_json(skip=True))
     """With dist: the heavy units the build host's own memory holds (the local plan's
     depth), its slots for steps that fall back (sparkbuild.team.heavy_gate); None: no
     dist, ``depth`` is the local one."""
-    local_jobs: int | None = None
+    local_jobs: int | None = field(default=None, metadata=as_json(skip=True))
     """With dist: the local plan's MAX_JOBS (the build host's compile slots)."""
-    table: tuple[KnownUnit, ...] = field(default=(), repr=False)
+    table: tuple[KnownUnit, ...] = field(default=(), repr=False, metadata=as_json(skip=True))
     """The unit table the plan was simulated on (with dist, the team's candidates are
     simulated on it too: sparkbuild.jobplan.team_pool); () for the first build."""
 
@@ -111,25 +130,10 @@ class PoolPlan:
         return sorted(k.split("|")[0] for k, v in self.measured.items()
                       if v * HEADROOM > self.threshold_bytes)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"pool": HEAVY_POOL, "jobs": self.jobs, "depth": self.depth,
-                "basis": self.basis, "threshold_gib": round(self.threshold_bytes / GIB, 2),
-                "heavy_budget_gib": round(self.heavy_budget_bytes / GIB, 2),
-                "light_budget_gib": round(self.light_budget_bytes / GIB, 2),
-                "measured_units": len(self.measured),
-                "heavy_measured": self.heavy_measured(),
-                "patterns": list(self.patterns),
-                "killed": list(self.killed), "reasons": list(self.reasons),
-                "single_plan_jobs": self.single_plan_jobs,
-                "predicted_makespan_s": _round(self.predicted_seconds),
-                "single_plan_makespan_s": _round(self.single_plan_seconds),
+    def json_extra(self) -> dict[str, Any]:
+        return {"pool": HEAVY_POOL, "heavy_measured": self.heavy_measured(),
                 OLD_MAKESPAN_KEY: _round(self.single_plan_seconds),
-                "timed_units": len(self.seconds),
                 "local_depth": self.depth if self.local_depth is None else self.local_depth}
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)
 
 
 def _gib(value: float) -> str:

@@ -81,12 +81,16 @@ class TeamSchedule:
     """The highest sum of the peaks of the steps in flight on one server."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TeamShape:
-    """The machines of a team build: the build host's cores, each build server's."""
+    """The machines of a team build, as sccache-dist uses them (:func:`simulate_team`)."""
 
     host_cores: int
     servers: Sequence[int]
+    """Each build server's cores."""
+    local_share: float | Sequence[float]
+    """The part of a unit's seconds that holds a core of the build host (preprocessing,
+    fatbinary, what sccache adds): one share, or each unit's."""
     host_slots: int | None = None
     """The gate (sparkbuild.team.heavy_gate): the pooled units' work on the build host --
     their local share and their fallbacks -- on this many of its cores, the others' on the
@@ -116,23 +120,21 @@ def _per_unit(value: float | Sequence[float], count: int) -> list[float]:
 
 
 def simulate_team(seconds: Sequence[float], peaks: Sequence[float], shape: TeamShape, *,
-                  local_share: float | Sequence[float],
                   transfer: Sequence[float] | None = None, jobs: int | None = None,
                   pool: Collection[int] = (), depth: int = 0) -> TeamSchedule:
-    """Units ``0..n-1`` in order, as sccache-dist runs them: each first holds a core of the
-    build host for its ``local_share`` (one share, or each unit's: preprocessing,
-    fatbinary, what sccache adds), then its remote part (plus ``transfer`` seconds) on the
-    least-loaded server with a free core (``shape.servers``: each one's cores), or -- every
-    server full -- on the build host (sccache's local fallback; with ``shape.host_slots``,
-    a pooled unit's only on the gate's slots).  At most ``jobs`` units in flight (default:
-    every core of the team), the ``pool`` units at most ``depth`` at once; the servers
-    start work at ``shape.start_delay``.  Dependencies are not modelled, as in
-    :func:`simulate`."""
+    """Units ``0..n-1`` in order, as sccache-dist runs them on ``shape``: each first holds a
+    core of the build host for its local share (``shape.local_share``: one share, or each
+    unit's), then its remote part (plus ``transfer`` seconds) on the least-loaded server
+    with a free core, or -- every server full -- on the build host (sccache's local
+    fallback; with ``shape.host_slots``, a pooled unit's only on the gate's slots).  At most
+    ``jobs`` units in flight (default: every core of the team), the ``pool`` units at most
+    ``depth`` at once; the servers start work at ``shape.start_delay``.  Dependencies are
+    not modelled, as in :func:`simulate`."""
     count = len(seconds)
     if len(peaks) != count:
         raise ValueError("seconds and peaks differ in length")
     servers = list(shape.servers)
-    shares = _per_unit(local_share, count)
+    shares = _per_unit(shape.local_share, count)
     moves = transfer or [0.0] * count
     limit = max(1, jobs or shape.host_cores + sum(servers))
     depth = max(1, depth)

@@ -156,12 +156,14 @@ class TeamChoice:
     """The simulated compile (None: nothing measured to simulate)."""
 
 
-def _shape_of(pool: PoolPlan, servers: int, team_cpus: int,
+def _shape_of(pool: PoolPlan, servers: int, team_cpus: int, *,
+              local_share: float | Sequence[float],
               start_delay: float = TOOLCHAINS_S) -> TeamShape:
     host = pool.jobs
     slots = pool.depth if pool.depth < host else None
     each = max(1, team_cpus // max(1, servers))
-    return TeamShape(host, [each] * max(1, servers), slots, start_delay=start_delay)
+    return TeamShape(host_cores=host, servers=[each] * max(1, servers),
+                     local_share=local_share, host_slots=slots, start_delay=start_delay)
 
 
 def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMemory,
@@ -196,7 +198,8 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
     ordered = [table[i] for i in order]
     pooled = heavy_indices(pool, ordered)
     peaks = [float(u.peak_bytes or pool.light_budget_bytes) * HEADROOM for u in ordered]
-    shape = _shape_of(pool, servers, team_cpus, model.start_delay_s)
+    shape = _shape_of(pool, servers, team_cpus, local_share=[shares[i] for i in order],
+                      start_delay=model.start_delay_s)
     host = pool.jobs
     jobs_options = sorted({min(most_jobs, max(1, team_cpus + host * k // 4))
                            for k in range(5)})
@@ -206,7 +209,6 @@ def plan_team(pool: PoolPlan, *, servers: int, team_cpus: int, memory: ServerMem
     for depth in depths:
         for jobs in jobs_options:
             run = simulate_team([seconds[i] for i in order], peaks, shape,
-                                local_share=[shares[i] for i in order],
                                 transfer=[transfers[i] for i in order], jobs=jobs,
                                 pool=pooled, depth=depth)
             found.append((run.server_peak <= memory.usable_bytes, run.makespan, depth, jobs,

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sparkbuild.jobplan.ninja_graph import (
     Edge,
@@ -35,6 +35,7 @@ from sparkbuild.jobplan.ninja_graph import (
     read_graph,
 )
 from sparkbuild.jobplan.ninja_shim import relative_source
+from sparkbuild.records import EMPTY, NONE, Record, as_json, rounded
 
 GIB = 1024**3
 _WHEEL_STARTED = re.compile(r"Building wheel for \S+ \(.*\): started|running bdist_wheel")
@@ -85,42 +86,51 @@ def read_runs(record: Path) -> list[NinjaRun]:
     return runs
 
 
+
+def _gib(size: int) -> float:
+    return round(size / GIB, 3)
+
+
+def _phases(phases: dict[str, float]) -> dict[str, float]:
+    return {name: round(seconds, 2) for name, seconds in phases.items()}
+
+
+def _critical_path(path: list[tuple[str, float]]) -> dict[str, Any]:
+    return {"seconds": round(sum(s for _, s in path), 2),
+            "edges": [{"output": o, "seconds": round(s, 2)} for o, s in path],
+            "method": "longest chain of build.ninja edges weighed with .ninja_log times"}
+
+
 @dataclass
-class Unit:
-    source: str
+class Unit(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "path", "output", "target", "seconds", "start", "peak_rss_gib", "pool",
+    )
+
+    source: str = field(metadata=as_json("path"))
     output: str
     target: str
-    seconds: float
-    start: float
+    seconds: float = field(metadata=as_json(dump=rounded(2)))
+    start: float = field(metadata=as_json(dump=rounded(2)))
     """Seconds after the build's first ninja run began."""
     flags: str = ""
-    peak_rss_bytes: int | None = None
-    pool: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"path": self.source, "output": self.output,
-                                 "target": self.target, "seconds": round(self.seconds, 2),
-                                 "start": round(self.start, 2)}
-        if self.peak_rss_bytes is not None:
-            entry["peak_rss_gib"] = round(self.peak_rss_bytes / GIB, 3)
-        if self.pool:
-            entry["pool"] = self.pool
-        entry["flags"] = self.flags
-        return entry
+    peak_rss_bytes: int | None = field(
+        default=None, metadata=as_json("peak_rss_gib", omit=NONE, dump=_gib))
+    pool: str | None = field(default=None, metadata=as_json(omit=EMPTY))
 
 
 @dataclass
-class BuildTimeline:
-    phases: dict[str, float]
-    units: list[Unit]
-    compile_wall: float
-    busy: float
+class BuildTimeline(Record):
+    phases: dict[str, float] = field(metadata=as_json(dump=_phases))
+    units: list[Unit] = field(metadata=as_json(skip=True))
+    compile_wall: float = field(metadata=as_json("compile_wall_seconds", dump=rounded(2)))
+    busy: float = field(metadata=as_json(dump=rounded(3)))
     """Unit-seconds / (compile wall x cores): how busy the cores were while compiling."""
     cores: int
-    critical_path: list[tuple[str, float]]
-    retried: list[str] = field(default_factory=list)
-    edges: int = 0
-    origin: float = 0.0
+    critical_path: list[tuple[str, float]] = field(metadata=as_json(dump=_critical_path))
+    retried: list[str] = field(default_factory=list, metadata=as_json("retried_after_kill"))
+    edges: int = field(default=0, metadata=as_json("ninja_edges"))
+    origin: float = field(default=0.0, metadata=as_json(skip=True))
     """Epoch seconds of the first ninja run's start: what each unit's ``start`` counts from."""
 
     @property
@@ -131,20 +141,6 @@ class BuildTimeline:
 
     def units_table(self) -> list[dict[str, Any]]:
         return [unit.to_dict() for unit in self.units]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "phases": {k: round(v, 2) for k, v in self.phases.items()},
-            "compile_wall_seconds": round(self.compile_wall, 2),
-            "busy": round(self.busy, 3), "cores": self.cores,
-            "critical_path": {"seconds": round(sum(s for _, s in self.critical_path), 2),
-                              "edges": [{"output": o, "seconds": round(s, 2)}
-                                        for o, s in self.critical_path],
-                              "method": "longest chain of build.ninja edges weighed with "
-                                        ".ninja_log times"},
-            "retried_after_kill": self.retried,
-            "ninja_edges": self.edges,
-        }
 
     def summary(self) -> list[str]:
         lines = [f"  {len(self.units)} units; compile wall {self.compile_wall:.0f} s; cores "

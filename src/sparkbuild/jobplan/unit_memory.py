@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.jobplan.schedule import KnownUnit
-from sparkbuild.recipe import parse_json
 from sparkbuild.store.files import read_kept_file, set_aside, write_text_atomic
+from sparkbuild.store.user_files import parse_json
 
 if TYPE_CHECKING:
     from sparkbuild.jobplan.timeline import BuildTimeline

@@ -1,8 +1,11 @@
 """One fingerprint per fleet: the wheelhouse's identity, and what ``install`` recorded.
 
-The fingerprint of a wheelhouse is the sha256 of its ``manifest.json`` (which names every
-file of the wheelhouse by its own sha256), written ``sha256:<hex>``: ``install`` prints it
-and ``verify --installed`` prints it again, so two nodes compare by one line.
+The fingerprint of a wheelhouse is the sha256 of what its ``manifest.json`` says (which
+names every file of the wheelhouse by its own sha256), less the run's measures and the
+build machine's plan (:func:`sparkbuild.wheelhouse.manifest.manifest_fingerprint`), written
+``sha256:<hex>``: ``install`` prints it and ``verify --installed`` prints it again, so two
+nodes compare by one line, and a wheelhouse joined from parts compares with one built in
+one job.
 
 ``install`` records, in ``VENV/sparkbuild-wheelhouse.json``: the fingerprint, where the
 wheelhouse came from, the manifest's exact text, each installed distribution with the
@@ -14,18 +17,18 @@ record of the wrong shape is a named :class:`VerifyError`, never a traceback.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.node.installed import distributions
 from sparkbuild.node.venv_files import bytecode_digests, own_file_digests
-from sparkbuild.recipe import parse_json, read_user_file
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
-from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT
+from sparkbuild.store.user_files import parse_json, read_user_file
+from sparkbuild.wheelhouse.manifest import MANIFEST_LIMIT, manifest_fingerprint
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -37,31 +40,37 @@ RECORD_LIMIT = 4 * MANIFEST_LIMIT
 
 
 def fingerprint(manifest: bytes) -> str:
-    """``sha256:<hex>`` of a wheelhouse's manifest.json bytes."""
-    return "sha256:" + hashlib.sha256(manifest).hexdigest()
+    """``sha256:<hex>`` of a wheelhouse's manifest.json bytes, less the run's measures
+    (:func:`sparkbuild.wheelhouse.manifest.manifest_fingerprint`)."""
+    return manifest_fingerprint(manifest)
 
 
 @dataclass(frozen=True)
-class InstalledDist:
+class InstalledDist(Record):
     name: str
     version: str
     record: str
     """The RECORD file, relative to the venv."""
     record_sha256: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "record": self.record,
-                "record_sha256": self.record_sha256}
+
+def _sorted(dists: dict[str, InstalledDist]) -> dict[str, InstalledDist]:
+    return dict(sorted(dists.items()))
 
 
 @dataclass
-class Installation:
+class Installation(Record):
     """What ``install`` wrote into the venv."""
 
+    json_order: ClassVar[tuple[str, ...]] = (
+        "schema", "fingerprint", "wheelhouse", "distributions", "manifest",
+    )
+
     fingerprint: str
-    origin: str
-    manifest_text: str
-    dists: dict[str, InstalledDist] = field(default_factory=dict)
+    origin: str = field(metadata=as_json("wheelhouse"))
+    manifest_text: str = field(metadata=as_json("manifest"))
+    dists: dict[str, InstalledDist] = field(
+        default_factory=dict, metadata=as_json("distributions", dump=_sorted))
     """By canonical project name."""
     own_files: dict[str, str] | None = None
     """pyvenv.cfg, bin/python*, bin/activate* and the profile files: path -> digest
@@ -71,12 +80,8 @@ class Installation:
     profile: list[dict[str, str]] | None = None
     """The node profile as written (the entries resolved on the node)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema": RECORD_SCHEMA, "fingerprint": self.fingerprint,
-                "wheelhouse": self.origin,
-                "distributions": {k: d.to_dict() for k, d in sorted(self.dists.items())},
-                "manifest": self.manifest_text, "own_files": self.own_files,
-                "bytecode": self.bytecode, "profile": self.profile}
+    def json_extra(self) -> dict[str, Any]:
+        return {"schema": RECORD_SCHEMA}
 
     def manifest(self) -> dict[str, Any]:
         """The recorded manifest, parsed; :class:`VerifyError` when it is not an object."""

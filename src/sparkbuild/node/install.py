@@ -14,10 +14,11 @@ file cannot add or swap a single file.  ``pip check`` then proves the set is con
 (its compiled extension included).  No file may be a version ``recipes/known_bad.toml``
 lists.  pip installs with ``--no-deps``: the lock is the whole closure, and pip check is
 the one judge of consistency (pip's resolver would refuse a recorded override outright).
-Last, the wheelhouse's fingerprint (the sha256 of its manifest) is printed and recorded in
-the venv with what was installed (:mod:`sparkbuild.node.fingerprint`), for
-``verify --installed``.  A wheelhouse served over HTTP comes through
-:mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from the wheelhouse's
+Last, the wheelhouse's fingerprint (the sha256 of its manifest, less the run's measures)
+is printed and recorded in the venv with what was installed
+(:mod:`sparkbuild.node.fingerprint`), for ``verify --installed``.  A wheelhouse served
+over HTTP comes through :mod:`sparkbuild.node.remote`.  ``--from pylock`` installs from
+the wheelhouse's
 ``pylock.toml`` (PEP 751) through ``uv pip install --offline`` instead: the same files and
 hashes, named by path; the result says which file was used.  Every entry of that lock must
 be a wheel of the wheelhouse that verify checked, beside the lock (no URL, no path
@@ -48,7 +49,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 from sparkbuild.console import escaped, info, shown, step, unsafe_characters
 from sparkbuild.errors import (
@@ -70,6 +71,7 @@ from sparkbuild.node.profile import (
 from sparkbuild.node.start_check import refuse_unstartable, start_modules_of
 from sparkbuild.proc import run
 from sparkbuild.recipe import check_known_bad
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import usable_path, venv_python
 from sparkbuild.store.hashing import sha256_bytes
 from sparkbuild.store.lock import CacheLock
@@ -98,30 +100,24 @@ INSTALL_FROM = {"lock": LOCK_NAME, "pylock": PYLOCK_NAME}
 
 
 @dataclass
-class InstallResult:
+class InstallResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("venv", "created", "installed", "stand_ins")
+
     venv: Path
     created: bool
     installed: list[str]
     imported: list[str]
     pip_check: PipCheck = field(default_factory=PipCheck)
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list, metadata=as_json(skip=True))
     fingerprint: str = ""
-    """The wheelhouse's fingerprint (sha256 of its manifest), recorded in the venv."""
-    origin: str = ""
+    """The wheelhouse's fingerprint (sparkbuild.node.fingerprint), recorded in the venv."""
+    origin: str = field(default="", metadata=as_json("wheelhouse"))
     installed_from: str = LOCK_NAME
     """The wheelhouse file the projects were installed from (requirements.lock, pylock.toml)."""
     profile: NodeProfile | None = None
     """The node profile written into the venv (sparkbuild.node.profile)."""
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the wheelhouse's build took from another commit than the tree's pin."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"venv": str(self.venv), "created": self.created, "installed": self.installed,
-                "stand_ins": self.stand_ins,
-                "imported": self.imported, "pip_check": self.pip_check.to_dict(),
-                "fingerprint": self.fingerprint, "wheelhouse": self.origin,
-                "installed_from": self.installed_from,
-                "profile": self.profile.to_dict() if self.profile else None}
 
     def summary(self) -> list[str]:
         made = "created" if self.created else "existing"
@@ -333,7 +329,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     """Install everything ``directory/requirements.lock`` names into ``venv``, offline.
 
     The whole wheelhouse is verified against its manifest first; pip then reads the lock's
-    verified bytes (a copy, not the file), and the fingerprint recorded is the sha256 of the
+    verified bytes (a copy, not the file), and the fingerprint recorded is that of the
     manifest bytes that were verified.  ``origin``: where it came from (a URL,
     :func:`sparkbuild.node.remote.install_from_url`).  ``source`` ``"pylock"``: from
     ``pylock.toml`` through uv instead (verified with the rest; a local wheelhouse).
@@ -349,7 +345,7 @@ def install_wheelhouse(directory: Path, venv: Path, *, origin: str | None = None
     locked = parse_lock(checked.lock_bytes.decode("utf-8"), where=str(directory / LOCK_NAME))
     pylock_text = checked_pylock(checked) if source == "pylock" else None
     for item in locked:
-        check_known_bad(item.name, item.version, role="wheelhouse file",
+        check_known_bad(item.name, item.version, what="wheelhouse file",
                         where=str(directory / LOCK_NAME))
     refuse_unstartable(built_wheels(checked), start_modules_of(manifest))
     refuse_foreign(venv)

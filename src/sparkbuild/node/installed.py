@@ -21,8 +21,8 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import parse_json, read_user_text
 from sparkbuild.store.hashing import record_form, sha256_stream
+from sparkbuild.store.user_files import parse_json, read_user_text
 
 INSTALLING_MARK = "sparkbuild-install.incomplete"
 """In a venv while ``install`` works on it: still there, the install did not finish."""

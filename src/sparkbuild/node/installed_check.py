@@ -35,7 +35,7 @@ import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
@@ -60,6 +60,7 @@ from sparkbuild.node.venv_files import (
     pyc_source,
     walk_no_links,
 )
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import usable_path
 from sparkbuild.store.hashing import sha256_file, sha256_stream
 from sparkbuild.store.wheel_check import same_version
@@ -69,13 +70,15 @@ from sparkbuild.wheelhouse.verify import Mismatch, merged, verify_files
 
 
 @dataclass
-class InstalledCheckResult:
+class InstalledCheckResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("venv", "fingerprint", "wheelhouse", "ok", "stand_ins")
+
     venv: Path
     fingerprint: str
-    origin: str
+    origin: str = field(metadata=as_json("wheelhouse"))
     distributions: int = 0
     files_checked: int = 0
-    compared_with: str | None = None
+    compared_with: str | None = field(default=None, metadata=as_json("compared_with_wheelhouse"))
     """The wheelhouse directory whose wheels' RECORDs were compared, if any."""
     mismatches: list[Mismatch] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -83,13 +86,8 @@ class InstalledCheckResult:
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the installed wheelhouse's build took from another commit than the pin."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"venv": str(self.venv), "fingerprint": self.fingerprint,
-                "wheelhouse": self.origin, "ok": self.error is None,
-                "stand_ins": self.stand_ins,
-                "distributions": self.distributions, "files_checked": self.files_checked,
-                "compared_with_wheelhouse": self.compared_with,
-                "mismatches": [m.to_dict() for m in self.mismatches], "notes": self.notes}
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.error is None}
 
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"

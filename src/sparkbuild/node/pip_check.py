@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.utils import canonicalize_name
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.records import EMPTY, Record, as_json
 from sparkbuild.wheelhouse.overrides import Override
 from sparkbuild.wheelhouse.requirements_check import CLOSURE_LEFT_OUT
 
@@ -69,20 +70,21 @@ def explained_by(line: PipCheckLine, overrides: Sequence[Override]) -> Override 
 
 
 @dataclass
-class PipCheck:
+class PipCheck(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("ok",)
+
     overrides: list[str] = field(default_factory=list)
     """pip check's lines that a recorded override explains, with its reason."""
     problems: list[str] = field(default_factory=list)
-    left_to_node: list[str] = field(default_factory=list)
+    left_to_node: list[str] = field(default_factory=list, metadata=as_json(omit=EMPTY))
     """Requirements not installed at all, of a wheelhouse whose closure was left out."""
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "overrides": self.overrides, "problems": self.problems,
-                **({"left_to_node": self.left_to_node} if self.left_to_node else {})}
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.ok}
 
     def summary(self) -> list[str]:
         lines = [f"  pip check: {'ok' if self.ok else 'FAILED'}"]

@@ -14,7 +14,7 @@ The ``NCCL_IB_HCA`` value printed is the exact-match form (``=dev1:1,dev2:1``: N
 matches by prefix without the ``=``) of the active ports; device names differ between
 identical nodes and across reboots, so it is read on each node.  An ``NCCL_IB_HCA`` already
 set (in the environment or the venv's profile) without the leading ``=`` is a warning that
-names the devices its prefix takes.  A pinned ``NCCL_IB_GID_INDEX`` is a warning: it breaks
+names the RDMA devices its prefix takes.  A pinned ``NCCL_IB_GID_INDEX`` is a warning: it breaks
 when a link bounces.
 
 The venv must be one: a path that does not exist or holds no ``pyvenv.cfg`` (``/etc``) is a
@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sparkbuild.console import escaped
 from sparkbuild.errors import SparkbuildError, UsageError, VerifyError
@@ -45,8 +45,9 @@ from sparkbuild.node.profile import (
     probe_ptxas,
 )
 from sparkbuild.proc import run
-from sparkbuild.recipe import read_user_file
+from sparkbuild.records import Record
 from sparkbuild.store.files import usable_path
+from sparkbuild.store.user_files import read_user_file
 
 MIN_NOFILE = 65536
 """Below this, loading a large checkpoint overflows the open-file limit."""
@@ -73,28 +74,24 @@ class NodeProbe:
     ptxas: PtxasProbe = probe_ptxas
 
 
+CheckStatus = Literal["ok", "warn", "fail", "absent"]
+"""A node check's verdict: ``fail`` fails the preflight, the others report."""
+
+
 @dataclass(frozen=True)
-class NodeCheck:
+class NodeCheck(Record):
     name: str
-    status: str
+    status: CheckStatus
     value: str
     detail: str = ""
 
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "status": self.status, "value": self.value,
-                "detail": self.detail}
-
 
 @dataclass
-class PreflightResult:
+class PreflightResult(Record):
     venv: Path
     checks: list[NodeCheck]
     nccl_ib_hca: str | None = None
     rdma: list[dict[str, str]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"venv": str(self.venv), "checks": [c.to_dict() for c in self.checks],
-                "nccl_ib_hca": self.nccl_ib_hca, "rdma": self.rdma}
 
     def summary(self) -> list[str]:
         lines = [f"node preflight (venv {self.venv}):"]
@@ -347,9 +344,9 @@ def nccl_hca_check(probe: NodeProbe, built: Built, ports: list[dict[str, str]]) 
              if value]
     exact = exact_hca(ports)
     if not found:
-        return NodeCheck("nccl_ib_hca", "ok", "unset", f"NCCL picks the devices; "
+        return NodeCheck("nccl_ib_hca", "ok", "unset", f"NCCL picks the RDMA devices; "
                          f"NCCL_IB_HCA={exact} names exactly the active ports" if exact else
-                         "NCCL picks the devices")
+                         "NCCL picks the RDMA devices")
     prefixed = [(where, value) for where, value in found
                 if not value.removeprefix("^").startswith("=")]
     if not prefixed:

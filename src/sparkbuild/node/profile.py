@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import VerifyError
 from sparkbuild.proc import run
+from sparkbuild.records import Record
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.toolchain.archs import flashinfer_arch_list
 from sparkbuild.wheelhouse.manifest import (
@@ -61,15 +62,11 @@ _TINY_PTX = """.version 8.8
 
 
 @dataclass(frozen=True)
-class ProfileEntry:
+class ProfileEntry(Record):
     key: str
     value: str
     reason: str
     source: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"key": self.key, "value": self.value, "reason": self.reason,
-                "source": self.source}
 
     @classmethod
     def from_dict(cls, entry: Mapping[str, Any]) -> ProfileEntry:
@@ -181,16 +178,11 @@ def find_ptxas(env: Mapping[str, str], probe: PtxasProbe = probe_ptxas
 
 
 @dataclass
-class NodeProfile:
+class NodeProfile(Record):
     entries: list[ProfileEntry]
     notes: list[str]
     profile_sh: Path | None = None
     env_file: Path | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"entries": [e.to_dict() for e in self.entries], "notes": self.notes,
-                "profile_sh": str(self.profile_sh) if self.profile_sh else None,
-                "env_file": str(self.env_file) if self.env_file else None}
 
     def summary(self) -> list[str]:
         lines = [f"node profile ({self.env_file}):"]

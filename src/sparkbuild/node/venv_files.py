@@ -46,8 +46,8 @@ from sparkbuild.node.profile import (
     render_profile_sh,
     workspace_of,
 )
-from sparkbuild.recipe import NotRegularFile, read_user_text
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import NotRegularFile, read_user_text
 
 SMALL_FILE_LIMIT = 1 << 20
 """The largest ``pyvenv.cfg`` or profile file read (install writes a few KiB)."""

@@ -49,6 +49,7 @@ from sparkbuild.patches.report import (
     REVERTED,
     UPSTREAM,
     PatchOutcome,
+    PatchStatus,
     SeriesReport,
     describe_failure,
     raw_instruction_uses,
@@ -211,7 +212,7 @@ def prepare(tree: Path, patch: Patch, index: TreeIndex) -> Prepared:
     return Prepared(files, render_diff(files), notes)
 
 
-def _outcome(patch: Patch, status: str, detail: str, where: str | None = None,
+def _outcome(patch: Patch, status: PatchStatus, detail: str, where: str | None = None,
              details: dict[str, Any] | None = None) -> PatchOutcome:
     return PatchOutcome(patch.name, status, detail, patch.sha256, where, details or {})
 

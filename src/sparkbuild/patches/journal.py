@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import warn
 from sparkbuild.errors import PatchError
+from sparkbuild.records import Record
 from sparkbuild.store.files import fsync_dir, held_flock, open_locked
 
 if TYPE_CHECKING:
@@ -164,7 +165,7 @@ def _file_entry(path: Path, rel: str) -> Entry:
 
 
 @dataclass(frozen=True)
-class Recovery:
+class Recovery(Record):
     """What the start of a run found and undid: a run that died half way."""
 
     action: str
@@ -187,12 +188,8 @@ class Recovery:
             f"removed {self.removed} it had created, starting clean"
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "action": self.action, "pid": self.pid, "in_flight": list(self.in_flight),
-            "finished": list(self.finished), "restored": self.restored,
-            "removed": self.removed, "outcome": "restored", "message": self.message(),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"outcome": "restored", "message": self.message()}
 
 
 def read_journal(path: Path) -> list[Entry]:

@@ -17,12 +17,14 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import info, step
 from sparkbuild.errors import DestinationError, PatchError, SparkbuildError
+from sparkbuild.patches.report import instruction_uses
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.fetch import SourceResult, fetch_source
 from sparkbuild.store.files import writer_gone
 
@@ -35,22 +37,15 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
-class PrepareResult:
+class PrepareResult(Record):
     tree: Path
     source: SourceResult
-    series: SeriesReport
-    seconds: float
+    series: SeriesReport = field(metadata=as_json(skip=True))
+    seconds: float = field(metadata=as_json(skip=True))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tree": str(self.tree),
-            "source": self.source.to_dict(),
-            "patches": [outcome.to_dict() for outcome in self.series.patches],
-            "raw_instruction_uses": [
-                {"file": path.as_posix(), "line": line}
-                for path, line in self.series.raw_instruction_uses
-            ],
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"patches": self.series.patches,
+                "raw_instruction_uses": instruction_uses(self.series.raw_instruction_uses)}
 
     def summary(self) -> list[str]:
         in_place = ("applied", "already-applied")

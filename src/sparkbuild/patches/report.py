@@ -10,22 +10,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import PatchError, SparkbuildError
 from sparkbuild.patches.edits.edit_plan import C_SUFFIXES, SKIP_DIRS
 from sparkbuild.patches.edits.inline_asm import INSTRUCTION, instruction_lines
 from sparkbuild.patches.journal import Recovery
+from sparkbuild.records import EMPTY, NONE, Record, as_json
 from sparkbuild.store.files import walk_files
 
 if TYPE_CHECKING:
     from sparkbuild.patches.series import FileDiff
 
-APPLIED = "applied"
-ALREADY = "already-applied"
-FAILED = "failed"
-NOT_APPLIED = "not-applied"
-STATUSES = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
+PatchStatus = Literal["applied", "already-applied", "failed", "not-applied"]
+"""Where a patch stands in a tree."""
+APPLIED: PatchStatus = "applied"
+ALREADY: PatchStatus = "already-applied"
+FAILED: PatchStatus = "failed"
+NOT_APPLIED: PatchStatus = "not-applied"
+STATUSES: tuple[PatchStatus, ...] = (APPLIED, ALREADY, FAILED, NOT_APPLIED)
 REVERTED = "reverted"
 APPLIED_HERE = "applied-here"
 """An already-applied patch that sparkbuild applied to this tree (its record is in it)."""
@@ -36,24 +39,24 @@ OWN_HEADER = ("e2m1.cuh", "SPARKBUILD_E2M1_HW")
 """sparkbuild's own header uses the instruction only where the target has it: not a raw use."""
 
 
+def instruction_uses(uses: list[tuple[Path, int]]) -> list[dict[str, Any]]:
+    """The raw uses of the instruction, as JSON: each file (POSIX) and line."""
+    return [{"file": path.as_posix(), "line": line} for path, line in uses]
+
+
 @dataclass(frozen=True)
-class PatchOutcome:
+class PatchOutcome(Record):
     name: str
-    status: str
+    status: PatchStatus
     detail: str
     sha256: str
     """sha256 of the patch file, so a report names exactly which patch text was used."""
-    where: str | None = None
+    where: str | None = field(default=None, metadata=as_json(skip=True))
     """For ``failed``: the file and hunk (or file and line) that did not match."""
     details: dict[str, Any] = field(default_factory=dict)
     """A structured edit's findings (each arch list before and after, guards left alone)."""
-    origin: str | None = None
+    origin: str | None = field(default=None, metadata=as_json(omit=EMPTY))
     """For ``already-applied``: :data:`APPLIED_HERE` or :data:`UPSTREAM` (JSON key ``origin``)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        shown = {"name": self.name, "status": self.status, "detail": self.detail,
-                 "sha256": self.sha256, "details": self.details}
-        return {**shown, "origin": self.origin} if self.origin else shown
 
     @property
     def label(self) -> str:
@@ -62,34 +65,27 @@ class PatchOutcome:
 
 
 @dataclass
-class SeriesReport:
+class SeriesReport(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("tree", "source")
+
     tree: Path
     patches: list[PatchOutcome]
-    raw_instruction_uses: list[tuple[Path, int]]
+    raw_instruction_uses: list[tuple[Path, int]] = field(metadata=as_json(dump=instruction_uses))
     """Raw ``cvt.rn.satfinite.e2m1x2.f32`` left in the tree: (path relative to it, line)."""
-    source: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict, metadata=as_json(skip=True))
     """What the tree came from; empty means the tree itself.  prepare fills it in."""
     interrupted_run: Recovery | None = None
     """A killed earlier run whose half-done changes this run found and undid first (said on
     stderr when found, so not repeated in :meth:`summary`)."""
-    dependencies: list[dict[str, Any]] | None = None
+    dependencies: list[dict[str, Any]] | None = field(default=None, metadata=as_json(omit=NONE))
     """``patch status``: each vendored source's cached copy and what the series' arch edit
     did to it (sparkbuild.vendoring.patched); None when not asked."""
 
     def source_dict(self) -> dict[str, Any]:
         return self.source or {"kind": "tree", "path": str(self.tree)}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tree": str(self.tree),
-            "source": self.source_dict(),
-            "patches": [outcome.to_dict() for outcome in self.patches],
-            "raw_instruction_uses": [
-                {"file": path.as_posix(), "line": line} for path, line in self.raw_instruction_uses
-            ],
-            "interrupted_run": self.interrupted_run and self.interrupted_run.to_dict(),
-            **({"dependencies": self.dependencies} if self.dependencies is not None else {}),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"source": self.source_dict()}
 
     def summary(self) -> list[str]:
         width = max((len(p.name) for p in self.patches), default=0)

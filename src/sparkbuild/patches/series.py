@@ -31,14 +31,9 @@ from unidiff.patch import PatchedFile, PatchSet
 
 from sparkbuild.errors import HashMismatchError, PatchError, RecipeError
 from sparkbuild.patches.edits import Edit, EditContext, applied_check_names, make_edit
-from sparkbuild.recipe import (
-    PATCH_LIMIT,
-    RECIPE_LIMIT,
-    parse_toml,
-    read_user_file,
-    read_user_text,
-)
+from sparkbuild.recipe import PATCH_LIMIT, RECIPE_LIMIT
 from sparkbuild.store.hashing import is_sha256, sha256_bytes
+from sparkbuild.store.user_files import parse_toml, read_user_file, read_user_text
 
 DIFF_SUFFIXES = (".diff", ".patch")
 EDIT_SUFFIX = ".toml"

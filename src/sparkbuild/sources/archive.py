@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Literal
 
 from sparkbuild.console import byte_progress
 from sparkbuild.errors import (
@@ -77,13 +77,16 @@ def unsafe(what: str, origin: str) -> UnsafeArchiveError:
     return UnsafeArchiveError(what, where=origin, hint=HINT)
 
 
+MemberKind = Literal["file", "dir", "symlink", "hardlink"]
+"""What an archive member is, as extraction admits it."""
+
+
 @dataclass(frozen=True)
 class ArchiveMember:
     """A member about to be extracted: its clean name, what it is, its size, its link."""
 
     name: str
-    kind: str
-    """``file``, ``dir``, ``symlink`` or ``hardlink``."""
+    kind: MemberKind
     size: int
     target: str | None = None
     """A link's target (a hardlink's, clean and relative to the destination)."""
@@ -262,7 +265,7 @@ class _Tree:
 # -- tar -----------------------------------------------------------------------------------
 
 
-def _tar_kind(member: tarfile.TarInfo, origin: str) -> str | None:
+def _tar_kind(member: tarfile.TarInfo, origin: str) -> MemberKind | None:
     """``file``, ``dir``, ``symlink`` or ``hardlink``; None for a volume label (no member)."""
     if member.type == _VOLUME_LABEL:
         return None
@@ -430,7 +433,8 @@ def _zip_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, tree: _Tree) ->
         raise unsafe("a zip member names the destination itself", tree.origin)
     checked = _data_filter(member, tree.root, tree.origin)
     if tree.check is not None:  # the caller's test, once the archive's rules passed
-        kind = "dir" if member.isdir() else "symlink" if member.issym() else "file"
+        kind: MemberKind = ("dir" if member.isdir() else "symlink" if member.issym()
+                            else "file")
         tree.check(ArchiveMember(name, kind, info.file_size if kind == "file" else 0,
                                  member.linkname or None))
     if checked.isdir():

@@ -19,8 +19,9 @@ from packaging.utils import canonicalize_name
 
 from sparkbuild.console import info
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import TreeRequirements, parse_toml
+from sparkbuild.recipe import TreeRequirements
 from sparkbuild.sources.requirements import RequirementLine, parse_requirement, read_requirements
+from sparkbuild.store.user_files import parse_toml
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -32,15 +33,15 @@ REQUIREMENT_FILES = ("requirements/cuda.txt", "requirements.txt")
 """Where a tree lists its runtime requirements: vLLM's CUDA set, then the usual file."""
 
 
-def _pyproject_dependencies(path: Path) -> list[RequirementLine]:
+def _pyproject_dependencies(path: Path) -> list[RequirementLine] | None:
+    """The ``[project] dependencies`` of ``path``; None when they are dynamic (nothing can
+    read them without building)."""
     try:
         project = parse_toml(path.read_text(encoding="utf-8")).get("project", {})
     except tomllib.TOMLDecodeError as exc:
         raise RecipeError(f"pyproject.toml is not valid TOML: {exc}", where=str(path)) from exc
     if "dependencies" in project.get("dynamic", []):
-        raise RecipeError("the tree's dependencies are dynamic; sparkbuild cannot read them "
-                          "without building", where=str(path),
-                          hint="give the tree a requirements.txt")
+        return None
     lines = []
     for text in project.get("dependencies", []):
         parse_requirement(str(text), str(path))
@@ -48,19 +49,39 @@ def _pyproject_dependencies(path: Path) -> list[RequirementLine]:
     return lines
 
 
-def declared_requirements(tree: Path, not_in_wheel: Iterable[str] = ()
-                          ) -> list[RequirementLine]:
+def find_declared(tree: Path, not_in_wheel: Iterable[str] = ()
+                  ) -> list[RequirementLine] | None:
     """The runtime requirements a source tree declares, each with its ``FILE:LINE``; those
     on a project of ``not_in_wheel`` (the recipe's ``[source] not_in_wheel``: what the
-    tree's build leaves out of its wheel) left out."""
+    tree's build leaves out of its wheel) left out.  None when the tree declares none that
+    can be read without building: no requirement file, or a ``pyproject.toml`` whose
+    dependencies are dynamic (then the built wheel's metadata decides).  A file that is
+    there but cannot be read or parsed is its :class:`RecipeError`."""
     dropped = {canonicalize_name(name) for name in not_in_wheel}
+    lines: list[RequirementLine] | None = None
     for relative in REQUIREMENT_FILES:
         if (tree / relative).is_file():
-            return [line for line in read_requirements(tree / relative)
-                    if canonicalize_name(Requirement(line.text).name) not in dropped]
+            lines = read_requirements(tree / relative)
+            break
+    else:
+        if (tree / "pyproject.toml").is_file():
+            lines = _pyproject_dependencies(tree / "pyproject.toml")
+    if lines is None:
+        return None
+    return [line for line in lines if canonicalize_name(Requirement(line.text).name) not in dropped]
+
+
+def declared_requirements(tree: Path, not_in_wheel: Iterable[str] = ()
+                          ) -> list[RequirementLine]:
+    """:func:`find_declared` for a command that needs them (``lock``): a tree that declares
+    none readable is a :class:`RecipeError` naming why."""
+    found = find_declared(tree, not_in_wheel)
+    if found is not None:
+        return found
     if (tree / "pyproject.toml").is_file():
-        return [line for line in _pyproject_dependencies(tree / "pyproject.toml")
-                if canonicalize_name(Requirement(line.text).name) not in dropped]
+        raise RecipeError("the tree's dependencies are dynamic; sparkbuild cannot read them "
+                          "without building", where=str(tree / "pyproject.toml"),
+                          hint="give the tree a requirements.txt")
     raise RecipeError(
         "the source tree lists no runtime requirements",
         where=str(tree),
@@ -80,9 +101,8 @@ def relative_where(line: RequirementLine, tree: Path) -> str:
 
 def pinned_requirements(tree: Path, commit: str, names: list[str]) -> TreeRequirements | None:
     """The tree's own requirement lines on each of ``names`` (None: it lists none at all)."""
-    try:
-        declared = declared_requirements(tree)
-    except RecipeError:
+    declared = find_declared(tree)
+    if declared is None:
         return None
     wanted: dict[str, list[str]] = {canonicalize_name(name): [] for name in names}
     origins: set[str] = set()

@@ -24,7 +24,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlsplit
 
 from packaging.utils import InvalidName, canonicalize_name
@@ -32,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.console import info, warn
 from sparkbuild.errors import DestinationError, HashMismatchError, SourceError
+from sparkbuild.records import Record
 from sparkbuild.sources.archive import ExtractedArchive, extract_archive
 from sparkbuild.sources.declared import record_pinned_requirements
 from sparkbuild.sources.git import checkout_ref, clone_at, open_repo, status_paths
@@ -69,7 +70,7 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
-class SourceResult:
+class SourceResult(Record):
     kind: SourceKind
     spec: str
     url: str | None
@@ -79,18 +80,6 @@ class SourceResult:
     tree: Path
     kept_changes: tuple[str, ...] = ()
     """A local checkout's uncommitted changes that were copied along (``git status``)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "spec": self.spec,
-            "url": self.url,
-            "ref": self.ref,
-            "commit": self.commit,
-            "sha256": self.sha256,
-            "tree": str(self.tree),
-            "kept_changes": list(self.kept_changes),
-        }
 
     def describe(self) -> str:
         """One line for a person: what the tree is."""

@@ -38,7 +38,7 @@ from sparkbuild.errors import (
     SparkbuildError,
     ToolchainError,
 )
-from sparkbuild.proc import ProcResult, run
+from sparkbuild.proc import ProcResult, Streams, run
 from sparkbuild.store.hashing import sha256_bytes
 
 if TYPE_CHECKING:
@@ -124,7 +124,8 @@ def run_git(
     filter drivers are emptied (:func:`foreign_config`)."""
     config = foreign_config(foreign) if foreign is not None else ()
     return run(["git", *args], cwd=cwd, env={**git_environment(config), **(env or {})},
-               timeout=timeout, check=check, echo=echo, stdin_data=stdin_data)
+               timeout=timeout, check=check, echo=echo,
+               streams=Streams(stdin_data=stdin_data))
 
 
 def _filter_drivers(output: str) -> set[str]:
@@ -214,7 +215,7 @@ def git_error(failure: str | BaseException, url: str, ref: str | None) -> Sparkb
     output = _output(failure)
     message = git_message(output)
     lower = output.lower()
-    if any(marker in lower for marker in _MISSING_REF):
+    if missing_ref(output):
         return SourceError(
             f"git ref {ref or 'HEAD'} does not exist at {url}",
             where=url,
@@ -227,6 +228,12 @@ def git_error(failure: str | BaseException, url: str, ref: str | None) -> Sparkb
         return NetworkError(f"cannot reach git remote: {message}", where=url,
                             hint=UNREACHABLE_GIT_HINT)
     return SourceError(f"git failed: {message}", where=url)
+
+
+def missing_ref(output: str) -> bool:
+    """Whether git's ``output`` says the ref asked for is not at the remote."""
+    lower = output.lower()
+    return any(marker in lower for marker in _MISSING_REF)
 
 
 def _git_or_error(args: Sequence[str | Path], cwd: Path | None, url: str, ref: str | None,
@@ -279,8 +286,9 @@ class _Mirror:
         with open_repo(self.path) as repo:
             return str(repo.commit(ref).hexsha)
 
-    def fetch(self, refspecs: list[str], ref: str | None) -> None:
-        """``git fetch URL REFSPEC...`` into the mirror."""
+    def try_fetch(self, refspecs: list[str], ref: str | None) -> ProcResult:
+        """``git fetch URL REFSPEC...`` into the mirror, its result whatever it is (offline:
+        a :class:`CacheMissError`, nothing is run)."""
         if self.offline:
             raise CacheMissError(
                 f"git ref {ref or 'HEAD'} of {self.url} is not in the cache and the run is "
@@ -288,31 +296,39 @@ class _Mirror:
                 where=str(self.path),
                 hint="run once online to fill the cache",
             )
-        _git_or_error(["fetch", "--no-tags", "--quiet", self.url, *refspecs], self.path,
-                      self.url, ref, echo=True)
+        return run_git(["fetch", "--no-tags", "--quiet", self.url, *refspecs], self.path,
+                       check=False, echo=True)
+
+    def fetch(self, refspecs: list[str], ref: str | None) -> None:
+        """:meth:`try_fetch`, its failure raised as the error a user can act on."""
+        result = self.try_fetch(refspecs, ref)
+        if result.returncode != 0:
+            raise git_error(result.output, self.url, ref)
 
     def fetch_ref(self, ref: str | None) -> str:
-        """Fetch ``ref`` by refspec; the commit it points at now."""
+        """Fetch ``ref`` by refspec (a branch, else a tag of that name); the commit it
+        points at now."""
         candidates = _refspecs(ref)
         info(f"fetching {ref or 'HEAD'} from {self.url}")
         for number, (remote, local) in enumerate(candidates, start=1):
-            try:
-                self.fetch([f"+{remote}:{local}"], ref)
-            except SourceError as error:
-                if number < len(candidates) and "does not exist" in error.what:
-                    continue
-                raise
-            return self.commit_of(local)
-        raise AssertionError("unreachable: the last candidate raises")
+            result = self.try_fetch([f"+{remote}:{local}"], ref)
+            if result.returncode == 0:
+                return self.commit_of(local)
+            if number == len(candidates) or not missing_ref(result.output):
+                raise git_error(result.output, self.url, ref)
+        raise AssertionError("unreachable: the last candidate returns or raises")
 
     def fetch_commit(self, commit: str, ref: str | None) -> str:
-        """Make ``commit`` present: by its id, else with every branch and tag."""
+        """Make ``commit`` present: by its id, else (a server that refuses a bare commit
+        id) with every branch and tag."""
         if self.has_commit(commit):
             return commit
         info(f"fetching commit {commit[:12]} from {self.url}")
-        try:
-            self.fetch([f"+{commit}:refs/sparkbuild/commits/{commit}"], commit)
-        except SourceError:  # the server refuses a bare commit id: take every branch
+        by_id = self.try_fetch([f"+{commit}:refs/sparkbuild/commits/{commit}"], commit)
+        if by_id.returncode != 0:
+            error = git_error(by_id.output, self.url, commit)
+            if not isinstance(error, SourceError):  # the network: no server to ask again
+                raise error
             self.fetch(["+refs/heads/*:refs/sparkbuild/heads/*"], ref)
         if not self.has_commit(commit):
             locked = ref != commit

@@ -17,7 +17,7 @@ import urllib.parse
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.utils import (
     InvalidSdistFilename,
@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 DEFAULT_INDEX = "https://pypi.org/simple"
 JSON_TYPE = "application/vnd.pypi.simple.v1+json"
 ACCEPT = f"{JSON_TYPE}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
+FileKind = Literal["sdist", "wheel"]
+"""Which distribution file of a release is asked for."""
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ def _same_version(text: str | Version, version: str) -> bool:
         return str(text) == version
 
 
-def _matches(file: IndexFile, name: str, version: str, kind: str) -> bool:
+def _matches(file: IndexFile, name: str, version: str, kind: FileKind) -> bool:
     try:
         if kind == "sdist":
             sdist_name, sdist_version = parse_sdist_filename(file.filename)
@@ -231,7 +233,7 @@ def _matches(file: IndexFile, name: str, version: str, kind: str) -> bool:
 
 
 def choose_file(
-    files: list[IndexFile], name: str, version: str, *, kind: str, filename: str | None
+    files: list[IndexFile], name: str, version: str, *, kind: FileKind, filename: str | None
 ) -> IndexFile | None:
     """The one file asked for; with several wheels and no filename, the pure one."""
     if filename is not None:
@@ -249,7 +251,7 @@ def choose_file(
 
 
 def find_file(
-    name: str, version: str, *, kind: str = "sdist", filename: str | None = None
+    name: str, version: str, *, kind: FileKind = "sdist", filename: str | None = None
 ) -> IndexFile:
     """Find one file of ``name==version`` on the configured index (then the extra ones)."""
     if kind not in ("sdist", "wheel"):

@@ -30,7 +30,6 @@ from sparkbuild.errors import (
     VerifyError,
     disk_full_as_error,
 )
-from sparkbuild.recipe import parse_json
 from sparkbuild.settings import CACHE
 from sparkbuild.store.files import (
     discarded,
@@ -43,6 +42,7 @@ from sparkbuild.store.files import (
 )
 from sparkbuild.store.hashing import CHUNK, is_sha256, sha256_bytes, sha256_file
 from sparkbuild.store.lock import CacheLock
+from sparkbuild.store.user_files import parse_json
 
 FILL_HINT = (
     "fill the cache once online: run `sparkbuild wheel` without --offline, or prepare a "
@@ -117,19 +117,25 @@ class Cache:
         return self.blob_path(sha256).is_file()
 
     def path_of(self, sha256: str) -> Path:
-        """The path of a verified entry.
+        """The path of a verified entry (:meth:`find`); :class:`CacheMissError` when absent."""
+        found = self.find(sha256)
+        if found is None:
+            raise CacheMissError(
+                f"the cache holds no entry sha256:{sha256}",
+                where=str(self.blob_path(sha256)),
+                hint=FILL_HINT,
+            )
+        return found
 
-        Raises :class:`CacheMissError` when absent, and :class:`VerifyError` when the
-        entry's bytes no longer hash to its name (the entry is removed first, so the
-        next fetch stores it again).
+    def find(self, sha256: str) -> Path | None:
+        """The path of a verified entry; None when the cache holds none.
+
+        Raises :class:`VerifyError` when the entry's bytes no longer hash to its name (the
+        entry is removed first, so the next fetch stores it again).
         """
         path = self.blob_path(sha256)
         if not path.is_file():
-            raise CacheMissError(
-                f"the cache holds no entry sha256:{sha256}",
-                where=str(path),
-                hint=FILL_HINT,
-            )
+            return None
         if self._marker_matches(path):
             return path
         actual = sha256_file(path)
@@ -223,10 +229,9 @@ class Cache:
 
     def _reuse(self, sha256: str) -> bool:
         try:
-            self.path_of(sha256)
-        except (CacheMissError, VerifyError):
+            return self.find(sha256) is not None
+        except VerifyError:  # the damaged entry was removed: store it again
             return False
-        return True
 
     def _commit_partial(
         self, partial: Path, actual: str, expected: str | None, name: str | None, origin: str

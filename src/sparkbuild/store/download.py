@@ -142,10 +142,8 @@ def _recorded_sha256(cache: Cache, url: str) -> str | None:
 
 def _cached_entry(cache: Cache, url: str, sha256: str, *, offline: bool) -> Path | None:
     try:
-        return cache.path_of(sha256)
-    except CacheMissError:
-        return None
-    except VerifyError as exc:
+        return cache.find(sha256)
+    except VerifyError as exc:  # the damaged entry was removed: fetched again, online
         if offline:
             raise CacheMissError(
                 f"the cache entry for {url} was corrupted and has been removed; "

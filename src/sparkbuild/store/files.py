@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from sparkbuild.console import info, shown, warn
 from sparkbuild.errors import LockTimeoutError, UsageError
-from sparkbuild.recipe import NotRegularFile, open_regular, size_text
+from sparkbuild.store.user_files import NotRegularFile, open_regular, size_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -87,7 +87,7 @@ def usable_path(path: Path, what: str) -> Path:
 def read_at_most(path: Path, limit: int) -> bytes:
     """At most ``limit + 1`` bytes of ``path``: a caller refuses a file longer than
     ``limit`` without holding it (the size ``stat`` gives is not trusted: a file grows).
-    A path that is no regular file raises :class:`~sparkbuild.recipe.NotRegularFile` (an
+    A path that is no regular file raises :class:`~sparkbuild.store.user_files.NotRegularFile` (an
     OSError) rather than blocking on a FIFO or reading a device without end."""
     with open_regular(path) as stream:
         return stream.read(limit + 1)

@@ -3,7 +3,7 @@
 Also importable as ``sparkbuild.store.cache.CacheLock``.  The lock file holds the pid of its
 holder, so a waiting run can say whom it waits for, and the process groups of the children
 it runs (``group PGID STARTTIME`` lines, kept up to date through
-:func:`sparkbuild.proc.add_group_listener`).  Each child runs in a session of its own, so a
+:func:`sparkbuild.proc.add_group_listener`).  Each child runs in a process group of its own, so a
 run killed with SIGKILL leaves its build running: the next run that takes the lock finds
 those groups in the file and stops them (SIGTERM, then SIGKILL) before it starts.  A
 release in order rewrites the file without groups: a live run answers for its children.  A

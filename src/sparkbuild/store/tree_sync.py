@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbuild.console import shown
-from sparkbuild.recipe import parse_json
 from sparkbuild.store.files import read_kept_file, set_aside, write_text_atomic
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_json
 
 _LINK = "link:"
 

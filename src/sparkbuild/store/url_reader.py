@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
 
 from sparkbuild import __version__
@@ -262,19 +263,30 @@ def _shown_location(location: str) -> str:
     return text if len(text) <= LOCATION_SHOWN else text[:LOCATION_SHOWN] + "..."
 
 
+@dataclass(frozen=True)
+class Limits:
+    """How long one exchange may wait: ``timeout`` a silent connection, ``deadline`` the
+    whole exchange (each None: :func:`timeout_seconds`, :func:`deadline_seconds`)."""
+
+    timeout: float | None = None
+    deadline: float | None = None
+
+
+SETTINGS_LIMITS = Limits()
+
+
 def open_url(url: str, *, accept: str | None = None, token: str | None = None,
              data: bytes | None = None, follow_redirects: bool = True,
-             any_status: bool = False, timeout: float | None = None,
-             deadline: float | None = None, hint: str | None = OFFLINE_HINT) -> UrlResponse:
+             any_status: bool = False, limits: Limits = SETTINGS_LIMITS,
+             hint: str | None = OFFLINE_HINT) -> UrlResponse:
     """Open ``url`` for reading (``data``: a POST of those bytes); every way it can fail is
     a :class:`NetworkError` naming it.
 
     ``token`` is sent as ``Authorization: Bearer``; with it no redirect is followed.
     ``any_status``: an HTTP error status, or a redirect not followed, is the answer
-    (``status``, ``location``) instead of an error.  ``timeout`` (a silent connection) and
-    ``deadline`` (the whole exchange) default to :func:`timeout_seconds` and
-    :func:`deadline_seconds`.
+    (``status``, ``location``) instead of an error.  ``limits``: how long it may wait.
     """
+    timeout, deadline = limits.timeout, limits.deadline
     clock = _Clock(deadline if deadline is not None else deadline_seconds(),
                    timeout if timeout is not None else timeout_seconds())
     headers = {"User-Agent": USER_AGENT}

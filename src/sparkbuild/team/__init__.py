@@ -1,5 +1,9 @@
 """The team's work: what several Sparks share so that one build serves them all.
 
+What a build asks of the team -- the shared cache, the scheduler and the client token's
+file -- is resolved once from the flags and the recipe, for ``wheel`` and ``doctor`` alike
+(:mod:`.team_options`).
+
 The shared compile cache (:mod:`.compile_cache`: sccache on Redis, S3 or a directory, its
 keys scoped to CUDA, torch, the target and the series) and the one sccache server a build
 starts on it, watches, reads and stops (:mod:`.sccache_server`).  The team's cores through

@@ -21,7 +21,7 @@ they are: a CUDA unit built under another path misses.  So with a shared cache t
 runs in a path that is the same on every machine -- ``SPARKBUILD_BUILD_ROOT``, default
 ``/var/tmp/sparkbuild-build`` -- (the tree, its FetchContent sources and the build
 environment with torch's headers), and SCCACHE_BASEDIRS names that root and the sparkbuild
-cache for whatever still lies outside it.  The sccache session itself lives in
+cache for whatever still lies outside it.  The build's sccache server itself lives in
 :mod:`sparkbuild.team.sccache_server`.
 """
 
@@ -32,13 +32,11 @@ import re
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar, Literal
 
 from sparkbuild.errors import UsageError
+from sparkbuild.records import Record, as_json
 from sparkbuild.settings import BUILD_ROOT
-
-if TYPE_CHECKING:
-    from sparkbuild.recipe import Recipe
 
 BUILD_ROOT_ENV = BUILD_ROOT.name
 DEFAULT_BUILD_ROOT = Path(BUILD_ROOT.default)
@@ -57,18 +55,23 @@ PASSTHROUGH = frozenset({
 so that a stray SCCACHE_BUCKET cannot turn a Redis cache into an S3 one."""
 
 
+CacheBackend = Literal["redis", "s3", "local"]
+"""Where sccache keeps the shared cache."""
+CacheStatus = Literal["off", "used", "degraded", "unreachable"]
+"""What the shared compile cache did for a build (see :class:`CompileCacheResult`)."""
+
+
 @dataclass(frozen=True)
-class CacheSpec:
+class CacheSpec(Record):
     """Where the shared cache lives, as sccache variables (secrets kept apart)."""
 
-    backend: str
-    """``redis``, ``s3`` or ``local``."""
+    backend: CacheBackend
     location: str
     """The URL without credentials: safe to print, to put in JSON and in the manifest."""
-    settings: dict[str, str] = field(default_factory=dict)
-    secrets: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, str] = field(default_factory=dict, metadata=as_json(skip=True))
+    secrets: dict[str, str] = field(default_factory=dict, metadata=as_json(skip=True))
     """Given to the sccache server only; never echoed, never recorded."""
-    prefix: str = ""
+    prefix: str = field(default="", metadata=as_json(skip=True))
     """The user's own key prefix (S3) or directory (local) under which the namespace goes."""
 
     def scoped(self, namespace: str) -> dict[str, str]:
@@ -81,9 +84,6 @@ class CacheSpec:
         else:
             settings["SCCACHE_DIR"] = str(Path(self.prefix) / namespace)
         return settings
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"backend": self.backend, "location": self.location}
 
 
 def _redis(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
@@ -130,15 +130,6 @@ def _s3(parts: urllib.parse.SplitResult, url: str) -> CacheSpec:
     endpoint = settings.get("SCCACHE_ENDPOINT") or os.environ.get("SCCACHE_ENDPOINT")
     location = f"s3://{bucket}/{prefix}" + (f" (endpoint {endpoint})" if endpoint else "")
     return CacheSpec("s3", location, settings, {}, prefix)
-
-
-def cache_spec(url: str | None, recipe: Recipe) -> CacheSpec | None:
-    """The shared compile cache: ``--compile-cache URL``, else the recipe's, else none."""
-    if url:
-        return parse_cache_url(url, relative_to=Path.cwd())
-    if recipe.build.compile_cache:
-        return parse_cache_url(recipe.build.compile_cache, relative_to=recipe.path.parent)
-    return None
 
 
 def parse_cache_url(url: str, *, relative_to: Path) -> CacheSpec:
@@ -228,15 +219,19 @@ def _combine(one: dict[str, int], other: dict[str, int], sign: int) -> dict[str,
 
 
 @dataclass(frozen=True)
-class SccacheStats:
+class SccacheStats(Record):
     """One reading of ``sccache --show-stats --stats-format=json``."""
 
-    hits: dict[str, int] = field(default_factory=dict)
+    json_order: ClassVar[tuple[str, ...]] = ("hits", "misses")
+
+    hits: dict[str, int] = field(default_factory=dict, metadata=as_json("hits_by_language"))
     """Cache hits per language, as sccache names them: ``C/C++``; for nvcc ``CUDA`` (a unit's
     host side, one per unit), ``CUDA (Device code)`` (cudafe++), ``PTX`` (cicc, one per
     virtual arch), ``CUBIN`` (ptxas, one per real arch)."""
-    misses: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, int] = field(default_factory=dict)
+    misses: dict[str, int] = field(default_factory=dict,
+                                   metadata=as_json("misses_by_language"))
+    errors: dict[str, int] = field(default_factory=dict,
+                                   metadata=as_json("errors_by_language"))
     read_errors: int = 0
     write_errors: int = 0
     timeouts: int = 0
@@ -301,23 +296,22 @@ class SccacheStats:
         """Reads and writes the cache failed (the units were compiled all the same)."""
         return self.read_errors + self.write_errors + self.timeouts + sum(self.errors.values())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"hits": self.total_hits, "misses": self.total_misses,
-                "hits_by_language": self.hits, "misses_by_language": self.misses,
-                "errors_by_language": self.errors, "read_errors": self.read_errors,
-                "write_errors": self.write_errors, "timeouts": self.timeouts,
-                "compile_requests": self.compile_requests, "compilations": self.compilations,
-                "not_cacheable": self.not_cacheable, "dist_compiles": self.dist_compiles,
-                "dist_errors": self.dist_errors, "compile_fails": self.compile_fails}
+    def json_extra(self) -> dict[str, Any]:
+        return {"hits": self.total_hits, "misses": self.total_misses}
 
 
 @dataclass
-class CompileCacheResult:
+class CompileCacheResult(Record):
     """What the shared compile cache did for one build."""
 
-    spec: CacheSpec
+    json_order: ClassVar[tuple[str, ...]] = (
+        "backend", "location", "status", "namespace", "hits", "misses", "...", "before", "after",
+        "units", "build_root", "basedirs", "sccache", "warnings",
+    )
+
+    spec: CacheSpec = field(metadata=as_json(flatten=True))
     namespace: str
-    status: str = "off"
+    status: CacheStatus = "off"
     """``used``; ``degraded`` (the cache failed during the build: those units were compiled
     here); ``unreachable`` (it failed before the build: nothing was cached)."""
     sccache: str | None = None
@@ -343,16 +337,8 @@ class CompileCacheResult:
     def misses(self) -> int:
         return self.delta.total_misses
 
-    def to_dict(self) -> dict[str, Any]:
-        delta = self.delta.to_dict()
-        return {
-            **self.spec.to_dict(), "status": self.status, "namespace": self.namespace,
-            "hits": delta.pop("hits"), "misses": delta.pop("misses"), **delta,
-            "before": self.before.to_dict() if self.before else None,
-            "after": self.after.to_dict() if self.after else None,
-            "units": self.units, "build_root": self.build_root, "basedirs": self.basedirs,
-            "sccache": self.sccache, "warnings": self.warnings,
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return self.delta.to_dict()
 
     def summary(self) -> list[str]:
         head = f"  compile cache: {self.spec.backend} {self.spec.location} ({self.status})"

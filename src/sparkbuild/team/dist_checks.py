@@ -16,10 +16,11 @@ import os
 import re
 import shutil
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from sparkbuild.errors import SparkbuildError, ToolchainError, UsageError
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json
 from sparkbuild.team.dist_client import (
     DistLink,
     read_status,
@@ -49,11 +50,22 @@ class TeamCheck:
     error: SparkbuildError | None = None
 
 
+
+def _checks(checks: list[TeamCheck]) -> dict[str, dict[str, object]]:
+    return {check.name: {"ok": check.ok, "value": check.value} for check in checks}
+
+
+TeamRole = Literal["client", "server"]
+"""Which side of the team a report checks: a build's client, or a build server."""
+
+
 @dataclass
-class TeamReport:
-    checks: list[TeamCheck] = field(default_factory=list)
-    link: DistLink | None = None
-    role: str = "client"
+class TeamReport(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("role", "...", "checks")
+
+    checks: list[TeamCheck] = field(default_factory=list, metadata=as_json(dump=_checks))
+    link: DistLink | None = field(default=None, metadata=as_json(flatten=True))
+    role: TeamRole = "client"
 
     @property
     def error(self) -> SparkbuildError | None:
@@ -61,11 +73,6 @@ class TeamReport:
         if failed is None:
             return None
         return failed.error or ToolchainError(failed.reason, where=failed.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        link = self.link.to_dict() if self.link else {}
-        return {"role": self.role, **link,
-                "checks": {c.name: {"ok": c.ok, "value": c.value} for c in self.checks}}
 
 
 def client_checks(url: str, token_file: Path | None) -> TeamReport:

@@ -35,15 +35,17 @@ import os
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from sparkbuild.console import shown, warn
 from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.jobplan.machine import BuildPlan, read_memory, usable_memory, with_team_cores
 from sparkbuild.jobplan.team_pool import ServerMemory
-from sparkbuild.store.url_reader import deadline_seconds, open_url
+from sparkbuild.records import Record, as_json
+from sparkbuild.store.url_reader import Limits, deadline_seconds, open_url
 from sparkbuild.team.dist_token import TOKEN_ENV, read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, StatusRefused
+from sparkbuild.team.team_options import TeamOptions
 
 STATUS_ROUTE = "api/v1/scheduler/status"
 ALLOC_ROUTE = "api/v1/scheduler/alloc_job"
@@ -105,8 +107,8 @@ def _ask(url: str, route: str, *, token: str | None = None) -> tuple[int, bytes]
     :func:`redirected`."""
     with open_url(url + route, accept="application/json", token=token,
                   data=b"" if token is not None else None, follow_redirects=False,
-                  any_status=True, timeout=PROBE_TIMEOUT_S,
-                  deadline=deadline_seconds(PROBE_DEADLINE_S), hint=None) as answer:
+                  any_status=True, hint=None,
+                  limits=Limits(PROBE_TIMEOUT_S, deadline_seconds(PROBE_DEADLINE_S))) as answer:
         if 300 <= answer.status < 400:
             raise redirected(url, route, answer.status, answer.location)
         body = answer.read(ANSWER_LIMIT + 1)
@@ -147,24 +149,22 @@ def token_refusal(url: str, token: str) -> tuple[bool | None, str]:
     return None, f"the token probe got HTTP {code}" + (f": {said}" if said else "")
 
 
-@dataclass(frozen=True)
-class DistAsk:
-    """What ``doctor --dist`` was asked: the scheduler, the token's file, each server's
-    memory (``--dist-server-memory GIB``)."""
 
-    url: str
-    token_file: Path | None = None
-    server_memory_gib: float | None = None
+def _no_servers(status: SchedulerStatus | None) -> SchedulerStatus | dict[str, int]:
+    """A scheduler's status as a link shows it: none read counts no servers."""
+    return {"servers": 0, "cpus": 0} if status is None else status
 
 
 @dataclass(frozen=True)
-class DistLink:
+class DistLink(Record):
     """A scheduler probed before the build: connected, or unreachable (a local build)."""
 
+    json_order: ClassVar[tuple[str, ...]] = ("scheduler", "connected")
+
     scheduler: str
-    token: str = field(repr=False)
-    token_source: str
-    status: SchedulerStatus | None
+    token: str = field(repr=False, metadata=as_json(skip=True))
+    token_source: str = field(metadata=as_json("token_from"))
+    status: SchedulerStatus | None = field(metadata=as_json(flatten=True, dump=_no_servers))
     reason: str | None = None
     """Why the build compiles here (None: connected)."""
 
@@ -176,11 +176,8 @@ class DistLink:
     def cpus(self) -> int:
         return self.status.cpus if self.connected and self.status else 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"scheduler": self.scheduler, "connected": self.connected,
-                "token_from": self.token_source,
-                **(self.status.to_dict() if self.status else {"servers": 0, "cpus": 0}),
-                "reason": self.reason}
+    def json_extra(self) -> dict[str, Any]:
+        return {"connected": self.connected}
 
 
 def refused_token(url: str, said: str) -> UsageError:
@@ -218,11 +215,6 @@ def connect(url: str, token_file: Path | None) -> DistLink:
     return link
 
 
-def dist_url(option: str | None, recipe_dist: str | None) -> str | None:
-    """``--dist URL``, else the recipe's ``[build] dist``, else None."""
-    return option or recipe_dist or None
-
-
 def client_config(link: DistLink, toolchains: Path) -> str:
     """The ``SCCACHE_CONF`` of the build's sccache server: ``[dist]`` and its token."""
     return "\n".join([
@@ -255,16 +247,10 @@ def write_client_config(path: Path, link: DistLink, toolchains: Path) -> Path:
     return write_private(path, client_config(link, toolchains))
 
 
-def connect_for(option: str | None, recipe_dist: str | None,
-                token_file: Path | None) -> DistLink | None:
-    """``wheel``'s scheduler (``--dist``, else the recipe's), probed; None without one."""
-    url = dist_url(option, recipe_dist)
-    if url is None:
-        if token_file is not None:
-            raise UsageError("--dist-token-file needs a scheduler: --dist URL or the "
-                             "recipe's [build] dist")
-        return None
-    return connect(url, token_file)
+def connect_for(team: TeamOptions) -> DistLink | None:
+    """``wheel``'s scheduler (:func:`~sparkbuild.team.team_options.resolve_team`), probed;
+    None without one."""
+    return connect(team.dist, team.token_file) if team.dist is not None else None
 
 
 def team_plan(plan: BuildPlan, link: DistLink | None, requested_jobs: int | None,

@@ -25,10 +25,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sparkbuild.jobplan.build_trace import Span, Track, host_track, trace_document, write_trace
 from sparkbuild.jobplan.team_pool import ServerMemory, TeamFacts
+from sparkbuild.records import EMPTY, Record, as_json, rounded
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -52,23 +53,23 @@ CAPACITY = "Insufficient capacity"
 
 
 @dataclass(frozen=True)
-class DistStep:
+class DistStep(Record):
     """One compiler step that went to the scheduler."""
+
+    json_order: ClassVar[tuple[str, ...]] = ("name", "where", "start", "seconds")
 
     name: str
     """sccache's name of the step: its output file's name (``x.cu.o``, ``x.ptx``...)."""
     where: str
     """The build server's ``ip:port``, :data:`FALLBACK`, or ``unknown``."""
-    start: float
+    start: float = field(metadata=as_json(dump=rounded(3)))
     """Epoch seconds: the allocation request."""
-    end: float
-    why: str | None = None
+    end: float = field(metadata=as_json(skip=True))
+    why: str | None = field(default=None, metadata=as_json(omit=EMPTY))
     """A fallback's reason, as sccache gave it."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "where": self.where, "start": round(self.start, 3),
-                "seconds": round(self.end - self.start, 3),
-                **({"why": self.why} if self.why else {})}
+    def json_extra(self) -> dict[str, Any]:
+        return {"seconds": round(self.end - self.start, 3)}
 
 
 def _epoch(stamp: str) -> float | None:
@@ -156,21 +157,28 @@ def read_steps(lines: Iterable[str], final: SccacheStats | None) -> list[DistSte
 
 
 @dataclass
-class DistResult:
+class DistResult(Record):
     """``dist`` in ``wheel --json`` and in the manifest."""
 
-    link: DistLink
-    at_start: SchedulerStatus | None = None
+    json_order: ClassVar[tuple[str, ...]] = (
+        "...", "status", "dist_status_at_start", "dist_compiles", "dist_compiles_total",
+        "local_fallbacks", "fallbacks_for_capacity", "compile_fails", "compilations",
+        "steps_read_from_log", "local_slots", "warnings",
+    )
+
+    link: DistLink = field(metadata=as_json(flatten=True))
+    at_start: SchedulerStatus | None = field(default=None, metadata=as_json(skip=True))
     """``sccache --dist-status`` of the build's server once started."""
-    start_note: str = ""
-    stats: SccacheStats | None = None
+    start_note: str = field(default="", metadata=as_json(skip=True))
+    stats: SccacheStats | None = field(default=None, metadata=as_json(skip=True))
     """The build's share of the server's stats (after minus before)."""
-    steps: list[DistStep] = field(default_factory=list)
+    steps: list[DistStep] = field(default_factory=list,
+                                  metadata=as_json("steps_read_from_log", dump=len))
     warnings: list[str] = field(default_factory=list)
     local_slots: dict[str, Any] | None = None
     """The heavy units' server of the build host's slots (sparkbuild.team.gate_server):
     its port and cpus, and the others' cpus; None: one server."""
-    server_memory: ServerMemory | None = None
+    server_memory: ServerMemory | None = field(default=None, metadata=as_json(skip=True))
     """Each server's memory as the build planned with it (not reported: the plan says it)."""
 
     def team(self) -> TeamFacts | None:
@@ -194,21 +202,17 @@ class DistResult:
             return "unreachable"
         return "used" if self.stats is not None and self.stats.dist_compiles else "local"
 
-    def to_dict(self) -> dict[str, Any]:
+    def json_extra(self) -> dict[str, Any]:
         stats = self.stats
         servers: dict[str, int] = dict(sorted(stats.dist_compiles.items())) if stats else {}
         return {
-            **self.link.to_dict(), "status": self.status,
-            "dist_status_at_start": (self.at_start.to_dict() if self.at_start
-                                     else self.start_note or None),
+            "status": self.status,
+            "dist_status_at_start": self.at_start or self.start_note or None,
             "dist_compiles": servers, "dist_compiles_total": sum(servers.values()),
             "local_fallbacks": stats.dist_errors if stats else 0,
             "fallbacks_for_capacity": self.capacity_fallbacks,
             "compile_fails": stats.compile_fails if stats else 0,
             "compilations": stats.compilations if stats else 0,
-            "steps_read_from_log": len(self.steps),
-            "local_slots": self.local_slots,
-            "warnings": self.warnings,
         }
 
     def summary(self) -> list[str]:

@@ -35,11 +35,12 @@ import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild.console import info, say, shown, step, warn
 from sparkbuild.errors import CommandFailed, ToolchainError, UsageError
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
+from sparkbuild.records import Record, as_json
 from sparkbuild.team.dist_client import scheduler_url, write_private
 from sparkbuild.team.dist_token import (
     TOKEN_ENV,
@@ -179,16 +180,20 @@ def systemd_unit(description: str, argv: list[str], *, root: bool) -> str:
         ""])
 
 
+ServiceRole = Literal["scheduler", "server"]
+"""Which sccache-dist service ``team`` runs."""
+
+
 @dataclass
-class TeamService:
+class TeamService(Record):
     """What ``team scheduler`` or ``team server`` did."""
 
-    role: str
+    role: ServiceRole
     listen: str
     config: Path
     command: list[str]
     generated: list[str] = field(default_factory=list)
-    unit: str | None = None
+    unit: str | None = field(default=None, metadata=as_json("systemd_unit"))
     returncode: int | None = None
 
     @property
@@ -198,11 +203,6 @@ class TeamService:
         return CommandFailed(f"sccache-dist {self.role} on {self.listen} exited with "
                              f"{self.returncode}", where=str(self.config),
                              hint="read its output above (a busy port, a bad key, no root)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"role": self.role, "listen": self.listen, "config": str(self.config),
-                "command": self.command, "generated": self.generated,
-                "systemd_unit": self.unit, "returncode": self.returncode}
 
     def summary(self) -> list[str]:
         if self.unit is not None:
@@ -218,12 +218,13 @@ def _printer(line: str) -> None:
 def _foreground(service: TeamService, env: dict[str, str],
                 printer: Callable[[str], None] = _printer) -> TeamService:
     step(f"running sccache-dist {service.role} on {service.listen} (Ctrl-C stops it)")
-    result = run(service.command, env=env, progress=printer, check=False, echo=True)
+    result = run(service.command, env=env, check=False, echo=True,
+                 streams=Streams(progress=printer))
     service.returncode = result.returncode
     return service
 
 
-def _self_command(role: str, args: list[str]) -> list[str]:
+def _self_command(role: ServiceRole, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "sparkbuild", "team", role, *args]
 
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 from sparkbuild.console import warn
 from sparkbuild.errors import UsageError
-from sparkbuild.recipe import read_user_file
 from sparkbuild.settings import DIST_TOKEN
 from sparkbuild.store.url_reader import TOKEN_FORM
+from sparkbuild.store.user_files import read_user_file
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -207,7 +207,7 @@ class Watchdog:
 
 @dataclass
 class SharedCache:
-    """What the build needs from the session: the launcher and the variables."""
+    """What the build needs from its sccache server: the launcher and the variables."""
 
     result: CompileCacheResult
     launcher: str | None = None
@@ -475,7 +475,7 @@ def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, 
                       server_memory: ServerMemory | None = None
                       ) -> Iterator[SharedCache | None]:
     """The pipeline's entry: ``None`` without a shared cache and without ``--dist``; else
-    one build's session, its keys scoped by CUDA, ``torch`` (the one installed in the build
+    one build's sccache server, its keys scoped by CUDA, ``torch`` (the one installed in the build
     environment), archs and series (``label``).  ``work`` is ``BUILD_ROOT/work/RECIPE``.
     ``dist``: the scheduler :func:`~sparkbuild.team.dist_client.connect` probed; the server
     is its client when it answered.  Without a shared cache the server runs on a cache of
@@ -500,7 +500,7 @@ def open_shared_cache(spec: CacheSpec | None, *, label: str, torch: str | None, 
 
 
 def dist_outcome(link: DistLink | None, shared: SharedCache | None) -> DistResult | None:
-    """``dist`` for ``wheel --json``: the session's, or the probe's alone (a local build)."""
+    """``dist`` for ``wheel --json``: the server's, or the probe's alone (a local build)."""
     if link is None:
         return None
     if shared is not None and shared.dist is not None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbuild.console import shown
-from sparkbuild.recipe import parse_json
+from sparkbuild.records import Record
+from sparkbuild.store.user_files import parse_json
 
 MAX_SERVERS = 4096
 MAX_CPUS = 1 << 20
@@ -55,7 +56,7 @@ def _count(data: dict[str, Any], key: str, most: int, *, default: int | None = N
 
 
 @dataclass(frozen=True)
-class SchedulerStatus:
+class SchedulerStatus(Record):
     """What ``/api/v1/scheduler/status`` (and ``sccache --dist-status``) reports."""
 
     servers: int
@@ -85,9 +86,6 @@ class SchedulerStatus:
         except ValueError as exc:
             raise StatusRefused(f"it is not JSON ({exc})") from None
         return cls.from_json(data)
-
-    def to_dict(self) -> dict[str, int]:
-        return {"servers": self.servers, "cpus": self.cpus, "in_progress": self.in_progress}
 
 
 def parse_dist_status(text: str) -> tuple[SchedulerStatus | None, str]:

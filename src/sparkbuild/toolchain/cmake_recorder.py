@@ -24,10 +24,11 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
+from sparkbuild.records import one_of
 from sparkbuild.resources import build_tools_dir
 from sparkbuild.toolchain import tools
 
@@ -87,6 +88,11 @@ class RecordInputs:
     made available: those that define extension targets of the tree."""
 
 
+TargetKind = Literal["STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE"]
+"""What ``add_library`` makes (the recorder writes the same words)."""
+TARGET_KINDS: tuple[TargetKind, ...] = ("STATIC", "SHARED", "MODULE", "OBJECT", "INTERFACE")
+
+
 @dataclass
 class TargetRecord:
     name: str
@@ -96,7 +102,7 @@ class TargetRecord:
     includes: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
-    kind: str = "STATIC"
+    kind: TargetKind = "STATIC"
     sabi: str = ""
 
 
@@ -172,7 +178,7 @@ def _record_target(record: BuildRecord, name: str, key: str, value: str) -> None
     elif key == "sabi":
         target.sabi = value
     elif key == "kind":
-        target.kind = value
+        target.kind = one_of(value, TARGET_KINDS) or target.kind
     elif key in ("options", "definitions", "includes", "links"):
         getattr(target, key).extend(without_keywords(cmake_list(value)))
 

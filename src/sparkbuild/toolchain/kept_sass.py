@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbuild.console import warn
 from sparkbuild.errors import DiskFullError
+from sparkbuild.records import Record
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain import sass, sass_library
 from sparkbuild.toolchain.sass import FunctionFacts, KernelCode
@@ -63,19 +64,13 @@ CUBIN_NAMESPACE = "machine-code-cubins"
 
 
 @dataclass(frozen=True)
-class LibraryCode:
+class LibraryCode(Record):
     """What the readers return for one library: the SASS archs cuobjdump lists, the facts
     of every function (``read_functions``) and every kernel's code (``read_kernels``)."""
 
     archs: tuple[str, ...] = ()
     functions: tuple[FunctionFacts, ...] = ()
     kernels: tuple[KernelCode, ...] = ()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"archs": list(self.archs),
-                "functions": [dataclasses.asdict(f) for f in self.functions],
-                "kernels": [{**dataclasses.asdict(k), "sass": list(k.sass), "ptx": list(k.ptx)}
-                            for k in self.kernels]}
 
     @classmethod
     def from_dict(cls, data: Any) -> LibraryCode:
@@ -148,7 +143,7 @@ def tool_identity() -> str:
 
 
 @dataclass(frozen=True)
-class CodeReads:
+class CodeReads(Record):
     """How the machine code of a wheelhouse's libraries was had: read, or from the cache."""
 
     libraries: int
@@ -158,10 +153,6 @@ class CodeReads:
     """Of the libraries read: their cubins disassembled."""
     cubins_from_cache: int = 0
     """Of the libraries read: their cubins whose bytes had been read before."""
-
-    def to_dict(self) -> dict[str, int]:
-        return {"libraries": self.libraries, "read": self.read, "from_cache": self.from_cache,
-                "cubins_read": self.cubins_read, "cubins_from_cache": self.cubins_from_cache}
 
     def line(self) -> str:
         cubins = (f" (their cubins: {self.cubins_read} disassembled, "

@@ -28,23 +28,25 @@ a kernel of that code) -- and asks the same questions here: :func:`refused` of o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
+from sparkbuild.records import Record, as_json
 from sparkbuild.toolchain.mangled import Builtin, Part, Qualified, parse_kernel
-from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, arch_digits
+from sparkbuild.toolchain.sass import NATIVE, NO_CODE, PTX_ONLY, CoverageKind, arch_digits
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from sparkbuild.toolchain.sass import Coverage
 
-GUARD_STUB = "guard-stub"
-VERDICT_KINDS = (NATIVE, PTX_ONLY, NO_CODE, GUARD_STUB)
-"""What a kernel is at a target, as the policy judges it."""
+VerdictKind = CoverageKind | Literal["guard-stub"]
+"""What a kernel is at a target, as the policy judges it: its coverage, or a guard stub."""
+GUARD_STUB: VerdictKind = "guard-stub"
+VERDICT_KINDS: tuple[VerdictKind, ...] = (NATIVE, PTX_ONLY, NO_CODE, GUARD_STUB)
 
 
-def refused(kind: str, *, allow_jit: bool) -> bool:
+def refused(kind: VerdictKind, *, allow_jit: bool) -> bool:
     """Whether a kernel of ``kind`` (one of :data:`VERDICT_KINDS`) is unacceptable."""
     if kind not in VERDICT_KINDS:
         raise ValueError(f"not a kind the kernel policy knows: {kind!r}")
@@ -64,7 +66,7 @@ def kernel_names(names: Sequence[str], *, width: int = 96, shown: int | None = N
 class Refusal:
     """Kernels refused for one reason at one place."""
 
-    kind: str
+    kind: VerdictKind
     """``none``, ``ptx`` or ``guard-stub``."""
     at: str
     """The target (``12.1a``); for guard stubs, the SASS archs read (``sm_121a``)."""
@@ -153,7 +155,7 @@ def _plain(name: Qualified, path: tuple[str, ...]) -> bool:
 
 
 @dataclass(frozen=True)
-class UnreachableStubs:
+class UnreachableStubs(Record):
     """Guard stubs that a library's own dispatcher never launches at the target.
 
     A template compiled for every arch branch of a run-time dispatcher holds, at a target
@@ -171,7 +173,7 @@ class UnreachableStubs:
     library: str
     """The library's path inside the wheel
     (``flashinfer_jit_cache/jit_cache/fused_moe_120/fused_moe_120.so``)."""
-    kernel: ClassTemplateKernel
+    kernel: ClassTemplateKernel = field(metadata=as_json(dump=ClassTemplateKernel.describe))
     """The kernel, as its mangled name must read whole."""
     selected_for: tuple[int, int]
     """``[low, high)``: the SMs (``75`` for 7.5) whose run-time branch launches it."""
@@ -195,11 +197,6 @@ class UnreachableStubs:
         low, high = self.selected_for
         return (f"{self.library}: {self.what}, launched only for "
                 f"{low // 10}.{low % 10} <= SM < {high // 10}.{high % 10} ({self.why})")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "library": self.library,
-                "kernel": self.kernel.describe(), "selected_for": list(self.selected_for),
-                "what": self.what, "why": self.why}
 
 
 def unreachable_stubs(rules: Iterable[UnreachableStubs], project: str, library: str,

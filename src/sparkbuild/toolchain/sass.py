@@ -22,12 +22,13 @@ import re
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.proc import run
+from sparkbuild.proc import Streams, run
+from sparkbuild.records import EMPTY, Record, as_json
 from sparkbuild.settings import CUOBJDUMP, NVDISASM, Setting
 
 if TYPE_CHECKING:
@@ -179,7 +180,7 @@ class FunctionFacts:
 
 
 @dataclass(frozen=True)
-class SassSummary:
+class SassSummary(Record):
     """What the machine code for one architecture holds (``check`` and ``verify`` report it)."""
 
     arch: str
@@ -189,12 +190,6 @@ class SassSummary:
     trap_only_kernels: tuple[str, ...]
     guard_stub_kernels: tuple[str, ...] = ()
     """Kernels that only print and trap or exit (the trap-only ones among them)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return {"arch": self.arch, "functions": self.functions,
-                "instructions": self.instructions, "block_scaled_mma": self.block_scaled_mma,
-                "trap_only_kernels": list(self.trap_only_kernels),
-                "guard_stub_kernels": list(self.guard_stub_kernels)}
 
 
 def as_facts(function: SassFunction | FunctionFacts) -> FunctionFacts:
@@ -328,9 +323,15 @@ def _find_tool(name: str, setting: Setting) -> Path | None:
     return None
 
 
+def installed_cuobjdump() -> Path | None:
+    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA;
+    None when it is nowhere to be found."""
+    return _find_tool("cuobjdump", CUOBJDUMP)
+
+
 def find_cuobjdump() -> Path:
-    """cuobjdump from SPARKBUILD_CUOBJDUMP, the nvidia-cuda-cuobjdump wheel, PATH or CUDA."""
-    found = _find_tool("cuobjdump", CUOBJDUMP)
+    """:func:`installed_cuobjdump` for a command that needs it: ToolchainError without."""
+    found = installed_cuobjdump()
     if found is None:
         raise ToolchainError(
             "cuobjdump not found",
@@ -419,8 +420,12 @@ def machine_code(functions: Sequence[FunctionFacts], targets: Sequence[str]
 # the target loads (:func:`runs_on`), ``ptx`` only (the driver JIT-compiles that PTX at load,
 # on every node, into its JIT cache), or ``none`` (it cannot run there).
 
-NATIVE, PTX_ONLY, NO_CODE = "native", "ptx", "none"
-COVERAGE_KINDS = (NATIVE, PTX_ONLY, NO_CODE)
+CoverageKind = Literal["native", "ptx", "none"]
+"""A kernel at a target: its own machine code, PTX the driver compiles, or no code."""
+NATIVE: CoverageKind = "native"
+PTX_ONLY: CoverageKind = "ptx"
+NO_CODE: CoverageKind = "none"
+COVERAGE_KINDS: tuple[CoverageKind, ...] = (NATIVE, PTX_ONLY, NO_CODE)
 
 _FATBIN_KIND = re.compile(r"^Fatbin (elf|ptx) code:")
 _ELF_ENTRY_SYMBOL = re.compile(r"^\s*FUNC\s+\S+\s+\S+\s+ENTRY\s+(\S+)\s*$")
@@ -518,22 +523,19 @@ def jit_runs_on(arch: str, target: str) -> bool:
 
 
 @dataclass(frozen=True)
-class KernelCoverage:
+class KernelCoverage(Record):
     """One kernel at one target: ``native`` (``code``: the SASS arch loaded), ``ptx``
     (``code``: the virtual arch the driver JIT-compiles) or ``none``."""
 
-    name: str
-    kind: str
-    code: str | None = None
-    demangled: str | None = None
+    json_order: ClassVar[tuple[str, ...]] = ("kernel", "coverage", "ptx_arch")
 
-    def to_dict(self) -> dict[str, str | None]:
-        found: dict[str, str | None] = {"kernel": self.name, "coverage": self.kind}
-        if self.kind == PTX_ONLY:
-            found["ptx_arch"] = self.code
-        if self.demangled:
-            found["demangled"] = self.demangled
-        return found
+    name: str = field(metadata=as_json("kernel"))
+    kind: CoverageKind = field(metadata=as_json("coverage"))
+    code: str | None = field(default=None, metadata=as_json(skip=True))
+    demangled: str | None = field(default=None, metadata=as_json(omit=EMPTY))
+
+    def json_extra(self) -> dict[str, Any]:
+        return {"ptx_arch": self.code} if self.kind == PTX_ONLY else {}
 
 
 def _code_rank(arch: str) -> tuple[int, int]:
@@ -555,13 +557,13 @@ def classify_kernel(kernel: KernelCode, target: str) -> KernelCoverage:
 
 
 @dataclass(frozen=True)
-class Coverage:
+class Coverage(Record):
     """Every kernel of a binary at one target arch (``12.1a``)."""
 
     target: str
-    kernels: tuple[KernelCoverage, ...]
+    kernels: tuple[KernelCoverage, ...] = field(metadata=as_json(dump=len))
 
-    def of_kind(self, kind: str) -> tuple[KernelCoverage, ...]:
+    def of_kind(self, kind: CoverageKind) -> tuple[KernelCoverage, ...]:
         return tuple(k for k in self.kernels if k.kind == kind)
 
     @property
@@ -578,9 +580,8 @@ class Coverage:
         return (f"{self.target}: {counts[NATIVE]} native, {counts[PTX_ONLY]} ptx"
                 + (f" ({', '.join(ptx)})" if ptx else "") + f", {counts[NO_CODE]} none")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "kernels": len(self.kernels), **self.counts(),
-                "not_native": [k.to_dict() for k in self.not_native]}
+    def json_extra(self) -> dict[str, Any]:
+        return {**self.counts(), "not_native": self.not_native}
 
 
 def coverage(kernels: Iterable[KernelCode], target: str) -> Coverage:
@@ -631,7 +632,8 @@ def demangle(names: Iterable[str]) -> dict[str, str]:
     tool = find_demangler()
     if not wanted or tool is None:
         return {}
-    result = run([tool], stdin_data="\n".join(wanted) + "\n", check=False, echo=False)
+    result = run([tool], check=False, echo=False,
+                 streams=Streams(stdin_data="\n".join(wanted) + "\n"))
     lines = result.output.splitlines()
     if result.returncode != 0 or len(lines) != len(wanted):
         return {}

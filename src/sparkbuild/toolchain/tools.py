@@ -15,7 +15,7 @@ import os
 import re
 import shutil
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import ToolchainError
 from sparkbuild.proc import run
+from sparkbuild.records import Record, as_json, as_text
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -37,20 +38,12 @@ DEFAULT_CUDA_ROOT = Path("/usr/local/cuda")
 
 
 @dataclass(frozen=True)
-class Tool:
+class Tool(Record):
     name: str
     path: Path
-    version: Version | None
+    version: Version | None = field(metadata=as_json(dump=as_text))
     source: str
     """Why this one was chosen: the variable or place it came from."""
-
-    def to_dict(self) -> dict[str, str | None]:
-        return {
-            "name": self.name,
-            "path": str(self.path),
-            "version": str(self.version) if self.version else None,
-            "source": self.source,
-        }
 
 
 def _version_from(pattern: str, text: str) -> Version | None:

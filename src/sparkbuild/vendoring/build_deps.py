@@ -12,41 +12,35 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 
 from sparkbuild.errors import RecipeError
-from sparkbuild.recipe import parse_toml
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.requirements import exact_pin, read_requirements
 from sparkbuild.store.hashing import sha256_file
+from sparkbuild.store.user_files import parse_toml
 
 OTHER_DEVICES = frozenset({"cpu", "rocm", "rock", "tpu", "xpu", "hpu", "neuron", "openvino"})
 """requirements/build files for these targets are not a CUDA build's."""
 
 
 @dataclass(frozen=True)
-class WheelPlan:
+class WheelPlan(Record):
     requirement: str
-    origin: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"requirement": self.requirement, "from": self.origin}
+    origin: str = field(metadata=as_json("from"))
 
 
 @dataclass(frozen=True)
-class CratePlan:
+class CratePlan(Record):
     lockfile: str
     """Relative to the tree."""
-    sha256: str
-    count: int
+    sha256: str = field(metadata=as_json(skip=True))
+    count: int = field(metadata=as_json("crates"))
     toolchain: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"lockfile": self.lockfile, "crates": self.count, "toolchain": self.toolchain}
 
 
 # -- build requirements ------------------------------------------------------------------

@@ -415,7 +415,7 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
     no built extension uses, which are not fetched."""
     from sparkbuild.vendoring.kept_plan import reusing
     from sparkbuild.vendoring.patched import dependency_edit, with_dependency_edit
-    from sparkbuild.vendoring.plan import adjust_plan, record_sources, vendor_tree
+    from sparkbuild.vendoring.plan import FetchChoices, adjust_plan, record_sources, vendor_tree
 
     settings = recipe.vendor
     edit = dependency_edit(recipe)
@@ -430,5 +430,6 @@ def vendor_for_recipe(tree: Path, cache: Cache, recipe: Recipe, *, mirrors: Sequ
 
     merged = Mirrors.parse(mirrors).merged(Mirrors.parse(settings.mirrors, where=str(recipe.path)))
     return vendor_tree(tree, cache.root, plan_only=offline, env={**os.environ, **recipe.build.env},
-                       mirrors=merged, wheels=wheels, adjust=adjust, sparse=settings.sparse,
-                       edit=edit, sources_of=reusing(cache) if reuse else record_sources)
+                       adjust=adjust, sources_of=reusing(cache) if reuse else record_sources,
+                       fetching=FetchChoices(mirrors=merged, wheels=wheels,
+                                             sparse=settings.sparse, edit=edit))

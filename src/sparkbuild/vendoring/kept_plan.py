@@ -52,6 +52,7 @@ from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.toolchain import cmake_recorder, tools
 from sparkbuild.vendoring import plan, sources
 from sparkbuild.vendoring.plan import (
+    EXTERNAL_KINDS,
     RecordedSources,
     SourcePlan,
     SourcesOf,
@@ -164,6 +165,7 @@ def _source_well_formed(source: SourcePlan) -> bool:
     optional = all(values[name] is None or isinstance(values[name], str)
                    for name in ("ref", "url_hash", "override", "override_subdir", "patched"))
     return (text and optional and isinstance(source.certain, bool) and _words(source.mirrors)
+            and source.kind in EXTERNAL_KINDS
             and (source.submodules is None or _words(source.submodules)))
 
 

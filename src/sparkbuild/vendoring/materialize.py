@@ -18,10 +18,11 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sparkbuild.console import warn
 from sparkbuild.errors import CacheMissError, SourceError, VerifyError
+from sparkbuild.records import Record, as_json
 from sparkbuild.sources.archive import extract_archive
 from sparkbuild.store.files import read_kept_file
 from sparkbuild.store.hashing import sha256_file
@@ -30,14 +31,14 @@ from sparkbuild.vendoring.placeholders import write_placeholder
 
 if TYPE_CHECKING:
     from sparkbuild.store.cache import Cache
-    from sparkbuild.vendoring.plan import SourcePlan, VendorPlan
+    from sparkbuild.vendoring.plan import SourcePlan, VendoredKind, VendorPlan
 
 COMPLETE_MARKER = ".sparkbuild-complete"
 
 
 @dataclass(frozen=True)
 class Missing:
-    kind: str
+    kind: VendoredKind
     name: str
     detail: str
 
@@ -103,23 +104,15 @@ def require_complete(plan: VendorPlan, cache: Cache) -> None:
 
 
 @dataclass
-class Materialized:
+class Materialized(Record):
     """Where the build finds its dependencies."""
 
     sources: dict[str, Path] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     cmake_defines: dict[str, str] = field(default_factory=dict)
     wheel_dir: Path | None = None
-    requirements: list[str] = field(default_factory=list)
-    cargo_home: Path | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sources": {name: str(path) for name, path in self.sources.items()},
-            "env": dict(self.env),
-            "cmake_defines": dict(self.cmake_defines),
-            "wheel_dir": str(self.wheel_dir) if self.wheel_dir else None,
-        }
+    requirements: list[str] = field(default_factory=list, metadata=as_json(skip=True))
+    cargo_home: Path | None = field(default=None, metadata=as_json(skip=True))
 
 
 def _verified(cache: Cache, digest: str, what: str) -> Path:

@@ -12,31 +12,29 @@ settings, the manifest's ``build.placeholders``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import ClassVar
 
 from sparkbuild.errors import SourceError
+from sparkbuild.records import Record, as_json
 
 MARKER = ".sparkbuild-placeholder.json"
 _COMMENTED = frozenset({".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hpp", ".inl"})
 
 
 @dataclass(frozen=True)
-class Placeholder:
+class Placeholder(Record):
     """The source ``name`` replaced by ``files`` (relative paths), for ``reason``."""
+
+    json_order: ClassVar[tuple[str, ...]] = ("name", "reason", "extensions", "placeholder_files")
 
     name: str
     reason: str
-    files: tuple[str, ...] = ()
+    files: tuple[str, ...] = field(default=(), metadata=as_json("placeholder_files"))
     extensions: tuple[str, ...] = ()
     where: str = ""
     """The CMake file and line that declare the source."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "reason": self.reason,
-                "extensions": list(self.extensions),
-                "placeholder_files": list(self.files), "where": self.where}
 
 
 def _content(placeholder: Placeholder, relative: str) -> str:

@@ -28,9 +28,10 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from sparkbuild.errors import RecipeError, SourceError, SparkbuildError
+from sparkbuild.records import EMPTY, NONE, Record, as_json
 from sparkbuild.store.hashing import sha256_bytes
 from sparkbuild.vendoring.build_deps import CratePlan, WheelPlan, plan_crates, plan_wheels
 from sparkbuild.vendoring.placeholders import Placeholder
@@ -55,34 +56,47 @@ DISCOVERY = "cmake-recorder"
 
 
 
+ExternalKind = Literal["git", "url"]
+"""How the configure fetches an external source: a git checkout, or a download."""
+EXTERNAL_KINDS: tuple[ExternalKind, ...] = ("git", "url")
+VendoredKind = Literal["source", "wheels", "crates"]
+"""What vendoring fetches: an external source, the build requirements' wheels, or the
+crates of a Cargo.lock."""
+VendorStatus = Literal["cached", "fetched"]
+"""Whether a vendored part was already in the cache, or was fetched now."""
+
+
 @dataclass(frozen=True)
-class SourcePlan:
+class SourcePlan(Record):
     """One external source the configure fetches."""
 
+    json_order: ClassVar[tuple[str, ...]] = (
+        "name", "url", "ref", "kind", "method", "where", "certain",
+    )
+
     name: str
-    kind: str
-    """``git`` or ``url``."""
+    kind: ExternalKind
     url: str
-    ref: str | None
+    ref: str | None = field(metadata=as_json(skip=True))
     """GIT_TAG for git sources; None for URL sources."""
-    url_hash: str | None = None
+    url_hash: str | None = field(default=None, metadata=as_json(omit=EMPTY))
     """``ALGO=hex`` from URL_HASH, for URL sources."""
     method: str = "declare"
     where: str = ""
     certain: bool = True
-    override: str | None = None
+    override: str | None = field(default=None, metadata=as_json(omit=EMPTY))
     """The tree's own ``*_SRC_DIR`` variable that points the build at a local copy."""
-    override_subdir: str | None = None
-    submodules: tuple[str, ...] | None = None
+    override_subdir: str | None = field(default=None, metadata=as_json(skip=True))
+    submodules: tuple[str, ...] | None = field(default=None, metadata=as_json(omit=NONE))
     """None: all of them (FetchContent's default)."""
-    mirrors: tuple[str, ...] = ()
-    patched: str | None = None
+    mirrors: tuple[str, ...] = field(default=(), metadata=as_json(skip=True))
+    patched: str | None = field(default=None, metadata=as_json(omit=EMPTY))
     """The label of the series' arch edit this source is vendored with
     (:mod:`sparkbuild.vendoring.patched`); None: as upstream has it."""
-    stand_in: StandIn | None = None
+    stand_in: StandIn | None = field(default=None, metadata=as_json(omit=NONE))
     """The recipe's ``[[vendor.stand_in]]`` for this source: built from its ``used``
     commit, never silently."""
-    placeholder: Placeholder | None = None
+    placeholder: Placeholder | None = field(default=None, metadata=as_json(omit=NONE))
     """For a source only left-out extensions use: what the build gets instead of it
     (:mod:`sparkbuild.vendoring.placeholders`); None: an empty directory (``[vendor]
     exclude``), or, for a kept source, its copy at the pin."""
@@ -125,24 +139,9 @@ class SourcePlan:
             return self.url_hash.split("=", 1)[1].lower()
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def json_extra(self) -> dict[str, Any]:
         # A URL source's pin is its hash: "ref" carries it so every source has one.
-        data: dict[str, Any] = {"name": self.name, "url": self.url,
-                                "ref": self.ref if self.kind == "git" else self.url_hash}
-        data.update(kind=self.kind, method=self.method, where=self.where, certain=self.certain)
-        if self.url_hash:
-            data["url_hash"] = self.url_hash
-        if self.override:
-            data["override"] = self.override
-        if self.submodules is not None:
-            data["submodules"] = list(self.submodules)
-        if self.patched:
-            data["patched"] = self.patched
-        if self.stand_in is not None:
-            data["stand_in"] = self.stand_in.to_dict()
-        if self.placeholder is not None:
-            data["placeholder"] = self.placeholder.to_dict()
-        return data
+        return {"ref": self.ref if self.kind == "git" else self.url_hash}
 
 
 def source_plan_from(item: Mapping[str, Any]) -> SourcePlan:
@@ -156,12 +155,17 @@ def source_plan_from(item: Mapping[str, Any]) -> SourcePlan:
 
 
 @dataclass(frozen=True)
-class VendorPlan:
+class VendorPlan(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "tree", "discovery", "sources", "wheels", "torch", "crates", "cargo", "unreached",
+        "excluded", "crates_left_out",
+    )
+
     tree: Path
     sources: tuple[SourcePlan, ...]
     unreached: tuple[SourcePlan, ...]
     wheels: tuple[WheelPlan, ...]
-    crates: tuple[CratePlan, ...]
+    crates: tuple[CratePlan, ...] = field(metadata=as_json("cargo"))
     torch: str | None
     excluded: tuple[SourcePlan, ...] = ()
     """Sources the recipe leaves out (``[vendor] exclude``): the build gets an empty
@@ -170,7 +174,7 @@ class VendorPlan:
     crates_left_out: tuple[CratePlan, ...] = ()
     """Cargo crates the recipe leaves out (``[vendor] crates = false``): not vendored, and
     the build goes without the Rust extensions they serve; the report says so."""
-    reused: str | None = field(default=None, compare=False)
+    reused: str | None = field(default=None, compare=False, metadata=as_json(skip=True))
     """When the recorder's part was kept, if it was reused
     (:mod:`sparkbuild.vendoring.kept_plan`)."""
 
@@ -191,20 +195,8 @@ class VendorPlan:
         )
         return sha256_bytes(payload.encode())
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tree": str(self.tree),
-            "discovery": DISCOVERY,
-            "sources": [source.to_dict() for source in self.sources],
-            "wheels": [wheel.to_dict() for wheel in self.wheels],
-            "torch": self.torch,
-            "crates": self.crate_count,
-            "cargo": [plan.to_dict() for plan in self.crates],
-            "unreached": [source.to_dict() for source in self.unreached],
-            "excluded": [source.to_dict() for source in self.excluded],
-            "crates_left_out": [plan.to_dict() for plan in self.crates_left_out],
-            "notes": list(self.notes),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"discovery": DISCOVERY, "crates": self.crate_count}
 
 
 def adjust_plan(plan: VendorPlan, *, submodules: Mapping[str, tuple[str, ...]] | None = None,
@@ -381,38 +373,31 @@ def plan_tree(tree: Path, *, env: Mapping[str, str] | None = None,
 
 
 @dataclass
-class VendorEntry:
-    kind: str
-    """``source``, ``wheels`` or ``crates``."""
+class VendorEntry(Record):
+    kind: VendoredKind
     name: str
-    status: str
-    """``planned``, ``cached`` (already there) or ``fetched``."""
+    status: VendorStatus
     detail: str = ""
     sha256: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "name": self.name, "status": self.status,
-                "detail": self.detail, "sha256": self.sha256}
-
 
 @dataclass
-class VendorResult:
-    plan: VendorPlan
+class VendorResult(Record):
+    plan: VendorPlan = field(metadata=as_json(flatten=True))
     cache: Path
     plan_only: bool
-    entries: list[VendorEntry] = field(default_factory=list)
+    entries: list[VendorEntry] = field(default_factory=list, metadata=as_json(skip=True))
 
     @property
     def error(self) -> SparkbuildError | None:
         return None
 
-    def to_dict(self) -> dict[str, Any]:
-        data = self.plan.to_dict()
-        data.update(cache=str(self.cache), plan_only=self.plan_only)
+    def json_extra(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
         if self.plan.reused:
             data["plan_reused_since"] = self.plan.reused
         if not self.plan_only:
-            data["entries"] = [entry.to_dict() for entry in self.entries]
+            data["entries"] = self.entries
         return data
 
     def summary(self) -> list[str]:
@@ -452,20 +437,32 @@ class VendorResult:
         return lines
 
 
+@dataclass(frozen=True, kw_only=True)
+class FetchChoices:
+    """How :func:`vendor_tree` fetches what it planned."""
+
+    mirrors: Mirrors | None = None
+    """URL rewrites for fetching."""
+    wheels: bool = True
+    """False: no build-requirement wheels (a build against the torch already installed)."""
+    sparse: bool = False
+    """Fetch git sources without what a build never reads (vendoring.unread)."""
+    edit: DependencyEdit | None = None
+    """The series' arch edit, run on each source planned with it (vendoring.patched)."""
+
+
 def vendor_tree(
     tree: Path, cache: Path, *, plan_only: bool, env: Mapping[str, str] | None = None,
-    mirrors: Mirrors | None = None, wheels: bool = True,
-    adjust: Callable[[VendorPlan], VendorPlan] | None = None, sparse: bool = False,
-    edit: DependencyEdit | None = None, sources_of: SourcesOf = record_sources,
+    adjust: Callable[[VendorPlan], VendorPlan] | None = None,
+    sources_of: SourcesOf = record_sources, fetching: FetchChoices | None = None,
 ) -> VendorResult:
-    """Plan, and unless ``plan_only`` fetch every planned item into ``cache``.
+    """Plan, and unless ``plan_only`` fetch every planned item into ``cache`` as
+    ``fetching`` says.
 
-    ``mirrors``: URL rewrites for fetching; ``wheels=False``: no build-requirement wheels
-    (a build against the torch already installed); ``adjust``: the recipe's choices;
-    ``sparse``: fetch git sources without what a build never reads (vendor.unread);
-    ``edit``: the series' arch edit, run on each source planned with it (vendor.patched);
-    ``sources_of``: the recorder's part (see :func:`plan_tree`).
+    ``adjust``: the recipe's choices; ``sources_of``: the recorder's part (see
+    :func:`plan_tree`).
     """
+    fetching = fetching or FetchChoices()
     plan = plan_tree(tree, env=env, sources_of=sources_of)
     if adjust is not None:
         plan = adjust(plan)
@@ -476,10 +473,10 @@ def vendor_tree(
     from sparkbuild.vendoring.fetch import fetch_plan
 
     patterns = None
-    if sparse:
+    if fetching.sparse:
         from sparkbuild.vendoring.unread import referenced_paths, sparse_patterns
 
         patterns = sparse_patterns(referenced_paths(plan.tree))
-    result.entries = fetch_plan(plan, result.cache, mirrors=mirrors or NO_MIRRORS,
-                                wheels=wheels, sparse=patterns, edit=edit)
+    result.entries = fetch_plan(plan, result.cache, mirrors=fetching.mirrors or NO_MIRRORS,
+                                wheels=fetching.wheels, sparse=patterns, edit=fetching.edit)
     return result

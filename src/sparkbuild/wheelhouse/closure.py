@@ -20,6 +20,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from sparkbuild.errors import CacheMissError, HashMismatchError, SourceError, VerifyError
 from sparkbuild.recipe import refuse_known_bad
+from sparkbuild.records import Record
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.wheelhouse.lock import (
     ClosureTarget,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Pin, Recipe
     from sparkbuild.sources.index import IndexFile
     from sparkbuild.store.cache import Cache
+    from sparkbuild.wheelhouse.manifest import WheelRole
 
 
 # -- the outside world, replaceable in tests ---------------------------------------------
@@ -98,25 +100,21 @@ class RealOutside:
 
 
 @dataclass(frozen=True)
-class WheelhouseFile:
+class WheelhouseFile(Record):
     file: str
     name: str
     version: str
     sha256: str
     size: int
-    role: str
+    role: WheelRole
     """``built`` (this build), ``pin`` (a recipe pin) or ``closure`` (a dependency)."""
 
     @property
     def key(self) -> str:
         return canonicalize_name(self.name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "name": self.name, "version": self.version,
-                "sha256": self.sha256, "size": self.size, "role": self.role}
 
-
-def _place(source: Path, staging: Path, filename: str, role: str) -> WheelhouseFile:
+def _place(source: Path, staging: Path, filename: str, role: WheelRole) -> WheelhouseFile:
     """Copy ``source`` into the staging directory under ``filename``, and describe it."""
     target = staging / filename
     if source.resolve() != target.resolve():
@@ -229,10 +227,20 @@ def _download_closure(locked: Sequence[LockedRequirement], cache: Cache, staging
     return placed
 
 
+@dataclass(frozen=True)
+class Fetching:
+    """Where a closure's wheels come from and go: the cache, the directory they are placed
+    in, the index and machine (``outside``), and whether the network may be used."""
+
+    cache: Cache
+    staging: Path
+    outside: Outside
+    offline: bool
+
+
 def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[str],
-                  cache: Cache, staging: Path, target: ClosureTarget, outside: Outside, *,
-                  offline: bool, bundled: Sequence[dict[str, Any]] | None = None
-                  ) -> list[WheelhouseFile]:
+                  target: ClosureTarget, fetching: Fetching, *,
+                  bundled: Sequence[dict[str, Any]] | None = None) -> list[WheelhouseFile]:
     """The runtime closure's wheels, except the projects in ``skip`` (built and pinned).
 
     A resolution is cached under its inputs and reused, online too: the same inputs give
@@ -240,6 +248,8 @@ def fetch_closure(requirements: Sequence[str], pins: Sequence[Pin], skip: set[st
     ``bundled``: the closure a bundle carried (:func:`place_bundled`), taken offline when
     the cache holds no resolution of these inputs.
     """
+    cache, staging, outside, offline = (fetching.cache, fetching.staging, fetching.outside,
+                                        fetching.offline)
     merged = apply_pins(requirements, pins)
     if not merged:
         return []
@@ -279,13 +289,10 @@ def bundle_target(recipe: Recipe) -> ClosureTarget:
 
 
 def declared_texts(tree: Path, not_in_wheel: Sequence[str] = ()) -> list[str]:
-    from sparkbuild.errors import RecipeError
-    from sparkbuild.sources.declared import declared_requirements
+    from sparkbuild.sources.declared import find_declared
 
-    try:
-        return [line.text for line in declared_requirements(tree, not_in_wheel)]
-    except RecipeError:
-        return []  # a tree without requirement files: only the pins
+    # a tree without requirement files: only the pins
+    return [line.text for line in find_declared(tree, not_in_wheel) or []]
 
 
 def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, closure: bool,
@@ -302,8 +309,8 @@ def bundle_runtime(recipe: Recipe, tree: Path, cache: Cache, dest: Path, *, clos
     with cache.locked():
         pins = [fetch_pin(p, cache, dest, outside, offline=offline) for p in recipe.pins]
         skip = {canonicalize_name(recipe.package), *(f.key for f in pins)}
-        files = fetch_closure(requirements, recipe.pins, skip, cache, dest, target, outside,
-                              offline=offline) if closure else []
+        files = fetch_closure(requirements, recipe.pins, skip, target,
+                              Fetching(cache, dest, outside, offline)) if closure else []
     urls: dict[str, Any] = {}
     for pin in recipe.pins:
         known = cache.lookup("pins", f"{canonicalize_name(pin.name)}=={pin.version}") or {}

@@ -31,7 +31,7 @@ import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -47,7 +47,8 @@ from sparkbuild.errors import (
 )
 from sparkbuild.proc import format_command, run
 from sparkbuild.recipe import Pin, check_known_bad, refuse_known_bad
-from sparkbuild.sources.declared import declared_requirements, relative_where
+from sparkbuild.records import Record, as_json
+from sparkbuild.sources.declared import declared_requirements, find_declared, relative_where
 from sparkbuild.sources.requirements import RequirementLine, logical_lines
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.wheelhouse.overrides import (
@@ -147,10 +148,10 @@ def check_python(python: str) -> str:
 
 
 @dataclass(frozen=True)
-class LockedRequirement:
+class LockedRequirement(Record):
     name: str
     version: str
-    hashes: tuple[str, ...]
+    hashes: tuple[str, ...] = field(metadata=as_json("sha256"))
 
     @property
     def key(self) -> str:
@@ -160,9 +161,6 @@ class LockedRequirement:
         lines = [f"{self.name}=={self.version}"]
         lines += [f"    --hash=sha256:{digest}" for digest in self.hashes]
         return " \\\n".join(lines) + "\n"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "sha256": list(self.hashes)}
 
 
 def render_lock(locked: Sequence[LockedRequirement], comments: Sequence[str]) -> str:
@@ -342,26 +340,23 @@ def download_locked(
 # -- the lock stage --------------------------------------------------------------------
 
 
+def _by_key(locked: list[LockedRequirement]) -> list[LockedRequirement]:
+    return sorted(locked, key=lambda r: r.key)
+
+
 @dataclass
-class LockResult:
-    path: Path
-    target: ClosureTarget
+class LockResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "lock", "platform", "python", "index", "package", "overrides",
+    )
+
+    path: Path = field(metadata=as_json("lock"))
+    target: ClosureTarget = field(metadata=as_json(flatten=True))
     index: str
     package: str
-    locked: list[LockedRequirement]
+    locked: list[LockedRequirement] = field(metadata=as_json("requirements", dump=_by_key))
     overrides: list[Override] = field(default_factory=list)
     """The recipe's pins that carry ``override``, and what each replaced."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "lock": str(self.path),
-            "platform": self.target.platform,
-            "python": self.target.python,
-            "index": self.index,
-            "package": self.package,
-            "overrides": [item.to_dict() for item in self.overrides],
-            "requirements": [r.to_dict() for r in sorted(self.locked, key=lambda r: r.key)],
-        }
 
     def summary(self) -> list[str]:
         lines = [f"locked the runtime closure of {self.package} for {self.target.describe()}: "
@@ -408,10 +403,8 @@ def refuse_contradicted_pins(recipe: Recipe, tree: Path, platform: str | None) -
     """A pin the tree's own requirements contradict (without ``override``) fails before
     the build, not hours later; the wheelhouse checks every shipped wheel again.
     ``platform``: the wheelhouse's (None: this machine's)."""
-    try:
-        declared = declared_requirements(tree, recipe.source.not_in_wheel)
-    except RecipeError:
-        declared = []  # a tree without requirement files: the built wheel's metadata decides
+    # a tree without requirement files: the built wheel's metadata decides
+    declared = find_declared(tree, recipe.source.not_in_wheel) or []
     env = target_environment(platform, recipe.target.python if platform else None)
     settle(recipe.pins, pin_conflicts(recipe.pins, tree_demands(recipe, declared, tree), env),
            where=str(recipe.path))
@@ -463,7 +456,7 @@ def lock_closure(
         locked = restrict_to_pins(resolve_pinned(resolve, requirements, recipe.pins),
                                   recipe.pins)
     for item in locked:
-        check_known_bad(item.name, item.version, role="locked requirement")
+        check_known_bad(item.name, item.version, what="locked requirement")
     out.mkdir(parents=True, exist_ok=True)
     path = out / LOCK_NAME
     comments = lock_comments(recipe.package, target, index) + override_comments(overrides)

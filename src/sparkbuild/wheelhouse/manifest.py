@@ -4,44 +4,58 @@ The manifest says where every byte of a wheelhouse came from (source, patches, t
 build settings), names every file it vouches for with its sha256 (the wheels, the lock and
 the ``simple/`` pages), and records what was decided on the way (overrides, the machine
 code of each library).  ``wheel`` writes it last; ``verify``, ``install`` and ``verify
---installed`` read it; the sha256 of its bytes is the wheelhouse's fingerprint.
+--installed`` read it.  The wheelhouse's fingerprint (:func:`manifest_fingerprint`) is the
+sha256 of what the manifest says less :data:`RUN_KEYS`: the run's measures (each unit's
+seconds and peak, what the compile cache served, what the build servers compiled) and the
+build machine's plan (MAX_JOBS, NVCC_THREADS, the launcher, the pool, the paths of the run),
+which differ from run to run and machine to machine while the wheelhouse's bytes do not.
+So a wheelhouse joined from parts built on two machines
+(:mod:`sparkbuild.wheelhouse.parts`) has the fingerprint of the one built in one job.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sparkbuild import __version__
 from sparkbuild.console import unsafe_characters
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import env_entry_problem, parse_json
+from sparkbuild.recipe import env_entry_problem
 from sparkbuild.store.files import read_at_most, usable_path
+from sparkbuild.store.user_files import parse_json
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from sparkbuild.recipe import Recipe
+    from sparkbuild.wheelhouse.sbom import BuildFacts
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_SCHEMA = 1
 MANIFEST_LIMIT = 16 << 20
 """The largest manifest read (a vLLM wheelhouse's is some 100 KiB; one of 200 MB took
 1.2 GB of memory to parse): larger is refused before it is parsed."""
+WheelRole = Literal["built", "pin", "closure"]
+"""Why a wheel is in the wheelhouse: this build made it, a recipe pins it, or the pins and
+the built wheel depend on it."""
+WHEEL_ROLES: tuple[WheelRole, ...] = ("built", "pin", "closure")
 
 
 def build_manifest(
-    recipe: Recipe, *, target: Mapping[str, str], label: str, epoch: int,
-    source: dict[str, Any], patches: Sequence[Mapping[str, Any]],
-    toolchain: Mapping[str, str | None], build_settings: Mapping[str, Any],
-    wheels: Sequence[Mapping[str, Any]], overrides: Sequence[Mapping[str, Any]],
-    libraries: Sequence[Mapping[str, Any]], files: Mapping[str, str],
+    recipe: Recipe, facts: BuildFacts, *, target: Mapping[str, str],
+    build_settings: Mapping[str, Any], wheels: Sequence[Mapping[str, Any]],
+    overrides: Sequence[Mapping[str, Any]], libraries: Sequence[Mapping[str, Any]],
+    files: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The manifest of a wheelhouse for ``recipe``.
+    """The manifest of a wheelhouse for ``recipe``, built as ``facts`` says (its source,
+    patches, toolchain, label and ``SOURCE_DATE_EPOCH``, the same the SBOMs record).
 
     ``wheels``: every wheel with its sha256 (and ``role``: built, pin or closure); ``files``:
     the other files it vouches for (relative path -> sha256); ``libraries``: each shared
@@ -53,11 +67,11 @@ def build_manifest(
         "recipe": {"name": recipe.name, "package": recipe.package},
         "target": {**target, "cuda_archs": list(recipe.target.cuda_archs),
                    "allow_jit": recipe.target.allow_jit},
-        "local_label": label,
-        "source_date_epoch": epoch,
-        "source": source,
-        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in patches],
-        "toolchain": dict(toolchain),
+        "local_label": facts.label,
+        "source_date_epoch": facts.epoch,
+        "source": facts.source,
+        "patches": [{k: p.get(k) for k in ("name", "sha256", "status")} for p in facts.patches],
+        "toolchain": dict(facts.toolchain),
         "build": {"archs": list(recipe.target.cuda_archs), **build_settings},
         "wheels": [dict(wheel) for wheel in wheels],
         "overrides": [dict(override) for override in overrides],
@@ -68,6 +82,44 @@ def build_manifest(
 
 def render_manifest(manifest: Mapping[str, Any]) -> str:
     return json.dumps(manifest, indent=2) + "\n"
+
+
+RUN_KEYS: Mapping[str, tuple[str, ...]] = {
+    "build": ("jobs", "nvcc_threads", "launcher", "bundle", "compile_cache", "dist", "pool",
+              "units"),
+    "build.environment": ("MAX_JOBS", "NVCC_THREADS"),
+    "build.flashinfer_aot": ("wheel", "seconds", "log", "reused_since", "environment",
+                             "units"),
+}
+"""What the fingerprint leaves out, by the object that holds it: the run's measures and the
+build machine's plan (the module docstring)."""
+
+
+def manifest_identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest less :data:`RUN_KEYS`: what the fingerprint covers."""
+    identity = copy.deepcopy(dict(manifest))
+    for where, keys in RUN_KEYS.items():
+        holder: Any = identity
+        for step in where.split("."):
+            holder = holder.get(step) if isinstance(holder, dict) else None
+        if isinstance(holder, dict):
+            for key in keys:
+                holder.pop(key, None)
+    return identity
+
+
+def manifest_fingerprint(raw: bytes) -> str:
+    """``sha256:<hex>`` of a manifest's identity (:func:`manifest_identity`) as canonical
+    JSON; bytes that are no JSON object are fingerprinted as they are."""
+    try:
+        data = parse_json(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+    canonical = json.dumps(manifest_identity(data), sort_keys=True, separators=(",", ":"),
+                           ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:

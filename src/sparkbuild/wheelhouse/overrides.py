@@ -24,6 +24,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import CommandFailed, PinRefusedError, SparkbuildError, UsageError
+from sparkbuild.records import Record
 from sparkbuild.store.wheel_check import same_version
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def allows(requirement: Requirement, version: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Demand:
+class Demand(Record):
     """One requirement of something shipped: who asks, and what for."""
 
     required_by: str
@@ -87,13 +88,9 @@ class Demand:
     def describe(self) -> str:
         return f"{self.required_by} requires {self.requirement}"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"required_by": self.required_by, "requirement": self.requirement,
-                "project": self.project}
-
 
 @dataclass(frozen=True)
-class Override:
+class Override(Record):
     """A pin that contradicts what it ships beside, on purpose."""
 
     pin: str
@@ -122,10 +119,6 @@ class Override:
     def describe(self) -> str:
         replaced = "; ".join(d.describe() for d in self.replaced) or "nothing found to replace"
         return f"{self.pin} overrides: {replaced} (reason: {self.reason})"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pin": self.pin, "reason": self.reason,
-                "replaced": [d.to_dict() for d in self.replaced]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Override:

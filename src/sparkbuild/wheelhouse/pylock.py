@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
-from sparkbuild.recipe import parse_toml
+from sparkbuild.store.user_files import parse_toml
 from sparkbuild.store.wheel_check import normal_version, same_project, same_version
 
 if TYPE_CHECKING:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import zipfile
 from dataclasses import dataclass, field
 from email.parser import HeaderParser
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from sparkbuild.errors import VerifyError
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.wheel_members import read_text_member
 from sparkbuild.wheelhouse.overrides import (
     Demand,
@@ -72,11 +73,13 @@ def read_dist(path: Path) -> Dist:
 
 
 @dataclass(frozen=True)
-class Unmet:
+class Unmet(Record):
     """A requirement of a shipped wheel that the shipped set does not meet."""
 
+    json_order: ClassVar[tuple[str, ...]] = ("...", "file", "found")
+
     file: str
-    demand: Demand
+    demand: Demand = field(metadata=as_json(flatten=True))
     found: str | None
     """The version the wheelhouse holds of the required project; None: it has none."""
 
@@ -88,9 +91,6 @@ class Unmet:
         name = Requirement(self.demand.requirement).name
         has = f"{name} {self.found}" if self.found else f"no {name}"
         return f"{self.demand.describe()}, but the wheelhouse has {has}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.demand.to_dict(), "file": self.file, "found": self.found}
 
 
 def _parsed(dist: Dist) -> list[Requirement]:
@@ -194,15 +194,14 @@ def settle_wheelhouse(dists: Sequence[Dist], pins: Sequence[Pin], env: dict[str,
 
 
 @dataclass
-class TorchCheck:
+class TorchCheck(Record):
     built_against: str | None
     shipped: str | None
-    problem: str | None = None
-    note: str | None = None
+    problem: str | None = field(default=None, metadata=as_json(skip=True))
+    note: str | None = field(default=None, metadata=as_json(skip=True))
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"built_against": self.built_against, "shipped": self.shipped,
-                "ok": self.problem is None, "note": self.note or self.problem}
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.problem is None, "note": self.note or self.problem}
 
 
 def check_torch(built_against: str | None, shipped: str | None) -> TorchCheck:
@@ -232,26 +231,30 @@ def check_torch(built_against: str | None, shipped: str | None) -> TorchCheck:
     return check
 
 
+def _overridden(overridden: list[tuple[Unmet, Override]]) -> list[dict[str, Any]]:
+    return [{**item.to_dict(), "override": o.pin, "reason": o.reason} for item, o in overridden]
+
+
+def _left(not_shipped: list[Unmet]) -> list[str]:
+    return sorted({item.demand.requirement for item in not_shipped})
+
+
 @dataclass
-class RequirementsReport:
+class RequirementsReport(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("wheels_checked", "ok")
+
     wheels_checked: int
-    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    unreadable: list[tuple[str, str]] = field(default_factory=list, metadata=as_json(skip=True))
     problems: list[Unmet] = field(default_factory=list)
-    overridden: list[tuple[Unmet, Override]] = field(default_factory=list)
+    overridden: list[tuple[Unmet, Override]] = field(
+        default_factory=list, metadata=as_json("overrides", dump=_overridden))
     torch: TorchCheck | None = None
-    not_shipped: list[Unmet] = field(default_factory=list)
+    not_shipped: list[Unmet] = field(default_factory=list,
+                                     metadata=as_json("left_to_the_node", dump=_left))
     """Requirements on projects a ``--no-closure`` wheelhouse leaves to the node."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wheels_checked": self.wheels_checked,
-            "ok": not self.mismatches(),
-            "problems": [item.to_dict() for item in self.problems],
-            "overrides": [{**item.to_dict(), "override": o.pin, "reason": o.reason}
-                          for item, o in self.overridden],
-            "torch": self.torch.to_dict() if self.torch else None,
-            "left_to_the_node": sorted({item.demand.requirement for item in self.not_shipped}),
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": not self.mismatches()}
 
     def mismatches(self) -> list[tuple[str, str]]:
         """(file, problem) pairs for verify's list of mismatches."""

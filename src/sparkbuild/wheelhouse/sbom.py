@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from cyclonedx.model import (
     ExternalReference,
@@ -61,8 +61,10 @@ from packageurl import PackageURL
 from packaging.utils import canonicalize_name
 
 from sparkbuild import __version__
-from sparkbuild.recipe import parse_json
+from sparkbuild.records import one_of
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.store.wheel_check import normal_version
+from sparkbuild.wheelhouse.manifest import WHEEL_ROLES, WheelRole
 from sparkbuild.wheelhouse.pylock import listing_disagreements
 
 if TYPE_CHECKING:
@@ -74,6 +76,8 @@ WHEEL_SBOM = "sboms/sbom.cdx.json"
 """Where the built wheel carries its SBOM, under its ``.dist-info`` (PEP 770)."""
 _PREFIX = "sparkbuild"
 _SERIAL_NAMESPACE = uuid.UUID("6f9619ff-8b86-d011-b42d-00c04fc964ff")
+CommitRole = Literal["pin", "used"]
+"""A stand-in's commit: the one the tree pins, or the one built."""
 _TOOL_NAMES = {"nvcc": "cuda-nvcc", "gcc": "gcc", "cmake": "cmake", "ninja": "ninja",
                "torch": "torch", "python": "cpython", "torch_cuda": "torch-cuda"}
 
@@ -84,7 +88,8 @@ class SbomWheel:
 
     name: str
     version: str
-    role: str
+    role: WheelRole | None
+    """None: a manifest's wheel without a role it knows (the SBOM then names none)."""
     file: str | None = None
     sha256: str | None = None
 
@@ -168,8 +173,12 @@ def _pedigree(facts: BuildFacts, version: str) -> Pedigree:
                     notes=notes[0] + "; ".join(notes[1:]))
 
 
-def _vendored(source: Mapping[str, Any]) -> Component:
+def _vendored(source: Mapping[str, Any], within: str | None) -> Component:
+    """A vendored source of a built wheel; ``within``: that wheel's file in the wheelhouse's
+    SBOM, where every built wheel lists the same sources and each bom-ref must be unique
+    (a repeated one is replaced by a random one: the document would differ run to run)."""
     name = str(source["name"])
+    suffix = f"#{within}" if within else ""
     commit = source.get("commit")
     version = str(commit or source.get("ref") or source.get("sha256") or "unknown")
     qualifiers: dict[str, str] = {}
@@ -189,27 +198,29 @@ def _vendored(source: Mapping[str, Any]) -> Component:
         pairs += [("vendored:stand_in_for", stand_in.get("pinned")),
                   ("vendored:stand_in_reason", stand_in.get("reason"))]
     return Component(
-        name=name, version=version, bom_ref=f"vendored:{name}@{version}",
+        name=name, version=version, bom_ref=f"vendored:{name}@{version}{suffix}",
         purl=PackageURL(type="generic", name=name, version=version,
                         qualifiers=qualifiers or None),
         hashes=_sha256(source.get("sha256")), external_references=refs,
         properties=_props(pairs),
-        pedigree=_stand_in_pedigree(name, source, stand_in) if stand_in else None)
+        pedigree=_stand_in_pedigree(name, source, stand_in, suffix) if stand_in else None)
 
 
-def _commit_component(name: str, url: str, commit: str, role: str) -> Component:
-    return Component(name=name, version=commit, bom_ref=f"vendored:{name}@{commit}#{role}",
+def _commit_component(name: str, url: str, commit: str, role: CommitRole,
+                      suffix: str = "") -> Component:
+    return Component(name=name, version=commit,
+                     bom_ref=f"vendored:{name}@{commit}#{role}{suffix}",
                      purl=PackageURL(type="generic", name=name, version=commit,
                                      qualifiers={"vcs_url": f"git+{url}@{commit}"}))
 
 
 def _stand_in_pedigree(name: str, source: Mapping[str, Any],
-                       stand_in: Mapping[str, Any]) -> Pedigree:
+                       stand_in: Mapping[str, Any], suffix: str = "") -> Pedigree:
     """A stand-in's pedigree: the tree's pin as the ancestor, the commit built as the variant."""
     url = str(source.get("url", ""))
     pinned, used = str(stand_in.get("pinned", "")), str(stand_in.get("used", ""))
-    return Pedigree(ancestors=[_commit_component(name, url, pinned, "pin")],
-                    variants=[_commit_component(name, url, used, "used")],
+    return Pedigree(ancestors=[_commit_component(name, url, pinned, "pin", suffix)],
+                    variants=[_commit_component(name, url, used, "used", suffix)],
                     notes=f"stand-in: built from {used}, not the pin {pinned}: "
                     f"{stand_in.get('reason', '')}")
 
@@ -225,7 +236,7 @@ def _built(facts: BuildFacts, wheel: SbomWheel) -> Component:
         name=wheel.name, version=wheel.version, bom_ref=_ref(wheel),
         purl=wheel_purl(wheel.name, wheel.version, wheel.file), hashes=_sha256(wheel.sha256),
         properties=_props(pairs), pedigree=_pedigree(facts, wheel.version),
-        components=[_vendored(s) for s in facts.vendored])
+        components=[_vendored(s, wheel.file) for s in facts.vendored])
 
 
 def _plain(wheel: SbomWheel) -> Component:
@@ -362,7 +373,7 @@ def manifest_disagreements(data: Mapping[str, Any], manifest: Mapping[str, Any]
     series) and the document's ``metadata.tools`` and timestamp, against the SBOM written
     again from the manifest."""
     try:
-        wheels = [SbomWheel(str(w["name"]), str(w["version"]), str(w.get("role", "")),
+        wheels = [SbomWheel(str(w["name"]), str(w["version"]), one_of(w.get("role"), WHEEL_ROLES),
                             str(w["file"]), str(w["sha256"])) for w in manifest["wheels"]]
         expected = json.loads(wheelhouse_sbom(BuildFacts.of_manifest(manifest), wheels))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:

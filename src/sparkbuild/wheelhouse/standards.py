@@ -12,10 +12,11 @@ does not list them (written before sparkbuild wrote them) gets a note, not a fai
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
+from sparkbuild.records import Record, as_json
 from sparkbuild.wheelhouse.overrides import target_environment
 from sparkbuild.wheelhouse.pylock import PYLOCK_NAME, PylockWheel, write_pylock
 from sparkbuild.wheelhouse.sbom import (
@@ -52,21 +53,26 @@ def write_standards(staging: Path, files: Sequence[WheelhouseFile], facts: Build
     return {p.name: sha256_file(p, progress=False) for p in written}
 
 
+def _problems(problems: list[tuple[str, str]]) -> list[dict[str, str]]:
+    return [{"file": f, "problem": p} for f, p in problems]
+
+
 @dataclass
-class Agreement:
+class Agreement(Record):
     """Whether one standard file agrees with the wheelhouse's files."""
+
+    json_order: ClassVar[tuple[str, ...]] = ("file", "present", "agrees")
 
     file: str
     present: bool
-    problems: list[tuple[str, str]] = field(default_factory=list)
+    problems: list[tuple[str, str]] = field(default_factory=list, metadata=as_json(dump=_problems))
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "present": self.present, "agrees": self.ok,
-                "problems": [{"file": f, "problem": p} for f, p in self.problems]}
+    def json_extra(self) -> dict[str, Any]:
+        return {"agrees": self.ok}
 
     def line(self) -> str:
         if not self.present:

@@ -38,7 +38,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
@@ -47,6 +47,7 @@ from sparkbuild.errors import DestinationError, SparkbuildError, VerifyError
 from sparkbuild.flashinfer.jit_cache import codeless_modules
 from sparkbuild.flashinfer.jit_cache_wheel import JIT_CACHE_PROJECT
 from sparkbuild.flashinfer.unreachable_stubs import RULES as UNREACHABLE_RULES
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import fsync_dir, partial_beside, sweep_partials_beside
 from sparkbuild.store.hashing import sha256_bytes, sha256_file
 from sparkbuild.store.wheel_check import manifest_wheel_problems, same_version
@@ -71,6 +72,7 @@ from sparkbuild.wheelhouse.manifest import (
     MANIFEST_NAME,
     expected_hashes,
     load_manifest,
+    manifest_fingerprint,
     manifest_target,
     stand_in_line,
     stand_ins_of,
@@ -86,7 +88,7 @@ if TYPE_CHECKING:
     from sparkbuild.flashinfer.builder import AotResult
     from sparkbuild.recipe import Recipe
     from sparkbuild.toolchain.kept_sass import CodeCache
-    from sparkbuild.toolchain.sass import FunctionFacts, KernelCode, SassFunction
+    from sparkbuild.toolchain.sass import CoverageKind, FunctionFacts, KernelCode, SassFunction
 
     ArchLister = Callable[[Path], list[str]]
     SassReader = Callable[[Path], Sequence[SassFunction | FunctionFacts]]
@@ -96,12 +98,9 @@ NAMED_KERNELS = 10
 """Kernels an error message names per library (``--json`` names them all)."""
 
 @dataclass(frozen=True)
-class Mismatch:
+class Mismatch(Record):
     file: str
     problem: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"file": self.file, "problem": self.problem}
 
     def describe(self) -> str:
         """``FILE (PROBLEM)``, the name quoted and the problem escaped where they hold a
@@ -112,8 +111,18 @@ class Mismatch:
         return f"  MISMATCH {shown(self.file)}: {escaped(self.problem)}"
 
 
+def _unreachable(found: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...]
+                 ) -> list[dict[str, Any]]:
+    return [{"rule": rule, "kernels": kernels} for rule, kernels in found]
+
+
 @dataclass(frozen=True)
-class LibraryArchs:
+class LibraryArchs(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheel", "library", "archs", "missing", "sass_archs", "block_scaled_mma",
+        "trap_only_kernels", "guard_stub_kernels", "unreachable_stubs",
+    )
+
     wheel: str
     library: str
     archs: tuple[str, ...]
@@ -130,7 +139,8 @@ class LibraryArchs:
     trap-only ones and those that silently do nothing."""
     coverage: tuple[Coverage, ...] = ()
     """Every kernel of the library, per target arch: native, PTX only or none."""
-    unreachable: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...] = ()
+    unreachable: tuple[tuple[UnreachableStubs, tuple[str, ...]], ...] = field(
+        default=(), metadata=as_json("unreachable_stubs", dump=_unreachable))
     """Guard stubs the library's own dispatcher never launches at the targets, each group
     with the rule that names it before the compile (:mod:`sparkbuild.flashinfer.
     unreachable_stubs`): accepted, and listed."""
@@ -139,17 +149,7 @@ class LibraryArchs:
     def unreachable_kernels(self) -> tuple[str, ...]:
         return tuple(k for _, kernels in self.unreachable for k in kernels)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheel": self.wheel, "library": self.library, "archs": list(self.archs),
-                "missing": list(self.missing), "sass_archs": list(self.sass_archs),
-                "block_scaled_mma": self.block_scaled_mma,
-                "trap_only_kernels": list(self.trap_only_kernels),
-                "guard_stub_kernels": list(self.guard_stub_kernels),
-                "unreachable_stubs": [{"rule": rule.to_dict(), "kernels": list(kernels)}
-                                      for rule, kernels in self.unreachable],
-                "coverage": [c.to_dict() for c in self.coverage]}
-
-    def kernels_of(self, kind: str) -> list[tuple[str, str, str | None]]:
+    def kernels_of(self, kind: CoverageKind) -> list[tuple[str, str, str | None]]:
         """(target, kernel, code) of every kernel of ``kind`` (``ptx``, ``none``)."""
         return [(c.target, k.name, k.code) for c in self.coverage for k in c.of_kind(kind)]
 
@@ -172,41 +172,41 @@ class LibraryArchs:
                 for target, name, code in self.kernels_of(PTX_ONLY)]
 
 
+def _by_file(agreement: list[Agreement]) -> dict[str, Agreement]:
+    return {item.file: item for item in agreement}
+
+
 @dataclass
-class VerifyResult:
-    directory: Path
-    checked: int
+class VerifyResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = (
+        "wheelhouse", "fingerprint", "stand_ins", "files_checked", "ok", "mismatches",
+        "target_archs", "allow_jit",
+    )
+
+    directory: Path = field(metadata=as_json("wheelhouse"))
+    checked: int = field(metadata=as_json("files_checked"))
     target_archs: tuple[str, ...]
     mismatches: list[Mismatch] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     requirements: dict[str, Any] = field(default_factory=dict)
     """The Requires-Dist and torch check (RequirementsReport.to_dict())."""
-    agreement: list[Agreement] = field(default_factory=list)
+    agreement: list[Agreement] = field(default_factory=list, metadata=as_json(dump=_by_file))
     """Whether pylock.toml and sbom.cdx.json agree with the wheels present."""
     allow_jit: bool = False
     """The recipe's ``allow_jit`` (the manifest's target says it): PTX-only kernels pass."""
     stand_ins: list[dict[str, str]] = field(default_factory=list)
     """Sources the build took from another commit than the tree's pin (the manifest's)."""
+    fingerprint: str = ""
+    """The wheelhouse's fingerprint (:func:`.manifest.manifest_fingerprint`)."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "wheelhouse": str(self.directory),
-            "stand_ins": self.stand_ins,
-            "files_checked": self.checked,
-            "ok": self.error is None,
-            "mismatches": [m.to_dict() for m in self.mismatches],
-            "target_archs": list(self.target_archs),
-            "allow_jit": self.allow_jit,
-            "libraries": [lib.to_dict() for lib in self.libraries],
-            "notes": self.notes,
-            "requirements": self.requirements,
-            "agreement": {item.file: item.to_dict() for item in self.agreement},
-        }
+    def json_extra(self) -> dict[str, Any]:
+        return {"ok": self.error is None}
 
     def summary(self) -> list[str]:
         verdict = "OK" if self.error is None else "FAILED"
         lines = [f"verify {self.directory}: {verdict} ({self.checked} files re-hashed)"]
+        lines += [f"  wheelhouse fingerprint: {self.fingerprint}"] if self.fingerprint else []
         lines += [m.line() for m in self.mismatches]
         for lib in self.libraries:
             archs = ", ".join(lib.archs) or "no GPU code"
@@ -286,8 +286,8 @@ def leaves_directory(name: str) -> bool:
 
 @dataclass
 class CheckedFiles:
-    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is their
-    sha256) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
+    """What :func:`verify_files` read: the manifest's bytes (the fingerprint is
+    taken of them) and what they say, the lock's bytes, each plain file's sha256, the mismatches."""
 
     directory: Path
     manifest_bytes: bytes
@@ -556,27 +556,29 @@ def check_archs(result: VerifyResult, built: Sequence[Path], list_archs: ArchLis
 
 
 @dataclass
-class JudgedJitCache:
+class JudgedJitCache(Record):
     """``flashinfer-aot`` with a prebuilt jit-cache: the wheel taken, every kernel judged
     as verify judges a built one."""
 
-    aot: AotResult
-    targets: tuple[str, ...]
+    json_order: ClassVar[tuple[str, ...]] = ("...", "ok", "libraries", "codeless_modules", "notes")
+
+    aot: AotResult = field(metadata=as_json(flatten=True))
+    targets: tuple[str, ...] = field(metadata=as_json(skip=True))
     libraries: list[LibraryArchs]
-    codeless: list[str]
+    codeless: list[str] = field(metadata=as_json("codeless_modules"))
     notes: list[str] = field(default_factory=list)
     """Wheels whose GPU code could not be listed: refused, since nothing was judged."""
-    source: str | None = None
+    source: str | None = field(default=None, metadata=as_json(skip=True))
     """The prebuilt wheel as the recipe names it (a refused wheel is never placed)."""
-    placed: bool = True
+    placed: bool = field(default=True, metadata=as_json(skip=True))
     """Whether the wheel is in ``--out`` (:func:`take_judged_jit_cache` places only one
     that passes)."""
+    allow_jit: bool = field(default=False, metadata=as_json(skip=True))
+    """The recipe's ``[target] allow_jit``: a PTX-only kernel is accepted, as ``wheel``
+    accepts it."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return {**self.aot.to_dict(), "wheel": str(self.aot.wheel) if self.placed else None,
-                "ok": self.error is None,
-                "libraries": [lib.to_dict() for lib in self.libraries],
-                "codeless_modules": self.codeless, "notes": self.notes}
+    def json_extra(self) -> dict[str, Any]:
+        return {"wheel": self.aot.wheel if self.placed else None, "ok": self.error is None}
 
     def summary(self) -> list[str]:
         lines = self.aot.summary()
@@ -591,7 +593,8 @@ class JudgedJitCache:
     @property
     def error(self) -> SparkbuildError | None:
         refused = [f"{lib.library} ({found.describe(width=160, shown=NAMED_KERNELS)})"
-                   for lib in self.libraries for found in lib.refusals(allow_jit=False)]
+                   for lib in self.libraries
+                   for found in lib.refusals(allow_jit=self.allow_jit)]
         refused += [f"{module}: no GPU machine code" for module in self.codeless]
         refused += [escaped(note) for note in self.notes]
         if not refused:
@@ -602,11 +605,14 @@ class JudgedJitCache:
                            hint="take a jit-cache built for the target, or build the modules")
 
 
-def judge_jit_cache(aot: AotResult, targets: Sequence[str]) -> JudgedJitCache:
-    """Every kernel of a prebuilt jit-cache's modules judged for ``targets``."""
+def judge_jit_cache(aot: AotResult, targets: Sequence[str], *,
+                    allow_jit: bool = False) -> JudgedJitCache:
+    """Every kernel of a prebuilt jit-cache's modules judged for ``targets`` by the kernel
+    policy (``allow_jit``: PTX only is accepted)."""
     libraries, notes = gpu_libraries([aot.wheel], targets)
     codeless = codeless_modules([(lib.wheel, lib.library, lib.archs) for lib in libraries])
-    return JudgedJitCache(aot, tuple(targets), libraries, codeless, notes)
+    return JudgedJitCache(aot, tuple(targets), libraries, codeless, notes,
+                          allow_jit=allow_jit)
 
 
 def take_judged_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
@@ -632,7 +638,8 @@ def take_judged_jit_cache(recipe: Recipe, cache_root: Path, *, out: Path,
         out.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         taken = take_recipe_jit_cache(recipe, cache_root, out=staging, offline=offline)
-        judgement = judge_jit_cache(taken, recipe.target.cuda_archs)
+        judgement = judge_jit_cache(taken, recipe.target.cuda_archs,
+                                    allow_jit=recipe.target.allow_jit)
         judgement.source = source
         judgement.placed = judgement.error is None
         if judgement.placed:
@@ -721,6 +728,7 @@ def verify_wheelhouse(directory: Path, *, list_archs: ArchLister | None = None,
     result = VerifyResult(directory, len(actual) + 1, checked.targets,
                           allow_jit=manifest_target(manifest).allow_jit)
     result.stand_ins = stand_ins_of(manifest)
+    result.fingerprint = manifest_fingerprint(checked.manifest_bytes)
     inside = {**manifest, "wheels": [w for w in manifest["wheels"] if str(w["file"]) in actual]}
     result.mismatches += merged(checked.mismatches
                                 + check_requirements(result, directory, inside)

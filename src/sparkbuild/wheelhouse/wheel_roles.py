@@ -33,16 +33,16 @@ from typing import TYPE_CHECKING, Any
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from sparkbuild.errors import VerifyError
-from sparkbuild.recipe import parse_json
+from sparkbuild.store.user_files import parse_json
 from sparkbuild.store.wheel_members import READ_ERRORS, read_text_member
-from sparkbuild.wheelhouse.manifest import manifest_target
+from sparkbuild.wheelhouse.manifest import WHEEL_ROLES, manifest_target
 from sparkbuild.wheelhouse.sbom import WHEEL_SBOM
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Mapping, Sequence
     from pathlib import Path
 
-ROLES = ("built", "pin", "closure")
+ROLES = WHEEL_ROLES
 LABEL = re.compile(r"(?:^|\.)((?:sm\d+[a-z]?\.)+)[0-9a-f]{8}$")
 """sparkbuild's local label at the end of a version's local part: the target archs
 (``sm121a.``), then the series hash."""

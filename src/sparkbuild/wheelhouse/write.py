@@ -30,7 +30,7 @@ import sys
 import sysconfig
 import zipfile
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from packaging.requirements import Requirement
 from packaging.tags import platform_tags
@@ -43,12 +43,14 @@ from sparkbuild.errors import (
     VerifyError,
 )
 from sparkbuild.recipe import check_known_bad
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.cache import Cache
 from sparkbuild.store.files import write_text_atomic
 from sparkbuild.store.hashing import sha256_file
 from sparkbuild.store.phases import phase
 from sparkbuild.toolchain.kept_sass import CodeReads
 from sparkbuild.wheelhouse.closure import (
+    Fetching,
     Outside,
     RealOutside,
     WheelhouseFile,
@@ -112,26 +114,21 @@ SIMPLE_DIR = "simple"
 
 
 @dataclass
-class WheelhouseResult:
-    out: Path
-    files: list[WheelhouseFile]
-    target: ClosureTarget
-    label: str
-    manifest: dict[str, Any] = field(default_factory=dict)
+class WheelhouseResult(Record):
+    json_order: ClassVar[tuple[str, ...]] = ("wheelhouse", "local_label", "target")
+
+    out: Path = field(metadata=as_json("wheelhouse"))
+    files: list[WheelhouseFile] = field(metadata=as_json("wheels"))
+    target: ClosureTarget = field(metadata=as_json(dump=ClosureTarget.key))
+    label: str = field(metadata=as_json("local_label"))
+    manifest: dict[str, Any] = field(default_factory=dict, metadata=as_json(skip=True))
     overrides: list[Override] = field(default_factory=list)
     libraries: list[LibraryArchs] = field(default_factory=list)
     """The built wheels' shared libraries and their machine code for the target."""
-    note: str | None = None
+    note: str | None = field(default=None, metadata=as_json(skip=True))
     """Says when the target platform is not the machine that built the wheelhouse."""
     machine_code: CodeReads | None = None
     """How many of ``libraries`` were read with cuobjdump, how many came from the cache."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"wheelhouse": str(self.out), "local_label": self.label,
-                "target": self.target.key(), "wheels": [f.to_dict() for f in self.files],
-                "overrides": [o.to_dict() for o in self.overrides],
-                "libraries": [lib.to_dict() for lib in self.libraries],
-                "machine_code": self.machine_code.to_dict() if self.machine_code else None}
 
     def summary(self) -> list[str]:
         counts = {role: sum(f.role == role for f in self.files)
@@ -276,51 +273,68 @@ def host_note(recipe_platform: str, built: Sequence[str], target: ClosureTarget)
             f"{what}{closure}")
 
 
-def write_wheelhouse(
-    out: Path,
-    *,
-    recipe: Recipe,
-    source: dict[str, Any],
-    patches: list[dict[str, Any]],
-    built_wheels: list[Path],
-    build_settings: dict[str, Any],
-    cache_root: Path,
-    offline: bool,
-    platform: str | None,
-    toolchain: dict[str, str | None] | None = None,
-    outside: Outside | None = None,
-    list_archs: ArchLister | None = None,
-    read_functions: SassReader | None = None,
-    closure: bool = True,
-    vendored: Sequence[Mapping[str, Any]] = (),
-    read_kernels: KernelReader | None = None,
-    bundled_closure: Sequence[dict[str, Any]] | None = None,
-    kept_code: CodeCache | None = None,
-) -> WheelhouseResult:
-    """Write the wheelhouse ``out`` (see the module docstring); ``platform`` None: this one.
+@dataclass(frozen=True, kw_only=True)
+class WheelhouseInputs:
+    """What one wheelhouse is written from: the recipe, the build's facts and where the
+    closure comes from, passed whole to :func:`write_wheelhouse`."""
 
-    ``toolchain`` (nvcc, cmake, ninja, gcc, torch, python versions) is probed when None;
-    ``list_archs``/``read_functions`` read GPU code (cuobjdump when None); ``vendored``:
-    the sources built into the wheels (name, kind, url, ref, commit, sha256, patched), for
-    the SBOMs; ``bundled_closure``: the closure files a bundle carried (offline, from the
-    cache); ``kept_code``: the machine code facts of libraries by their bytes, so that a
-    library a rebuild did not change is not read again (:mod:`sparkbuild.toolchain.kept_sass`;
-    ``wheel`` passes one, ``verify`` never does).
-    """
-    outside = outside or RealOutside()
+    recipe: Recipe
+    source: dict[str, Any]
+    patches: list[dict[str, Any]]
+    built_wheels: list[Path]
+    build_settings: dict[str, Any]
+    """The manifest's ``build`` (:func:`sparkbuild.compile.build_record.build_settings`)."""
+    cache_root: Path
+    offline: bool
+    platform: str | None
+    """The closure's platform; None: this machine's."""
+    toolchain: dict[str, str | None] | None = None
+    """nvcc, cmake, ninja, gcc, torch and python versions; probed when None."""
+    closure: bool = True
+    """False (``--no-closure``): the built wheels and the pins only."""
+    vendored: Sequence[Mapping[str, Any]] = ()
+    """The sources built into the wheels (name, kind, url, ref, commit, sha256, patched),
+    for the SBOMs."""
+    bundled_closure: Sequence[dict[str, Any]] | None = None
+    """The closure files a bundle carried (offline, from the cache)."""
+    kept_code: CodeCache | None = None
+    """The machine code facts of libraries by their bytes, so that a library a rebuild did
+    not change is not read again (:mod:`sparkbuild.toolchain.kept_sass`; ``wheel`` passes
+    one, ``verify`` never does)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelhouseReaders:
+    """What reaches outside the process: the index and cuobjdump, unless a test passes its
+    own (each None: the real one)."""
+
+    outside: Outside | None = None
+    list_archs: ArchLister | None = None
+    read_functions: SassReader | None = None
+    read_kernels: KernelReader | None = None
+
+
+def write_wheelhouse(out: Path, inputs: WheelhouseInputs,
+                     readers: WheelhouseReaders | None = None) -> WheelhouseResult:
+    """Write the wheelhouse ``out`` from ``inputs`` (see the module docstring)."""
+    readers = readers or WheelhouseReaders()
+    outside = readers.outside or RealOutside()
+    recipe, closure, offline = inputs.recipe, inputs.closure, inputs.offline
+    source, patches, kept_code = inputs.source, inputs.patches, inputs.kept_code
     check_destination(out)
-    target = ClosureTarget(platform, recipe.target.python if platform else None)
+    target = ClosureTarget(inputs.platform, recipe.target.python if inputs.platform else None)
     label = local_label(recipe.target.cuda_archs, patches)
     epoch = source_date_epoch(source)
-    cache = Cache(cache_root)
-    toolchain = toolchain or outside.toolchain()
+    cache = Cache(inputs.cache_root)
+    toolchain = inputs.toolchain or outside.toolchain()
     facts = BuildFacts(recipe.package, recipe.name, epoch, source=source, patches=patches,
-                       vendored=vendored, toolchain=toolchain,
+                       vendored=inputs.vendored, toolchain=toolchain,
                        cuda_archs=recipe.target.cuda_archs, label=label)
     with staging_dir(out) as staging:
         step(f"writing the wheelhouse {out} (label +{label})")
         with phase("wheel rewrite"):
-            built = [_built_file(wheel, staging, label, epoch, facts) for wheel in built_wheels]
+            built = [_built_file(wheel, staging, label, epoch, facts)
+                     for wheel in inputs.built_wheels]
         _warn_foreign(built, target)
         env = target_environment(target.platform, target.python)
         direct = [d for w in built for d in wheel_demands(read_dist(staging / w.file))]
@@ -332,12 +346,12 @@ def write_wheelhouse(
             skip = {f.key for f in (*built, *pins)}
             # closure=False (--no-closure): the built wheels and the pins only; the node
             # already holds the runtime dependencies (NVIDIA's containers, --no-deps).
-            closure_files = fetch_closure(requirements, recipe.pins, skip, cache, staging,
-                                          target, outside, offline=offline,
-                                          bundled=bundled_closure) if closure else []
+            closure_files = fetch_closure(requirements, recipe.pins, skip, target,
+                                          Fetching(cache, staging, outside, offline),
+                                          bundled=inputs.bundled_closure) if closure else []
         files = sorted((*built, *pins, *closure_files), key=_by_file)
         for item in files:
-            check_known_bad(item.name, item.version, role=f"{item.role} wheel", where=item.file)
+            check_known_bad(item.name, item.version, what=f"{item.role} wheel", where=item.file)
         late = settle_wheelhouse([read_dist(staging / f.file) for f in files], recipe.pins,
                                  env, where=str(recipe.path), closure_left_out=not closure)
         note = host_note(recipe.target.platform, [f.file for f in built], target)
@@ -349,14 +363,13 @@ def write_wheelhouse(
         with phase("machine code"):
             result.libraries, _notes = gpu_libraries(
                 [staging / f.file for f in built], recipe.target.cuda_archs,
-                list_archs=list_archs, read_functions=read_functions,
-                read_kernels=read_kernels, kept_code=kept_code)
+                list_archs=readers.list_archs, read_functions=readers.read_functions,
+                read_kernels=readers.read_kernels, kept_code=kept_code)
         count = len(result.libraries)
         result.machine_code = kept_code.reads() if kept_code else CodeReads(count, count, 0)
         result.manifest = build_manifest(
-            recipe, target=target.key(), label=label, epoch=epoch, source=source,
-            patches=patches, toolchain=toolchain,
-            build_settings=build_settings, wheels=[f.to_dict() for f in files],
+            recipe, facts, target=target.key(), build_settings=inputs.build_settings,
+            wheels=[f.to_dict() for f in files],
             overrides=[o.to_dict() for o in result.overrides],
             libraries=[lib.to_dict() for lib in result.libraries], files=extra)
         result.manifest["closure"] = "included" if closure else CLOSURE_LEFT_OUT

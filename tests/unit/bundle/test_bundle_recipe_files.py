@@ -16,6 +16,7 @@ import pytest
 from sparkbuild.bundle.read import (
     bundled_recipe,
     bundles_dir,
+    open_bundle,
     unpack_bundle,
     with_carried_files,
 )
@@ -77,7 +78,7 @@ def test_bundle_then_wheel_bundle_reads_the_carried_copies(tmp_path: Path) -> No
     assert any("the recipe's [model] config: recipe/files/model.config/config.json" in line
                for line in result.summary())
     shutil.rmtree(tmp_path / "origin")  # the build host has the bundle alone
-    carried = bundled_recipe(bundle, tmp_path / "host-cache")
+    carried = bundled_recipe(open_bundle(bundle, tmp_path / "host-cache"))
     root = bundles_dir(tmp_path / "host-cache")
     assert carried.model is not None and carried.model.config is not None
     assert carried.model.config.is_relative_to(root)
@@ -90,7 +91,7 @@ def test_bundle_then_wheel_bundle_reads_the_carried_copies(tmp_path: Path) -> No
 
 def test_the_default_recipe_s_model_travels(tmp_path: Path) -> None:
     bundle, _ = _bundle(tmp_path, load_recipe(DEFAULT_RECIPE))
-    carried = bundled_recipe(bundle, tmp_path / "host-cache")
+    carried = bundled_recipe(open_bundle(bundle, tmp_path / "host-cache"))
     assert carried.model is not None and carried.model.config is not None
     assert carried.model.config.is_relative_to(bundles_dir(tmp_path / "host-cache"))
     facts = resolve_model(carried.model, str(carried.path))
@@ -102,7 +103,7 @@ def test_a_copy_changed_in_the_kept_unpacked_bundle_is_refused(tmp_path: Path) -
     unpacked = unpack_bundle(bundle, bundles_dir(tmp_path / "host-cache"))
     (unpacked.root / "recipe" / "files" / MODEL_CONFIG / "config.json").write_text("{}")
     with pytest.raises(VerifyError, match=r"copy of the recipe's \[model\] config"):
-        bundled_recipe(bundle, tmp_path / "host-cache")
+        bundled_recipe(open_bundle(bundle, tmp_path / "host-cache"))
 
 
 def test_a_bundle_that_does_not_carry_the_file_is_refused_by_name(tmp_path: Path) -> None:
@@ -118,7 +119,7 @@ def test_a_bundle_that_does_not_carry_the_file_is_refused_by_name(tmp_path: Path
     dropped = rewrite_bundle(bundle, tmp_path / "dropped.tar.xz",
                              drop="recipe/files/model.config/config.json")
     with pytest.raises(VerifyError, match=r"recipe/files/model\.config/config\.json: missing"):
-        bundled_recipe(dropped, tmp_path / "other-cache")
+        bundled_recipe(open_bundle(dropped, tmp_path / "other-cache"))
 
 
 def test_bundle_refuses_a_recipe_file_it_cannot_carry_before_any_work(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from sparkbuild.checks.check import target_code
 from sparkbuild.checks.check_plan import GencodeCoverage, units_without_target_sass
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.errors import CommandFailed
-from sparkbuild.jobplan.machine import plan_build
+from sparkbuild.jobplan.machine import MachineFacts, plan_build
 from sparkbuild.toolchain.compile_flags import gencode_codes
 from sparkbuild.toolchain.kernel_policy import because, coverage_refusals
 from sparkbuild.toolchain.sass import KernelCode, coverage
@@ -69,8 +69,9 @@ MIXED_OBJECT = [KernelCode("_Z8native_kPf", ("sm_121a",)),
 
 def _result(units: list[UnitOutcome], lacking: list[GencodeCoverage], *, allow_jit: bool
             ) -> CheckResult:
-    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
-                      job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4),
+        job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
     return CheckResult(Path("/t"), ("12.1a",), "13.0", [], units, plan,
                        no_target_sass=lacking, allow_jit=allow_jit)
 
@@ -110,8 +111,9 @@ def test_with_allow_jit_ptx_units_pass_and_a_unit_with_no_code_still_fails() -> 
 
 def test_with_unit_only_the_named_units_gencode_fails_the_check() -> None:
     lacking = units_without_target_sass(GENCODES, ("12.1a",))
-    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
-                      job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4),
+        job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
     named = CheckResult(Path("/t"), ("12.1a",), "13.0", [],
                         [UnitOutcome(FP4, "ok", "compiled")], plan, selection="named",
                         no_target_sass=lacking)

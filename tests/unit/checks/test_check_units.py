@@ -19,7 +19,7 @@ from sparkbuild.checks.check_plan import CheckPlan, unit_key
 from sparkbuild.checks.check_result import CheckResult, UnitOutcome
 from sparkbuild.checks.touched_units import IncludeGraph, cuda_units, gencode_changed, select_units
 from sparkbuild.errors import CommandFailed, ToolchainError
-from sparkbuild.jobplan.machine import plan_build
+from sparkbuild.jobplan.machine import MachineFacts, plan_build
 from sparkbuild.toolchain.cmake_recorder import gencode_for, parse_record
 from sparkbuild.toolchain.compile_flags import (
     UnitCommand,
@@ -265,8 +265,9 @@ def test_the_sass_read_is_the_code_that_runs_on_the_target(
 
 
 def _result(units: list[UnitOutcome], stops: list[str] | None = None) -> CheckResult:
-    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
-                      job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4),
+        job_memory_gib=6.0, nvcc_threads=None, arch_count=1, requested_jobs=None)
     return CheckResult(Path("/t"), ("12.1a",), "13.0", [], units, plan, stops or [])
 
 

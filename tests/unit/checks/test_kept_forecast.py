@@ -138,3 +138,19 @@ def test_a_hand_edited_entry_is_a_miss(
     entry["forecast"]["lacking"] = {}
     cache.record(NAMESPACE, key, json.loads(json.dumps(entry)))
     assert kept_forecast.kept(cache, key, tree) is None  # status lacking, nothing lacking
+
+
+@pytest.mark.parametrize(("where", "value"), [("status", "clean"), ("coverage", "jit")])
+def test_an_entry_with_a_status_or_coverage_the_forecast_never_gives_is_a_miss(
+        tree: Path, cache: Cache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        where: str, value: str) -> None:
+    recipe = _recipe(tmp_path)
+    monkeypatch.setattr(code_forecast, "forecast_code", FakeForecast(LACKING))
+    reusing_forecast(cache, _inputs(tree), recipe)
+    key = forecast_key(_inputs(tree), recipe)
+    entry = cache.lookup(NAMESPACE, key)
+    assert entry is not None and kept_forecast.kept(cache, key, tree) is not None
+    forecast = entry["forecast"]
+    (forecast if where == "status" else forecast["lacking"]["_C"][0])[where] = value
+    cache.record(NAMESPACE, key, entry)
+    assert kept_forecast.kept(cache, key, tree) is None

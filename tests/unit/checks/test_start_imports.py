@@ -107,8 +107,8 @@ def later():
 
 
 def test_a_module_that_refuses_to_import_without_an_extension_is_named(tree: Path) -> None:
-    # on the device, 2026-12-03: --targets _C,_C_stable_libtorch installed, then the model's
-    # import failed in vllm/vllm_flash_attn/__init__.py, which raises unless fa2 or fa3 is there
+    # --targets _C,_C_stable_libtorch installs, then the model's import fails in
+    # vllm/vllm_flash_attn/__init__.py, which raises unless fa2 or fa3 is there
     setup = tree / "setup.py"
     fa3 = 'CMakeExtension(name="vllm.vllm_flash_attn._vllm_fa3_C")\n'
     setup.write_text(setup.read_text() + fa3)

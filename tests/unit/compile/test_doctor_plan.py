@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from packaging.version import Version
 
 from sparkbuild.compile.doctor import tree_gcc_minimum, tree_torch_pin
-from sparkbuild.jobplan.machine import GIB, parse_meminfo, plan_build
+from sparkbuild.jobplan.machine import GIB, MachineFacts, parse_meminfo, plan_build
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -21,8 +21,10 @@ SMALL_AVAILABLE = 22 * GIB
 
 
 def test_spark_is_bounded_by_memory_with_the_default_budget() -> None:
-    plan = plan_build(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
-                      cores=20, job_memory_gib=6.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
+                     cores=20),
+        job_memory_gib=6.0)
     # (119 - 4 reserved) / 6 = 19.2 jobs < 20 cores
     assert plan.max_jobs == 19
     assert plan.nvcc_threads == 1
@@ -31,53 +33,68 @@ def test_spark_is_bounded_by_memory_with_the_default_budget() -> None:
 
 
 def test_spark_is_bounded_by_cores_with_a_small_budget() -> None:
-    plan = plan_build(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
-                      cores=20, job_memory_gib=1.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
+                     cores=20),
+        job_memory_gib=1.0)
     assert plan.max_jobs == 20
     assert any("bounded by cores" in reason for reason in plan.reasons)
 
 
 def test_small_machine_is_bounded_by_its_two_cores() -> None:
-    plan = plan_build(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
-                      cores=2, job_memory_gib=6.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
+                     cores=2),
+        job_memory_gib=6.0)
     assert plan.max_jobs == 2
     assert any("cores: 2" in reason for reason in plan.reasons)
 
 
 def test_memory_budget_shrinks_jobs_on_the_small_machine() -> None:
-    plan = plan_build(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
-                      cores=16, job_memory_gib=8.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
+                     cores=16),
+        job_memory_gib=8.0)
     # 22 GiB available, 2.2 GiB reserved -> 19.8 / 8 = 2 jobs
     assert plan.max_jobs == 2
     assert any("bounded by memory" in reason for reason in plan.reasons)
 
 
 def test_nvcc_threads_multiply_the_memory_of_a_job() -> None:
-    plan = plan_build(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
-                      cores=20, job_memory_gib=6.0, nvcc_threads=2)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SPARK_TOTAL, available_memory_bytes=SPARK_AVAILABLE,
+                     cores=20),
+        job_memory_gib=6.0, nvcc_threads=2)
     # 115 / (6 * 2) = 9 jobs; 20 cores / 2 threads = 10
     assert (plan.max_jobs, plan.nvcc_threads) == (9, 2)
 
 
 def test_not_even_one_job_fits_still_plans_one_and_says_so() -> None:
-    plan = plan_build(total_memory_bytes=4 * GIB, available_memory_bytes=2 * GIB, cores=8,
-                      job_memory_gib=6.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=4 * GIB, available_memory_bytes=2 * GIB, cores=8),
+        job_memory_gib=6.0)
     assert plan.max_jobs == 1
     assert any("may swap" in reason for reason in plan.reasons)
 
 
 def test_a_requested_job_count_wins_and_the_pick_is_shown() -> None:
-    plan = plan_build(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
-                      cores=2, job_memory_gib=6.0, requested_jobs=5)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
+                     cores=2),
+        job_memory_gib=6.0, requested_jobs=5)
     assert plan.max_jobs == 5
     assert any("as requested (doctor would pick 2)" in reason for reason in plan.reasons)
 
 
 def test_launcher_is_reported() -> None:
-    with_ccache = plan_build(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
-                             cores=2, job_memory_gib=6.0, launcher="ccache")
-    without = plan_build(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
-                         cores=2, job_memory_gib=6.0)
+    with_ccache = plan_build(
+        MachineFacts(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
+                     cores=2),
+        job_memory_gib=6.0, launcher="ccache")
+    without = plan_build(
+        MachineFacts(total_memory_bytes=SMALL_TOTAL, available_memory_bytes=SMALL_AVAILABLE,
+                     cores=2),
+        job_memory_gib=6.0)
     assert with_ccache.launcher == "ccache"
     assert any("ccache" in reason for reason in with_ccache.reasons)
     assert without.launcher is None

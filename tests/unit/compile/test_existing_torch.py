@@ -102,8 +102,8 @@ def _build_requirements(tree: Path) -> Check:
 
 def test_a_build_requirement_not_installed_stops_the_build_before_it_runs(
         tmp_path: Path) -> None:
-    # the device image lacked setuptools-scm: vLLM's metadata step failed after the
-    # bundle was imported and the tree copied; now doctor names it first
+    # an image without setuptools-scm: vLLM's metadata step would fail after the bundle
+    # is imported and the tree copied; doctor names it first
     check = _build_requirements(_requiring(tmp_path, "packaging", "no-such-dist-sparkbuild>=8"))
     assert check.hard and not check.ok
     assert "'no-such-dist-sparkbuild>=8'" in check.reason and "--no-index" in check.reason

@@ -183,3 +183,27 @@ def test_hybrid_shared_experts_and_mtp_layers_are_fields(tmp_path: Path) -> None
     facts = resolve_model(model, "r.toml")
     assert facts.hybrid and facts.shared_experts and facts.mtp_layers == 2
     assert facts.sources["hybrid"] == "recipe"
+
+
+def _listed(tmp_path: Path, name: str, model: str) -> dict[str, object]:
+    """``flashinfer-aot --list --json`` of a recipe with this ``[model]`` (its model's own
+    record left out: it says where each field came from)."""
+    from sparkbuild.flashinfer.module_set import listing
+
+    path = tmp_path / f"{name}.toml"
+    path.write_text('[source]\nspec = "."\n[series]\npath = "s"\n[model]\n' + model)
+    listed = listing(load_recipe(path), ()).to_dict()
+    return {key: value for key, value in listed.items() if key != "model"}
+
+
+def test_hybrid_in_the_recipe_changes_the_listing_as_the_config_does(tmp_path: Path) -> None:
+    shape = ("head_dim = 128\nnum_attention_heads = 8\nnum_key_value_heads = 8\n"
+             'quantization = "nvfp4"\nquantization_ignore = ["*.self_attn.*"]\n')
+    _write(tmp_path, {"layer_types": ["linear_attention", "full_attention"]})
+    plain = _listed(tmp_path, "plain", shape)
+    from_recipe = _listed(tmp_path, "recipe", shape + "hybrid = true\n")
+    from_config = _listed(tmp_path, "config", shape + 'config = "config.json"\n')
+    assert from_recipe == from_config
+    assert from_recipe != plain
+    assert "GDN linear attention" in json.dumps(from_recipe["excluded"])
+    assert "GDN linear attention" not in json.dumps(plain["excluded"])

@@ -108,7 +108,7 @@ def test_the_known_bad_list_is_data(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                       'reason = "breaks the test"\nsource = "this test"\n')
     monkeypatch.setattr(recipe_module, "known_bad_path", lambda: listed)
     with pytest.raises(PinRefusedError, match=r"refusing wheel Six==1\.16: breaks the test"):
-        check_known_bad("Six", "1.16", role="wheel")
+        check_known_bad("Six", "1.16", what="wheel")
     check_known_bad("six", "1.17.0")
     check_known_bad("flashinfer-python", "0.6.17")  # not on this list
     listed.write_text('[[known_bad]]\nname = "six"\nversion = "1.16.0"\nreason = "r"\n')

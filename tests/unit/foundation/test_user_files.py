@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.errors import RecipeError, UsageError
-from sparkbuild.recipe import NotRegularFile, open_regular, read_user_file, read_user_text
+from sparkbuild.store.user_files import NotRegularFile, open_regular, read_user_file, read_user_text
 
 
 def test_a_regular_file_is_read_whole_up_to_its_limit(tmp_path: Path) -> None:

@@ -10,14 +10,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from sparkbuild.errors import RecipeError, UsageError
-from sparkbuild.recipe import (
-    ZIP_FIRST_EPOCH,
-    ZIP_LAST_EPOCH,
-    check_source_date_epoch,
-    load_recipe,
-    parse_json,
-    parse_toml,
-)
+from sparkbuild.recipe import ZIP_FIRST_EPOCH, ZIP_LAST_EPOCH, check_source_date_epoch, load_recipe
+from sparkbuild.store.user_files import parse_json, parse_toml
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -10,8 +10,15 @@ import pytest
 
 from sparkbuild.compile.doctor import doctor_plan
 from sparkbuild.errors import UsageError
-from sparkbuild.jobplan.job_plan import MachineFacts, recipe_job_plan
-from sparkbuild.jobplan.machine import GIB, BuildPlan, plan_build, system_reserve, usable_memory
+from sparkbuild.jobplan.job_plan import recipe_job_plan
+from sparkbuild.jobplan.machine import (
+    GIB,
+    BuildPlan,
+    MachineFacts,
+    plan_build,
+    system_reserve,
+    usable_memory,
+)
 from sparkbuild.jobplan.pools import single_plan_jobs
 from sparkbuild.jobplan.unit_memory import remember
 from sparkbuild.pipeline import wheel_job_plan
@@ -110,7 +117,8 @@ def test_check_takes_the_single_plan_of_the_same_resolution(recipe: Recipe) -> N
 def test_the_system_reserve_and_the_max_jobs_formula_are_one() -> None:
     total, available = 16 * GIB, 14 * GIB
     assert usable_memory(total, available) == available - system_reserve(total)
-    plan = plan_build(total_memory_bytes=total, available_memory_bytes=available, cores=8,
-                      job_memory_gib=3.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=total, available_memory_bytes=available, cores=8),
+        job_memory_gib=3.0)
     assert plan.max_jobs == single_plan_jobs(8, usable_memory(total, available), 3.0)
     assert f"{system_reserve(total) / GIB:.1f} GiB kept for the system" in plan.reasons[0]

@@ -102,11 +102,11 @@ def test_the_wrapper_imports_the_standard_library_and_three_jobplan_modules_alon
     """CMake runs the wrapper in the build's environment: nothing of sparkbuild's console
     (rich) or store, only heavy_units, ninja_graph and unit_order, and the settings (its
     variables' names and readers), which import the standard library alone (the settings
-    the errors too, which import it alone)."""
+    the errors and the docs' table writer too, which import it alone)."""
     import ast
     import sys
 
-    from sparkbuild import errors, settings
+    from sparkbuild import doc_tables, errors, settings
     from sparkbuild.jobplan import heavy_units, ninja_graph, ninja_shim, unit_order
 
     def imported(module: object) -> set[str]:
@@ -118,8 +118,9 @@ def test_the_wrapper_imports_the_standard_library_and_three_jobplan_modules_alon
     assert imported(ninja_shim) == {"sparkbuild.jobplan.heavy_units",
                                     "sparkbuild.jobplan.ninja_graph",
                                     "sparkbuild.jobplan.unit_order", "sparkbuild.settings"}
-    assert imported(settings) == {"sparkbuild.errors"}
+    assert imported(settings) == {"sparkbuild.errors", "sparkbuild.doc_tables"}
     assert imported(errors) == set()
+    assert imported(doc_tables) == set()
     assert imported(heavy_units) == set()
     assert imported(unit_order) == set()
     assert imported(ninja_graph) == set()

@@ -158,14 +158,14 @@ def test_the_plan_file_makes_the_wrapper_decide_as_the_planner(tmp_path: Path) -
 
 
 def test_the_rule_counts_flash_attention_2_light_and_its_hopper_units_heavy() -> None:
-    # measured at 12.1a on the device: every FA2 unit peaked at 3.9-4.2 GiB (part 1)
+    # measured at 12.1a: every FA2 unit peaked at 3.9-4.2 GiB (bench/full-build/part1)
     dep = "deps/vllm-flash-attn-e0b575756f09"
     assert not by_rule(f"{dep}/csrc/flash_attn/src/flash_fwd_split_hdim64_bf16_sm80.cu")
     assert by_rule(f"{dep}/hopper/instantiations/flash_fwd_hdim64_bf16_sm90.cu")
 
 
 def test_the_rule_counts_marlin_light_and_the_cutlass_gemms_beside_it_heavy() -> None:
-    # measured at 12.1a on the device (parts 2-3): 33 Marlin units at 2.4-2.7 GiB, the
+    # measured at 12.1a (bench/full-build/part2-3): 33 Marlin units at 2.4-2.7 GiB, the
     # CUTLASS GEMMs at 6.9-9.3 GiB
     assert not by_rule("csrc/moe/marlin_moe_wna16/sm80_kernel_bfloat16_u8b128_bfloat16.cu")
     assert not by_rule("csrc/quantization/gptq_marlin/gptq_marlin.cu")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +11,9 @@ import pytest
 
 from sparkbuild.jobplan import schedule
 from sparkbuild.jobplan.schedule import Schedule, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+from bench.script_loader import schedule_sim
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -40,11 +43,7 @@ def test_lengths_must_agree() -> None:
 
 
 def test_bench_schedule_sim_uses_this_simulator(capsys: pytest.CaptureFixture[str]) -> None:
-    path = REPO / "bench" / "schedule_sim.py"
-    spec = importlib.util.spec_from_file_location("schedule_sim", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = schedule_sim()
     assert bench.simulate is schedule.simulate
     table = REPO / "bench" / "real-build" / "units-derived.json"
     assert bench.main([str(table), "--json"]) == 0
@@ -61,17 +60,20 @@ def test_a_team_runs_the_remote_parts_on_its_servers() -> None:
 
     # 4 units of 10 s, 10% local, 2 in flight: one host core does the local tenths (1 s
     # each, in turn), two one-core servers the remote 9 s parts: 1-10, 2-11, 11-20, 12-21
-    run = simulate_team([10] * 4, [1] * 4, TeamShape(1, [1, 1]), local_share=0.1, jobs=2)
+    run = simulate_team([10] * 4, [1] * 4,
+                        TeamShape(host_cores=1, servers=[1, 1], local_share=0.1), jobs=2)
     assert run.fallback_seconds == 0 and run.remote_busy == 36.0
     assert run.host_busy == 4.0 and run.server_peak == 1.0 and run.makespan == 21.0
     # 3 in flight (every core of the team): the third finds both servers full and falls
     # back to the build host (3-12); the fourth starts at 10, waits for the host, 13-22
-    full = simulate_team([10] * 4, [1] * 4, TeamShape(1, [1, 1]), local_share=0.1)
+    full = simulate_team([10] * 4, [1] * 4,
+                         TeamShape(host_cores=1, servers=[1, 1], local_share=0.1))
     assert full.fallback_seconds == 9.0 and full.makespan == 22.0
     # every server full: the remote part falls back to the build host
-    alone = simulate_team([10] * 2, [1] * 2, TeamShape(1, []), local_share=0.1)
+    alone = simulate_team([10] * 2, [1] * 2, TeamShape(host_cores=1, servers=[], local_share=0.1))
     assert alone.fallback_seconds == 18.0 and alone.makespan == 20.0
-    slow = simulate_team([10], [1], TeamShape(1, [1], start_delay=5.0), local_share=0.1,
+    slow = simulate_team([10], [1],
+                         TeamShape(host_cores=1, servers=[1], local_share=0.1, start_delay=5.0),
                          transfer=[2.0])
     assert slow.makespan == 16.0  # 1 local, then the server starts at 5: 5 + 9 + 2
 
@@ -79,41 +81,33 @@ def test_a_team_runs_the_remote_parts_on_its_servers() -> None:
 def test_a_team_keeps_the_heavy_pool() -> None:
     from sparkbuild.jobplan.schedule import TeamShape, simulate_team
 
-    run = simulate_team([10, 10], [8, 8], TeamShape(2, [4]), local_share=0.0,
+    run = simulate_team([10, 10], [8, 8], TeamShape(host_cores=2, servers=[4], local_share=0.0),
                         pool={0, 1}, depth=1)
     assert run.makespan == 20.0 and run.server_peak == 8.0
 
 
 def test_the_gate_keeps_pooled_units_host_work_on_its_slots() -> None:
-    from sparkbuild.jobplan.schedule import TeamShape, simulate_team
+    from sparkbuild.jobplan.schedule import TeamSchedule, TeamShape, simulate_team
 
     # no server: every remote part falls back.  Three pooled units of 10 s and a light
     # one, all in flight, on 2 host cores.  Without the gate: 40 s of work on 2 cores.
     seconds, peaks = [10.0] * 4, [8.0, 8.0, 8.0, 1.0]
-    free = simulate_team(seconds, peaks, TeamShape(2, []), local_share=0.5, jobs=4,
-                         pool={0, 1, 2}, depth=3)
-    assert free.makespan == 20.0
+
+    def run(servers: list[int], share: float | list[float],
+            slots: int | None = None) -> TeamSchedule:
+        shape = TeamShape(host_cores=2, servers=servers, local_share=share, host_slots=slots)
+        return simulate_team(seconds, peaks, shape, jobs=4, pool={0, 1, 2}, depth=3)
+
+    assert run([], 0.5).makespan == 20.0
     # the gate's one slot: the pooled units' 30 s one at a time on it, the light one's 10
     # s on the other core
-    gated = simulate_team(seconds, peaks, TeamShape(2, [], host_slots=1), local_share=0.5,
-                          jobs=4, pool={0, 1, 2}, depth=3)
+    gated = run([], 0.5, 1)
     assert gated.makespan == 30.0 and gated.fallback_seconds == 20.0
     # each unit's own share: the pooled ones keep nothing here, the light one all of it
-    each = simulate_team(seconds, peaks, TeamShape(2, [3], host_slots=1),
-                         local_share=[0.0, 0.0, 0.0, 1.0], jobs=4, pool={0, 1, 2}, depth=3)
+    each = run([3], [0.0, 0.0, 0.0, 1.0], 1)
     assert each.remote_busy == 30.0 and each.host_busy == 10.0 and each.makespan == 10.0
     # slots that are every core: no split
-    assert simulate_team(seconds, peaks, TeamShape(2, [], host_slots=2), local_share=0.5,
-                         jobs=4, pool={0, 1, 2}, depth=3).makespan == 20.0
-
-
-def _bench() -> object:
-    path = REPO / "bench" / "schedule_sim.py"
-    spec = importlib.util.spec_from_file_location("schedule_sim", path)
-    assert spec and spec.loader
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    assert run([], 0.5, 2).makespan == 20.0
 
 
 @pytest.mark.parametrize(("table", "says"), [
@@ -128,7 +122,7 @@ def _bench() -> object:
 ])
 def test_bench_schedule_sim_names_a_bad_table(tmp_path: Path, table: str, says: str,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    bench: Any = _bench()
+    bench: Any = schedule_sim()
     path = tmp_path / "units.json"
     path.write_text(table)
     assert bench.main([str(path), "--json"]) == 2
@@ -145,7 +139,7 @@ def _share_row(unit: str, share: float, cpu: float, moved: int) -> dict[str, Any
 def test_bench_team_takes_each_tables_measured_share(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]
                                                      ) -> None:
-    bench: Any = _bench()
+    bench: Any = schedule_sim()
     vllm, fi = tmp_path / "vllm.json", tmp_path / "fi.json"
     vllm.write_text(json.dumps({"units": [
         {"path": f"csrc/u{i}.cu", "seconds": 40.0, "peak_rss_gib": 3.0} for i in range(30)]}))

@@ -98,7 +98,7 @@ def test_the_team_plan_is_the_fastest_simulated_candidate_that_fits_a_server() -
     pooled = {i for i, u in enumerate(ordered) if u.source.startswith("moe/")}
     narrow = simulate_team([u.seconds for u in ordered],
                            [float(u.peak_bytes or 0) * HEADROOM for u in ordered],
-                           _shape_of(pool, 3, 60), local_share=DIST_LOCAL_SHARE,
+                           _shape_of(pool, 3, 60, local_share=DIST_LOCAL_SHARE),
                            transfer=[STEP_ROUND_TRIPS_S] * len(ordered), jobs=80,
                            pool=pooled, depth=pool.depth)
     assert choice.seconds <= narrow.makespan

@@ -78,7 +78,8 @@ def _manifest(tmp_path: Path) -> bytes:
 def test_fresh_install_passes_and_prints_the_fingerprint(venv: Path, tmp_path: Path) -> None:
     manifest = _manifest(tmp_path)
     recorded = record_installation(venv, manifest, "http://127.0.0.1:8000/wh/")
-    assert recorded.fingerprint == "sha256:" + hashlib.sha256(manifest).hexdigest()
+    canonical = json.dumps(MANIFEST, sort_keys=True, separators=(",", ":")).encode()
+    assert recorded.fingerprint == "sha256:" + hashlib.sha256(canonical).hexdigest()
     result = verify_installed(venv)
     assert result.error is None, result.summary()
     assert result.fingerprint == fingerprint(manifest)

@@ -1,6 +1,6 @@
 """``install`` refuses, before anything is installed, a built wheel a start of which imports
 a module of its own package that the wheel lacks (sparkbuild.node.start_check): a made-up
-wheel shaped as the 2026-12-03 vLLM one (``--targets _C`` left ``_C_stable_libtorch`` out)."""
+wheel shaped as a vLLM one built with ``--targets _C`` (which leaves ``_C_stable_libtorch`` out)."""
 
 from __future__ import annotations
 

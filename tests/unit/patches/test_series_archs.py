@@ -124,7 +124,7 @@ def test_insertions_append_when_the_family_has_no_12_0_entry() -> None:
 
 def test_insertions_append_the_target_to_a_list_without_its_major() -> None:
     # the edit with target 9.0 (the H200's twin) met a supported list with no 9.x entry in
-    # vllm-flash-attn: it used to fail with a traceback (min() of nothing)
+    # vllm-flash-attn: no traceback (min() of nothing)
     text = 'set(CUDA_SUPPORTED_ARCHS "8.0;8.6;10.0")\n'
     arch_list = find_arch_lists(text)[0]
     edited = insert(text, insertions(arch_list, "9.0"))

@@ -1,7 +1,8 @@
 """A ``wheel`` that fails after its build keeps the timeline and the units on the error.
 
-The 2026-12-03 refused-ptx-only run was refused by verify at 891 s; its ``--json`` held the error
-alone, and the hour's timeline was lost.  ``_build_wheel`` is replaced: no process runs."""
+A build refused by verify at 891 s (bench/first-start/2026-12-03-refused-ptx-only) keeps
+its hour's timeline beside the error in its ``--json``.  ``_build_wheel`` is replaced: no
+process runs."""
 
 from __future__ import annotations
 

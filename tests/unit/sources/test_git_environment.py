@@ -147,3 +147,64 @@ def _calls_outside_git_py() -> list[str]:
 
 def test_every_git_goes_through_sources_git() -> None:
     assert _calls_outside_git_py() == []
+
+
+class _Remote:
+    """git fetch as a remote answers it: each refspec's exit and output, in order."""
+
+    def __init__(self, answers: list[tuple[int, str]]) -> None:
+        self.answers = answers
+        self.fetched: list[str] = []
+
+    def __call__(self, args: list[str], cwd: object = None, **kwargs: object) -> ProcResult:
+        self.fetched.append(str(args[-1]))
+        code, output = self.answers.pop(0)
+        return ProcResult(code, output, None, 0.0)
+
+
+URL = "https://example.com/x.git"
+MISSING = "fatal: couldn't find remote ref refs/heads/v1\n"
+UNREACHABLE = "fatal: unable to access 'https://example.com/x.git/': Could not resolve host\n"
+
+
+def _mirror(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, remote: _Remote
+            ) -> sources_git._Mirror:
+    monkeypatch.setattr(sources_git, "run_git", remote)
+    monkeypatch.setattr(sources_git._Mirror, "commit_of", lambda self, ref: f"commit of {ref}")
+    monkeypatch.setattr(sources_git._Mirror, "has_commit", lambda self, commit: False)
+    return sources_git._Mirror(tmp_path / "m.git", URL, offline=False)
+
+
+def test_a_ref_that_is_no_branch_is_fetched_as_a_tag(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = _Remote([(128, MISSING), (0, "")])
+    assert _mirror(monkeypatch, tmp_path, remote).fetch_ref("v1") == \
+        "commit of refs/sparkbuild/tags/v1"
+    assert remote.fetched == ["+refs/heads/v1:refs/sparkbuild/heads/v1",
+                              "+refs/tags/v1:refs/sparkbuild/tags/v1"]
+
+
+@pytest.mark.parametrize(("answers", "error", "said"), [
+    ([(128, MISSING), (128, MISSING)], SourceError, "git ref v1 does not exist at"),
+    ([(128, UNREACHABLE)], NetworkError, "cannot reach git remote"),
+])
+def test_a_ref_found_nowhere_or_a_remote_unreachable_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: list[tuple[int, str]],
+        error: type[Exception], said: str) -> None:
+    remote = _Remote(answers)
+    with pytest.raises(error, match=said):
+        _mirror(monkeypatch, tmp_path, remote).fetch_ref("v1")
+    assert remote.answers == []  # an unreachable remote is not asked for the tag
+
+
+def test_a_commit_the_server_will_not_give_by_id_comes_with_every_branch(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    remote = _Remote([(128, "fatal: remote error: upload-pack: not our ref abc\n"), (0, "")])
+    mirror = _mirror(monkeypatch, tmp_path, remote)
+    with pytest.raises(SourceError, match="is not available"):  # has_commit stays False
+        mirror.fetch_commit("a" * 40, "main")
+    assert remote.fetched[-1] == "+refs/heads/*:refs/sparkbuild/heads/*"
+    unreachable = _Remote([(128, UNREACHABLE)])
+    with pytest.raises(NetworkError):
+        _mirror(monkeypatch, tmp_path, unreachable).fetch_commit("a" * 40, "main")
+    assert unreachable.answers == []

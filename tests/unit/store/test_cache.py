@@ -214,3 +214,15 @@ def test_bad_lock_timeout_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, tmp_
         Cache(tmp_path)
     monkeypatch.setenv("SPARKBUILD_LOCK_TIMEOUT", "2.5")
     assert Cache(tmp_path)._lock.timeout == 2.5
+
+
+def test_find_gives_none_for_an_absent_entry_and_path_of_names_it(tmp_path: Path) -> None:
+    cache = Cache(tmp_path / "cache")
+    absent = "0" * 64
+    assert cache.find(absent) is None
+    with pytest.raises(CacheMissError, match=f"no entry sha256:{absent}"):
+        cache.path_of(absent)
+    source = tmp_path / "f"
+    source.write_bytes(b"x")
+    digest = cache.put_file(source)
+    assert cache.find(digest) == cache.blob_path(digest)

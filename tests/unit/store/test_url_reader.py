@@ -14,7 +14,7 @@ import pytest
 from sparkbuild.errors import NetworkError, UsageError
 from sparkbuild.settings import NET_DEADLINE, NET_TIMEOUT
 from sparkbuild.store import url_reader
-from sparkbuild.store.url_reader import deadline_seconds, open_url, timeout_seconds
+from sparkbuild.store.url_reader import Limits, deadline_seconds, open_url, timeout_seconds
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -92,7 +92,7 @@ def test_a_trickling_server_meets_the_deadline(base: str, route: str) -> None:
     started = time.monotonic()
     within = r"did not finish answering within 0\.5 s"
     with pytest.raises(NetworkError, match=within) as error, \
-            open_url(base + route, timeout=5, deadline=0.5) as answer:
+            open_url(base + route, limits=Limits(timeout=5, deadline=0.5)) as answer:
         answer.read()
     assert time.monotonic() - started < 3
     assert error.value.where == base + route and "SPARKBUILD_NET_DEADLINE" in str(

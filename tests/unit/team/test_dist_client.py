@@ -26,6 +26,7 @@ from sparkbuild.team.dist_client import (
 )
 from sparkbuild.team.dist_token import read_client_token
 from sparkbuild.team.scheduler_status import SchedulerStatus, parse_dist_status
+from sparkbuild.team.team_options import TeamOptions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -240,10 +241,8 @@ def test_a_scheduler_without_servers_builds_here(scheduler: str,
     assert not link.connected and link.reason == "the scheduler has no build server"
 
 
-def test_no_dist_without_a_url(tmp_path: Path) -> None:
-    assert connect_for(None, None, None) is None
-    with pytest.raises(UsageError, match="needs a scheduler"):
-        connect_for(None, None, tmp_path / "token")
+def test_no_dist_without_a_url() -> None:
+    assert connect_for(TeamOptions()) is None
 
 
 def test_the_client_config_is_private_and_reads_as_sccache_reads_it(tmp_path: Path) -> None:

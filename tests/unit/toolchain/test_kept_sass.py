@@ -18,7 +18,7 @@ from sparkbuild.store.cache import Cache
 from sparkbuild.toolchain.kept_sass import FACTS_SCHEMA, NAMESPACE, CodeCache, LibraryCode
 from sparkbuild.toolchain.sass import FunctionFacts, KernelCode
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 if TYPE_CHECKING:
@@ -185,13 +185,14 @@ class Readers:
 
 def write(tmp_path: Path, out: Path, readers: Readers, cache: CodeCache | None) -> Any:
     built = demo_wheel(tmp_path, {"demo/_C.so": b"\x7fELF demo", "demo/_moe_C.so": b"\x7fELF moe"})
-    return write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=False),
-                            source={"kind": "directory"}, patches=[], built_wheels=[built],
-                            build_settings={},
-                            cache_root=tmp_path / "cache", offline=False, platform=None,
-                            toolchain={"python": "3.11"}, outside=NoNetwork(),
-                            list_archs=readers.archs, read_functions=readers.functions,
-                            read_kernels=readers.kernels, kept_code=cache)
+    return write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=demo_recipe(tmp_path, allow_jit=False),
+                         source={"kind": "directory"}, patches=[], built_wheels=[built],
+                         build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                         platform=None, toolchain={"python": "3.11"}, kept_code=cache),
+        WheelhouseReaders(outside=NoNetwork(), list_archs=readers.archs,
+                          read_functions=readers.functions, read_kernels=readers.kernels))
 
 
 def test_wheel_reads_each_unchanged_library_once_and_says_so(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ check, the code forecast, the unit watch) refusing exactly what it refuses."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,10 +13,11 @@ from sparkbuild.checks.check_plan import units_without_target_sass
 from sparkbuild.checks.check_result import CheckResult
 from sparkbuild.checks.code_forecast import CodeForecast
 from sparkbuild.compile.unit_code_watch import ObjectReaders, object_refusal
-from sparkbuild.jobplan.machine import plan_build
+from sparkbuild.jobplan.machine import MachineFacts, plan_build
 from sparkbuild.toolchain.kernel_policy import (
     GUARD_STUB,
     Refusal,
+    VerdictKind,
     because,
     coverage_refusals,
     kernel_names,
@@ -26,6 +28,7 @@ from sparkbuild.toolchain.sass import (
     NATIVE,
     NO_CODE,
     PTX_ONLY,
+    CoverageKind,
     FunctionFacts,
     KernelCode,
     coverage,
@@ -45,13 +48,14 @@ MIXED = [KernelCode("_Z8native_kPf", ("sm_121a",)),
     (NO_CODE, False, True), (NO_CODE, True, True),
     (GUARD_STUB, False, True), (GUARD_STUB, True, True),
 ])
-def test_the_verdict_of_each_kind(kind: str, allow_jit: bool, is_refused: bool) -> None:
+def test_the_verdict_of_each_kind(kind: VerdictKind, allow_jit: bool, is_refused: bool) -> None:
     assert refused(kind, allow_jit=allow_jit) is is_refused
 
 
 def test_a_kind_the_policy_does_not_know_is_an_error_not_a_pass() -> None:
+    read_back: Any = "trap"  # a kind from JSON, which mypy does not see
     with pytest.raises(ValueError, match="trap"):
-        refused("trap", allow_jit=True)
+        refused(read_back, allow_jit=True)
 
 
 def test_no_code_is_refused_always_and_ptx_only_unless_allowed() -> None:
@@ -127,12 +131,13 @@ def _check_refuses(kernels: list[KernelCode], allow_jit: bool,
     return stub is not None or uncovered is not None
 
 
-def _forecast_and_check_refuse(kind: str, allow_jit: bool) -> tuple[bool, bool]:
+def _forecast_and_check_refuse(kind: CoverageKind, allow_jit: bool) -> tuple[bool, bool]:
     lacking = units_without_target_sass({"csrc/u.cu": GENCODE[kind]}, ("12.1a",))
     forecast = CodeForecast("lacking" if lacking else "clear", 1, {"_C": lacking}
                             if lacking else {})
-    plan = plan_build(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4,
-                      job_memory_gib=6.0)
+    plan = plan_build(
+        MachineFacts(total_memory_bytes=64 << 30, available_memory_bytes=60 << 30, cores=4),
+        job_memory_gib=6.0)
     check = CheckResult(Path("/t"), ("12.1a",), "13.0", [], [], plan, no_target_sass=lacking,
                         allow_jit=allow_jit)
     return bool(forecast.refusing(allow_jit=allow_jit)), bool(check.gencode_problems())
@@ -140,7 +145,7 @@ def _forecast_and_check_refuse(kind: str, allow_jit: bool) -> tuple[bool, bool]:
 
 @pytest.mark.parametrize("allow_jit", [False, True])
 @pytest.mark.parametrize("kind", [NATIVE, PTX_ONLY, NO_CODE])
-def test_every_judge_refuses_a_kind_as_the_policy_does(kind: str, allow_jit: bool) -> None:
+def test_every_judge_refuses_a_kind_as_the_policy_does(kind: CoverageKind, allow_jit: bool) -> None:
     expected = refused(kind, allow_jit=allow_jit)
     assert _verify_refuses([KERNEL[kind]], allow_jit) is expected
     assert _watch_refuses([KERNEL[kind]], allow_jit) is expected

@@ -3,7 +3,7 @@
 The texts are cuobjdump 13.0's output for libraries compiled with nvcc 13.0 (shortened
 only where the PTX bodies and trailing blanks were): one .cu built for sm_121a, another built
 ``-gencode arch=compute_80,code=compute_80``, linked into one .so (the sm_75 ELF with no
-symbols is the device-link stub nvcc adds); and a .cu built for sm_120f, compute_121a PTX
+symbols is the stub nvcc's device linking adds); and a .cu built for sm_120f, compute_121a PTX
 and sm_90 + compute_90 PTX.  No process is started.
 """
 

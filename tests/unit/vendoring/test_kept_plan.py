@@ -128,7 +128,7 @@ def test_a_variable_nothing_reads_is_no_miss(tree: Path, cache: Cache,
 
 def test_a_search_path_listing_an_entry_again_is_no_miss(tree: Path, cache: Cache,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    # the device's rebuild prepended /tmp/site/bin to a PATH that had it (2026-12-04): the
+    # a rebuild that prepends a directory to a PATH that already has it makes the
     # same lookups, the same plan; a new directory in front of the others is a miss
     fake = FakeRecorder()
     monkeypatch.setenv("LD_LIBRARY_PATH", "/opt/lib:/usr/lib")
@@ -163,6 +163,7 @@ def _entry_path(cache: Cache) -> Path:
     lambda text: json.dumps({**json.loads(text), "sources": [{"name": "cutlass"}]}),
     lambda text: json.dumps({**json.loads(text), "notes": [1]}),
     lambda text: text.replace('"certain": true', '"certain": "yes"', 1),
+    lambda text: text.replace('"kind": "git"', '"kind": "svn"', 1),
     lambda text: json.dumps({**json.loads(text), "schema": 0}),
     lambda text: json.dumps({k: v for k, v in json.loads(text).items() if k != "when"}),
 ])

@@ -16,6 +16,7 @@ from sparkbuild.vendoring.index import record_source
 from sparkbuild.vendoring.materialize import refuse_other_commits, require_complete
 from sparkbuild.vendoring.placeholders import Placeholder
 from sparkbuild.vendoring.plan import (
+    ExternalKind,
     SourcePlan,
     VendorPlan,
     VendorResult,
@@ -130,7 +131,7 @@ def test_an_entry_matches_its_url_and_pin_only() -> None:
 
 
 def _source(name: str = "vllm-flash-attn", url: str = URL, ref: str | None = PIN,
-            kind: str = "git") -> SourcePlan:
+            kind: ExternalKind = "git") -> SourcePlan:
     return SourcePlan(name, kind, url, ref, where="/t/cmake/fa.cmake:39")
 
 

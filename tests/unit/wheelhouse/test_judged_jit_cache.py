@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from sparkbuild.recipe import Recipe
 
 
-def _recipe(tmp_path: Path, wheel: JitCache) -> Recipe:
+def _recipe(tmp_path: Path, wheel: JitCache, *, allow_jit: bool = False) -> Recipe:
     path = wheel.write(tmp_path / "dist")
     (tmp_path / "series").write_text("# empty\n")
     recipe = tmp_path / "r.toml"
@@ -41,6 +41,7 @@ spec = "."
 path = "series"
 [target]
 cuda_archs = ["12.1a"]
+allow_jit = {str(allow_jit).lower()}
 [[pins]]
 name = "flashinfer-python"
 version = "0.6.18"
@@ -57,8 +58,9 @@ def _native(path: Path) -> list[str]:
 
 
 def _readers(monkeypatch: pytest.MonkeyPatch, *, stubs: Sequence[str] = (),
-             interrupt: bool = False) -> None:
-    """cuobjdump as a library of one native kernel (and ``stubs``) reads; or a Ctrl-C."""
+             interrupt: bool = False, ptx_only: bool = False) -> None:
+    """cuobjdump as a library of one native kernel (``ptx_only``: one kernel of PTX only)
+    and ``stubs`` reads; or a Ctrl-C."""
     from sparkbuild.toolchain.sass import FunctionFacts
 
     def functions(path: Path) -> list[FunctionFacts]:
@@ -67,6 +69,8 @@ def _readers(monkeypatch: pytest.MonkeyPatch, *, stubs: Sequence[str] = (),
         return [FunctionFacts(name, "sm_121a", 4, 0, True, True) for name in stubs]
 
     def kernels(path: Path) -> list[KernelCode]:
+        if ptx_only:
+            return [KernelCode("_Z1kv", (), ("compute_121a",))]
         return [KernelCode(name, ("sm_121a",)) for name in ("_Z1kv", *stubs)]
 
     monkeypatch.setattr(verify, "_default_lister", _native)
@@ -102,6 +106,19 @@ def test_a_refused_wheel_leaves_out_as_it_was(
     assert str(judged.error.where).endswith(f"dist/{WHEEL_NAME}")
     assert out.is_dir() == out_exists and (not out_exists or list(out.iterdir()) == [])
     assert list(tmp_path.glob(".out.partial-*")) == []
+
+
+@pytest.mark.parametrize("allow_jit", [False, True])
+def test_a_ptx_only_kernel_is_judged_by_the_recipe_s_allow_jit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, allow_jit: bool) -> None:
+    """As ``wheel`` judges the same jit-cache: PTX only is refused unless ``allow_jit``."""
+    _readers(monkeypatch, ptx_only=True)
+    judged = take_judged_jit_cache(_recipe(tmp_path, JitCache(), allow_jit=allow_jit),
+                                   tmp_path / "cache", out=tmp_path / "out", offline=True)
+    assert judged.placed == allow_jit
+    assert (judged.error is None) == allow_jit
+    if not allow_jit:
+        assert judged.error is not None and "PTX" in judged.error.what
 
 
 def test_an_interrupted_judgement_leaves_nothing(tmp_path: Path,

@@ -14,7 +14,7 @@ from cyclonedx.validation.json import JsonStrictValidator
 from sparkbuild.wheelhouse.manifest import stand_in_line, stand_ins_of
 from sparkbuild.wheelhouse.sbom import BuildFacts, wheel_sbom
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 if TYPE_CHECKING:
@@ -87,13 +87,15 @@ def test_the_sbom_gives_a_stand_in_its_pin_as_ancestor_and_its_commit_as_variant
 def _wheelhouse(tmp_path: Path, dependencies: list[dict[str, Any]]) -> Path:
     out = tmp_path / "wheelhouse"
     built = demo_wheel(tmp_path, {"demo/_C.so": b"\x7fELF demo"})
-    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=False),
-                     source={"kind": "directory"}, patches=[], built_wheels=[built],
-                     build_settings={"dependencies": dependencies},
-                     cache_root=tmp_path / "cache", offline=False, platform=None,
-                     toolchain={"python": "3.11"}, outside=NoNetwork(),
-                     list_archs=lambda _path: ["sm_121a"], read_functions=lambda _path: [],
-                     read_kernels=lambda _path: [])
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=demo_recipe(tmp_path, allow_jit=False),
+                         source={"kind": "directory"}, patches=[], built_wheels=[built],
+                         build_settings={"dependencies": dependencies},
+                         cache_root=tmp_path / "cache", offline=False, platform=None,
+                         toolchain={"python": "3.11"}),
+        WheelhouseReaders(outside=NoNetwork(), list_archs=lambda _path: ["sm_121a"],
+                          read_functions=lambda _path: [], read_kernels=lambda _path: []))
     return out
 
 

@@ -362,3 +362,31 @@ def test_uv_gets_the_checked_lock_with_absolute_paths(out: Path) -> None:
         (wheel,) = package["wheels"]
         assert wheel["path"] == str(out / wheel["name"])
         assert wheel["hashes"] == {"sha256": sha((out / wheel["name"]).read_bytes())}
+
+
+def _bom_refs(component: dict[str, Any]) -> list[str]:
+    nested = [*component.get("components", []),
+              *(c for key in ("ancestors", "variants")
+                for c in component.get("pedigree", {}).get(key, []))]
+    return [component.get("bom-ref", ""), *(r for c in nested for r in _bom_refs(c))]
+
+
+def test_two_built_wheels_with_one_vendored_source_keep_every_bom_ref_unique() -> None:
+    """cyclonedx replaces a repeated bom-ref with a random one: the wheelhouse's SBOM would
+    differ from run to run (and a joined main job's from its one-job twin)."""
+    from sparkbuild.wheelhouse.sbom import BuildFacts, SbomWheel, wheelhouse_sbom
+
+    stand_in = {**VENDORED[0], "stand_in": {"pinned": "c" * 40, "used": "b" * 40,
+                                            "reason": "the pin's tag is gone"}}
+    facts = BuildFacts("demo", "demo", 1700000000, source=SOURCE, patches=PATCHES,
+                       vendored=[stand_in], toolchain=TOOLCHAIN, cuda_archs=("12.1a",))
+    wheels = [SbomWheel("demo", "1.0", "built", "demo-1.0-py3-none-any.whl", "1" * 64),
+              SbomWheel("flashinfer-jit-cache", "0.6.18", "built",
+                        "fi-0.6.18-py3-none-any.whl", "2" * 64)]
+    text = wheelhouse_sbom(facts, wheels)
+    validate(text)
+    refs = [r for c in json.loads(text)["components"] for r in _bom_refs(c)]
+    # each built wheel: itself, its source's ancestor, the vendored source, its pin and use
+    assert len(refs) == 2 * 5 and len(set(refs)) == len(refs), refs
+    assert not [r for r in refs if r.startswith("BomRef.")]
+    assert text == wheelhouse_sbom(facts, wheels)

@@ -11,7 +11,7 @@ from sparkbuild.cli import main
 from sparkbuild.errors import VerifyError
 from sparkbuild.toolchain.sass import KernelCode, SassFunction, arch_digits, parse_sass, runs_on
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import NoNetwork, demo_recipe, demo_wheel
 
 if TYPE_CHECKING:
@@ -83,12 +83,14 @@ def wheelhouse(tmp_path: Path, libraries: tuple[str, ...] = ("demo/_C.so",), *,
     out = out or tmp_path / "wheelhouse"
     built = demo_wheel(tmp_path, {library: b"\x7fELF" + library.encode()
                                   for library in libraries})
-    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
-                     source={"kind": "directory"}, patches=[],
-                     built_wheels=[built], build_settings={},
-                     cache_root=tmp_path / "cache", offline=False, platform=None,
-                     toolchain={"python": "3.11"}, outside=NoNetwork(), list_archs=archs,
-                     read_functions=sass, read_kernels=kernels)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=demo_recipe(tmp_path, allow_jit=allow_jit),
+                         source={"kind": "directory"}, patches=[], built_wheels=[built],
+                         build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                         platform=None, toolchain={"python": "3.11"}),
+        WheelhouseReaders(outside=NoNetwork(), list_archs=archs, read_functions=sass,
+                          read_kernels=kernels))
     return out
 
 
@@ -344,12 +346,14 @@ def test_a_build_for_another_machine_is_written_and_verify_names_it(tmp_path: Pa
     out = tmp_path / "wheelhouse"
     made = demo_wheel(tmp_path, {"demo/_C.so": b"\x7fELF demo/_C.so"})
     built = made.rename(made.with_name("demo-1.0-cp311-cp311-linux_x86_64.whl"))
-    write_wheelhouse(out, recipe=demo_recipe(tmp_path, allow_jit=False),
-                     source={"kind": "directory"}, patches=[], built_wheels=[built],
-                     build_settings={}, cache_root=tmp_path / "cache", offline=False,
-                     platform="manylinux_2_39_aarch64", toolchain={"python": "3.11"},
-                     outside=NoNetwork(), list_archs=SM121, read_functions=NO_SASS,
-                     read_kernels=NATIVE)
+    write_wheelhouse(
+        out,
+        WheelhouseInputs(recipe=demo_recipe(tmp_path, allow_jit=False),
+                         source={"kind": "directory"}, patches=[], built_wheels=[built],
+                         build_settings={}, cache_root=tmp_path / "cache", offline=False,
+                         platform="manylinux_2_39_aarch64", toolchain={"python": "3.11"}),
+        WheelhouseReaders(outside=NoNetwork(), list_archs=SM121, read_functions=NO_SASS,
+                          read_kernels=NATIVE))
     result = verify_wheelhouse(out, list_archs=SM121, read_functions=NO_SASS,
                                read_kernels=NATIVE)
     problems = {m.file: m.problem for m in result.mismatches}

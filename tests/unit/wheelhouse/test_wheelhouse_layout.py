@@ -24,7 +24,7 @@ from sparkbuild.recipe import BuildSettings, Pin, Recipe, SourcePin, Target
 from sparkbuild.sources.index import IndexFile
 from sparkbuild.wheelhouse.lock import LockedRequirement, parse_lock
 from sparkbuild.wheelhouse.verify import verify_wheelhouse
-from sparkbuild.wheelhouse.write import write_wheelhouse
+from sparkbuild.wheelhouse.write import WheelhouseInputs, WheelhouseReaders, write_wheelhouse
 from support.wheels import zipped_wheel
 
 if TYPE_CHECKING:
@@ -133,10 +133,12 @@ def built_wheel(tmp_path: Path, requires: Sequence[str] = BUILT_REQUIRES) -> Pat
 def build(tmp_path: Path, out: Path, outside: FakeOutside, *, offline: bool = False,
           recipe: Recipe | None = None, requires: Sequence[str] = BUILT_REQUIRES) -> Any:
     return write_wheelhouse(
-        out, recipe=recipe or make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
-        built_wheels=[built_wheel(tmp_path, requires)], build_settings=SETTINGS,
-        cache_root=tmp_path / "cache", offline=offline, platform=None, toolchain=TOOLCHAIN,
-        outside=outside)
+        out,
+        WheelhouseInputs(recipe=recipe or make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
+                         built_wheels=[built_wheel(tmp_path, requires)], build_settings=SETTINGS,
+                         cache_root=tmp_path / "cache", offline=offline, platform=None,
+                         toolchain=TOOLCHAIN),
+        WheelhouseReaders(outside=outside))
 
 
 def test_layout(tmp_path: Path) -> None:
@@ -385,10 +387,12 @@ def test_verify_checks_the_shipped_torch_against_the_build(tmp_path: Path) -> No
     assert not out.exists()
     # built against the torch it ships, then a manifest that says otherwise: verify names it
     write_wheelhouse(
-        out, recipe=make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
-        built_wheels=[built_wheel(tmp_path, ["dep-one>=1", "torch==2.14.0"])],
-        build_settings=SETTINGS, cache_root=tmp_path / "cache", offline=False, platform=None,
-        toolchain={**TOOLCHAIN, "torch": "2.14.0"}, outside=WithTorch())
+        out,
+        WheelhouseInputs(recipe=make_recipe(tmp_path), source=SOURCE, patches=PATCHES,
+                         built_wheels=[built_wheel(tmp_path, ["dep-one>=1", "torch==2.14.0"])],
+                         build_settings=SETTINGS, cache_root=tmp_path / "cache", offline=False,
+                         platform=None, toolchain={**TOOLCHAIN, "torch": "2.14.0"}),
+        WheelhouseReaders(outside=WithTorch()))
     manifest = json.loads((out / "manifest.json").read_text())
     manifest["toolchain"]["torch"] = "2.13.0"
     (out / "manifest.json").write_text(json.dumps(manifest))

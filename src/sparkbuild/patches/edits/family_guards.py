@@ -27,7 +27,7 @@ already-applied test; the note names the family guards the tree already has.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sparkbuild.errors import PatchError
@@ -47,6 +47,7 @@ from sparkbuild.patches.edits.preprocessor import (
     evaluate,
     is_tuning,
 )
+from sparkbuild.records import Record, as_json
 from sparkbuild.store.files import walk_files
 
 if TYPE_CHECKING:
@@ -87,17 +88,16 @@ def widen(condition: str) -> str:
 
 
 @dataclass(frozen=True)
-class Finding:
+class Finding(Record):
     file: str
-    branch: Branch
+    branch: Branch = field(metadata=as_json(skip=True))
 
     @property
     def where(self) -> str:
         return f"{self.file}:{self.branch.line}"
 
-    def to_dict(self, **extra: Any) -> dict[str, Any]:
-        return {"file": self.file, "line": self.branch.line,
-                "condition": self.branch.condition, **extra}
+    def json_extra(self) -> dict[str, Any]:
+        return {"line": self.branch.line, "condition": self.branch.condition}
 
 
 def _rewrite(text: str, branch: Branch, where: str) -> str:
@@ -151,11 +151,11 @@ class FamilyGuardsEdit:
                 if is_tuning(branch.body):
                     if not _KEYED_ON_1200.search(branch.condition):
                         continue
-                    tuning.append(finding.to_dict(
-                        covers_sm121=evaluate(branch.condition, SM121A) != 0))
+                    tuning.append({**finding.to_dict(),
+                                   "covers_sm121": evaluate(branch.condition, SM121A) != 0})
                 elif shuts_out_sm121(branch.condition):
                     new_text = _rewrite(new_text, branch, finding.where)
-                    widened.append(finding.to_dict(after=widen(branch.condition)))
+                    widened.append({**finding.to_dict(), "after": widen(branch.condition)})
                 elif admits_family(branch.condition):
                     family.append(finding)
             if new_text != text:

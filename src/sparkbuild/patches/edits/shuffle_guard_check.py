@@ -19,13 +19,17 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from sparkbuild.patches.edits.inline_asm import strip_comments
 
 CHECK_NAME = "shuffle-rows-bounds-guard"
 KERNEL = "shuffleInputRowsKernel"
 SEARCH_DIR = "csrc"
-PARAM_ROLES = ("input", "map", "output", "num_src_rows", "num_dst_rows", "num_cols")
+ParamRole = Literal["input", "map", "output", "num_src_rows", "num_dst_rows", "num_cols"]
+"""What each parameter of the kernel is, in their order."""
+PARAM_ROLES: tuple[ParamRole, ...] = ("input", "map", "output", "num_src_rows", "num_dst_rows",
+                                      "num_cols")
 _SUFFIXES = (".cu", ".cuh")
 _IF = re.compile(r"\bif\s*\(")
 _ZERO = re.compile(r"\w+\s*\{\s*\}|\bzero\w*\b|\.clear\(\)|=\s*0\s*;")
@@ -77,7 +81,7 @@ class KernelDefinition:
     def names(self) -> tuple[str, ...]:
         return tuple(_declared_name(param) for param in self.params)
 
-    def role(self, role: str) -> str:
+    def role(self, role: ParamRole) -> str:
         return self.names[PARAM_ROLES.index(role)]
 
     def body(self, code: str) -> str:
