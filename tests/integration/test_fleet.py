@@ -7,7 +7,6 @@ directory and one from a `python -m http.server` on 127.0.0.1 serving it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from sparkbuild.recipe import load_recipe
+from sparkbuild.wheelhouse.manifest import manifest_fingerprint
 from sparkbuild.wheelhouse.write import WheelhouseInputs, write_wheelhouse
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def _fingerprint_line(text: str) -> str:
 
 
 def test_install_then_verify_installed(wheelhouse: Path, tmp_path: Path) -> None:
-    expected = "sha256:" + hashlib.sha256((wheelhouse / "manifest.json").read_bytes()).hexdigest()
+    expected = manifest_fingerprint((wheelhouse / "manifest.json").read_bytes())
     venv = tmp_path / "node-1"
     installed = _sparkbuild("install", wheelhouse, "--venv", venv)
     assert installed.returncode == 0, installed.stderr[-3000:]
