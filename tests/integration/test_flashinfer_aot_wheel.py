@@ -31,11 +31,10 @@ import pytest
 from sparkbuild.proc import run
 from sparkbuild.toolchain.sass import list_cuda_archs
 from sparkbuild.wheelhouse.lock import parse_lock
-from support import example_recipe, pybind11_bare_repo, unshare_works
+from support import FLASHINFER_SHA256, aot_example_recipe, pybind11_bare_repo, unshare_works
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
-FLASHINFER_SHA256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
 MODULE = "silu_and_mul"
 AOT_ARGS = ["--only", MODULE, "--add-act", "true", "--add-moe", "false", "--add-comm", "false",
             "--add-misc", "false", "--add-xqa", "false", "--add-gemma", "false",
@@ -47,18 +46,7 @@ TIMEOUT = 1800
 
 
 def _recipe(pybind11: Path) -> str:
-    cmake_args = (f"-DMINI_VLLM_PYBIND11_GIT_REPOSITORY=file://{pybind11} "
-                  "-DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0")
-    return example_recipe("mini-vllm-aot", tail=f"""[build.env]
-CMAKE_ARGS = "{cmake_args}"
-[flashinfer]
-aot = true
-aot_args = {json.dumps(AOT_ARGS)}
-[[pins]]
-name = "flashinfer-python"
-version = "0.6.18"
-sha256 = "{FLASHINFER_SHA256}"
-""")
+    return aot_example_recipe("mini-vllm-aot", pybind11, AOT_ARGS)
 
 
 def _sparkbuild(*args: str | os.PathLike[str], env: dict[str, str] | None = None,

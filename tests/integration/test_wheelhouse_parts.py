@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from sparkbuild.wheelhouse.manifest import manifest_identity
-from support import example_recipe, pybind11_bare_repo
+from support import aot_example_recipe, pybind11_bare_repo
 
 pytestmark = [pytest.mark.network, pytest.mark.nvcc, pytest.mark.slow]
 
-FLASHINFER_SHA256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
 AOT_ARGS = ["--only", "silu_and_mul", "--add-act", "true", "--add-moe", "false",
             "--add-comm", "false", "--add-misc", "false", "--add-xqa", "false",
             "--add-gemma", "false", "--add-oai-oss", "false"]
@@ -32,18 +31,7 @@ TIMEOUT = 1800
 
 
 def _recipe(pybind11: Path, name: str = "mini-vllm-parts") -> str:
-    cmake_args = (f"-DMINI_VLLM_PYBIND11_GIT_REPOSITORY=file://{pybind11} "
-                  "-DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0")
-    return example_recipe(name, tail=f"""[build.env]
-CMAKE_ARGS = "{cmake_args}"
-[flashinfer]
-aot = true
-aot_args = {json.dumps(AOT_ARGS)}
-[[pins]]
-name = "flashinfer-python"
-version = "0.6.18"
-sha256 = "{FLASHINFER_SHA256}"
-""")
+    return aot_example_recipe(name, pybind11, AOT_ARGS)
 
 
 def _sparkbuild(*args: str | os.PathLike[str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -6,6 +6,7 @@ The tests put ``tests/`` on ``sys.path`` (``tests/conftest.py``), so this is ``s
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -76,3 +77,24 @@ version = "2.3.0"
 sha256 = "f631c04d2c48c52b84d0d0549c99ff3859c98df65b3101406327ecc7d53fbf12"
 """
 """The example's one small runtime pin, for a test recipe's ``tail``."""
+
+
+FLASHINFER_SHA256 = "d5d26edb48f8def0bf28b2c94415aef7f0754e2cd9e3cb3d6e7081262d068aad"
+"""flashinfer-python 0.6.18's wheel, the pin of the example recipes that build flashinfer."""
+
+
+def aot_example_recipe(name: str, pybind11: Path, aot_args: list[str]) -> str:
+    """The example recipe with pybind11 from a local bare repository, flashinfer's modules
+    built ahead (``aot_args``) and the flashinfer-python 0.6.18 pin."""
+    cmake_args = (f"-DMINI_VLLM_PYBIND11_GIT_REPOSITORY=file://{pybind11} "
+                  "-DMINI_VLLM_PYBIND11_GIT_TAG=v3.1.0")
+    return example_recipe(name, tail=f"""[build.env]
+CMAKE_ARGS = "{cmake_args}"
+[flashinfer]
+aot = true
+aot_args = {json.dumps(aot_args)}
+[[pins]]
+name = "flashinfer-python"
+version = "0.6.18"
+sha256 = "{FLASHINFER_SHA256}"
+""")
