@@ -4,8 +4,8 @@ With ``wheel --dist`` the heavy pool is as deep as the build servers' memory hol
 (:mod:`sparkbuild.jobplan.team_pool`), deeper than the build host's.  A build server that
 dies, refuses or has no free slot makes sccache compile the unit's steps here instead
 (its local fallback), and a dozen heavy units falling back at once would take more memory
-than the build host has.  So the units that fall back never run more heavy compiles at
-once than the local plan's depth (``PoolPlan.local_depth``): the gate.
+than the build host has.  So the heavy units that fall back run on no more cpus than the
+local plan's depth (``PoolPlan.local_depth``) and within its memory budget: the gate.
 
 **sccache's own settings first.**  sccache 0.16 has no switch that turns the local fallback
 off or bounds it by memory: its ``[dist]`` config holds ``scheduler_url``, ``auth``,
@@ -22,9 +22,11 @@ A step compiled on a build server spawns nothing here and takes no token.
 
 So the gate is two sccache servers for one build, split by CPU affinity:
 
-* the heavy units' server, started on ``local_depth`` cpus: at most ``local_depth`` heavy
-  steps run here at once, whether they fell back or are a heavy unit's own local share
-  (preprocessing, fatbinary: seconds each);
+* the heavy units' server, started on ``local_depth`` cpus: the heavy units' steps here,
+  fallback or a unit's own local share (preprocessing, fatbinary: seconds each), share
+  those cpus.  The token does not hold nvcc's sub-steps to one per cpu: on loopback one
+  unit's ptxas once ran beside another unit's cicc under a one-cpu heavy server
+  (tests/integration/test_team_heavy_gate.py), the compiles at 328 of 576 MiB;
 * the other units' server, on the remaining ``local_jobs - local_depth`` cpus (the local
   plan's light slots), which bounds their fallbacks the same way;
 
