@@ -48,6 +48,8 @@ from support.team_processes import (
     _requirements,
     _start,
     _wait,
+    start_scheduler,
+    start_server,
 )
 
 if TYPE_CHECKING:
@@ -90,18 +92,9 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     scheduler = f"127.0.0.1:{ports[0]}"
     servers = (f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}")
     started: dict[str, Started] = {}
-    sparkbuild = [sys.executable, "-m", "sparkbuild", "team"]
     try:
-        # SCCACHE_LOG=info: the scheduler says which server each job goes to
-        started["scheduler"] = _start("scheduler", [
-            *sparkbuild, "scheduler", "--listen", scheduler, "--dir", str(root / "sched"),
-            "--client-token-file", str(root / "client.token"),
-            "--server-key-file", str(root / "server.key")], root, {"SCCACHE_LOG": "info"})
-        _wait(lambda: (root / "sched" / "scheduler.toml").is_file(), started["scheduler"])
-        started["server1"] = _start("server1", [
-            *sparkbuild, "server", "--scheduler", f"http://{scheduler}", "--listen", servers[0],
-            "--server-key-file", str(root / "server.key"), "--cache-dir", str(root / "s1"),
-            "--cpus", "1"], root, {})
+        started["scheduler"] = start_scheduler(root, scheduler)
+        started["server1"] = start_server("server1", root, scheduler, servers[0])
         started["server2"] = _start_by_hand(root, scheduler, servers[1])
         team = Team(root, recipe, root / "stable", f"http://{scheduler}", servers,
                     (root / "client.token").read_text().strip(), started)

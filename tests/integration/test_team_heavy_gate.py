@@ -28,7 +28,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -43,8 +42,9 @@ from support.team_processes import (
     _descendants,
     _free_port,
     _requirements,
-    _start,
     _wait,
+    start_scheduler,
+    start_server,
 )
 
 if TYPE_CHECKING:
@@ -195,19 +195,11 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Team]:
     root = tmp_path_factory.mktemp("heavy-gate")
     scheduler = f"127.0.0.1:{_free_port()}"
     started: dict[str, Started] = {}
-    sparkbuild = [sys.executable, "-m", "sparkbuild", "team"]
     try:
-        started["scheduler"] = _start("scheduler", [
-            *sparkbuild, "scheduler", "--listen", scheduler, "--dir", str(root / "sched"),
-            "--client-token-file", str(root / "client.token"),
-            "--server-key-file", str(root / "server.key")], root, {"SCCACHE_LOG": "info"})
-        _wait(lambda: (root / "sched" / "scheduler.toml").is_file(), started["scheduler"])
+        started["scheduler"] = start_scheduler(root, scheduler)
         addresses = {name: f"127.0.0.1:{_free_port()}" for name in ("server1", "server2")}
         for name, address in addresses.items():
-            started[name] = _start(name, [
-                *sparkbuild, "server", "--scheduler", f"http://{scheduler}", "--listen",
-                address, "--server-key-file", str(root / "server.key"),
-                "--cache-dir", str(root / name), "--cpus", "1"], root, {})
+            started[name] = start_server(name, root, scheduler, address)
         url = f"http://{scheduler}"
 
         def servers() -> int:

@@ -106,6 +106,30 @@ def _start(name: str, command: list[str], root: Path, env: dict[str, str]) -> St
     return Started(name, process, log)
 
 
+TEAM = [sys.executable, "-m", "sparkbuild", "team"]
+
+
+def start_scheduler(root: Path, address: str) -> Started:
+    """``sparkbuild team scheduler`` on ``address``, its files under ``root``, ready: its
+    client token in ``root/client.token``, the servers' key in ``root/server.key``.
+    SCCACHE_LOG=info: the scheduler says which server each job goes to."""
+    started = _start("scheduler", [
+        *TEAM, "scheduler", "--listen", address, "--dir", str(root / "sched"),
+        "--client-token-file", str(root / "client.token"),
+        "--server-key-file", str(root / "server.key")], root, {"SCCACHE_LOG": "info"})
+    _wait(lambda: (root / "sched" / "scheduler.toml").is_file(), started)
+    return started
+
+
+def start_server(name: str, root: Path, scheduler: str, address: str) -> Started:
+    """``sparkbuild team server --cpus 1`` on ``address`` for the scheduler at ``scheduler``
+    (host:port), its cache in ``root/name``."""
+    return _start(name, [
+        *TEAM, "server", "--scheduler", f"http://{scheduler}", "--listen", address,
+        "--server-key-file", str(root / "server.key"), "--cache-dir", str(root / name),
+        "--cpus", "1"], root, {})
+
+
 def _requirements() -> None:
     missing = [what for what, ok in (("root", os.geteuid() == 0),
                                      ("bubblewrap", shutil.which("bwrap") is not None),
