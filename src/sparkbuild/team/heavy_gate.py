@@ -16,8 +16,9 @@ than an HTTP 4xx always falls back (``dist_or_local_compile``, src/compiler/comp
 What sccache's source bounds is how many processes one server runs at once (measured,
 less tightly than read: below): every process it spawns -- a step compiled here, fallback
 or not -- first takes a token of the server's own jobserver (``AsyncCommand::spawn``,
-src/mock_command.rs), and the server makes that jobserver with ``available_parallelism()`` tokens, which is the CPU affinity it was
-started with (src/jobserver.rs, src/util.rs; an inherited make jobserver is discarded).
+src/mock_command.rs), and the server makes that jobserver with ``available_parallelism()``
+tokens, which is the CPU affinity it was started with (src/jobserver.rs, src/util.rs; an
+inherited make jobserver is discarded).
 A step compiled on a build server spawns nothing here and takes no token.
 
 So the gate is two sccache servers for one build, split by CPU affinity:
